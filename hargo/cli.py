@@ -1,0 +1,122 @@
+"""The ``hargo`` command line. Each subcommand is one pipeline stage (``dvc.yaml`` calls them).
+
+Heavy libraries are imported inside the commands, so ``hargo --help`` starts fast.
+"""
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="hargo: HARGO RL post-training of LLMs on HPC tasks (pipeline stages).")
+
+ParamsOpt = typer.Option("params.yaml", "--params", "-p", help="params file")
+SetOpt = typer.Option(None, "--set", "-S", help="override a param, e.g. -S rl.steps=8")
+
+
+def _params(path: str, overrides: Optional[List[str]]):
+    from hargo.params import ParamsError, load_params
+
+    try:
+        return load_params(path, overrides)
+    except (ParamsError, FileNotFoundError) as e:
+        typer.secho(f"error: {e}", fg="red", err=True)
+        raise typer.Exit(2)
+
+
+def _run(fn, *args, **kwargs):
+    """Call a stage; turn expected failures into a one-line error and a non-zero exit."""
+    from hargo.io import HargoInputError
+    from hargo.params import ParamsError
+
+    try:
+        return fn(*args, **kwargs)
+    except (HargoInputError, ParamsError, FileNotFoundError, ValueError, RuntimeError) as e:
+        typer.secho(f"error: {type(e).__name__}: {e}", fg="red", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def prepare(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Raw HPC-GPT files -> prepared train/eval splits, rejects and stats."""
+    from hargo.data import prepare as stage
+
+    _run(stage.run, _params(params, set_))
+
+
+@app.command()
+def validate(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Great Expectations contracts over the raw and prepared data (non-zero exit on failure)."""
+    from hargo.data import validate as stage
+
+    p = _params(params, set_)
+    try:
+        stage.run(p)
+    except stage.ValidationFailed as e:
+        typer.secho(f"validation failed:\n{e}", fg="red", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("base-model")
+def base_model(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Resolve the base model (embedded SmolLM2, a hub id or a folder) into models/base."""
+    from hargo.models import base as stage
+
+    _run(stage.run, _params(params, set_))
+
+
+@app.command()
+def sft(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Supervised fine-tuning (TRL SFTTrainer, LoRA or full) -> models/sft (merged)."""
+    from hargo.training import sft as stage
+
+    _run(stage.run, _params(params, set_))
+
+
+@app.command()
+def rl(method: str = typer.Option(..., "--method", "-m", help="grpo, dr_grpo, hargo, hargo_b1, hargo_b2"),
+       params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """RL post-training from the SFT model with one method -> models/rl/<method> (merged)."""
+    from hargo.params import RL_METHODS
+
+    if method not in RL_METHODS:
+        typer.secho(f"error: --method: unknown method {method!r}; valid: {', '.join(RL_METHODS)}",
+                    fg="red", err=True)
+        raise typer.Exit(2)
+    from hargo.training import rl as stage
+
+    _run(stage.run, _params(params, set_), method)
+
+
+@app.command()
+def evaluate(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Generate on the eval split (vLLM or transformers) and compute metrics for every model."""
+    from hargo.evaluation import evaluate as stage
+
+    _run(stage.run, _params(params, set_))
+
+
+@app.command()
+def register(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Register evaluated RL models in the MLflow registry; move @champion through the gate."""
+    from hargo import registry as stage
+
+    _run(stage.run, _params(params, set_))
+
+
+@app.command()
+def summary(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Print the final table: metrics per model and wall time per stage."""
+    from hargo import summary as stage
+
+    _run(stage.run, _params(params, set_))
+
+
+def main() -> None:  # pragma: no cover - console entry
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

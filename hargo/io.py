@@ -1,0 +1,140 @@
+"""Whole-or-nothing file output and strict JSON/JSONL input.
+
+Every stage writes through these helpers so that an interrupted or failed stage never leaves a
+half-written output: data goes to a temporary sibling first and is renamed into place only when
+complete (``os.replace`` is atomic on POSIX within one file system).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+class HargoInputError(ValueError):
+    """Bad input data. The message names the file, the record index and the field."""
+
+    def __init__(self, path: str | os.PathLike, message: str, record: int | None = None,
+                 field: str | None = None):
+        self.path, self.record, self.field = str(path), record, field
+        where = str(path)
+        if record is not None:
+            where += f", record {record}"
+        if field is not None:
+            where += f", field '{field}'"
+        super().__init__(f"{where}: {message}")
+
+
+def _tmp_sibling(path: Path, suffix: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f"{suffix}.tmp", dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all."""
+    path = Path(path)
+    tmp = _tmp_sibling(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
+    """Write ``obj`` as pretty JSON (sorted keys, trailing newline) atomically."""
+    return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True,
+                                              ensure_ascii=False) + "\n")
+
+
+def atomic_write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
+    """Write one JSON object per line atomically; returns the path."""
+    path = Path(path)
+    tmp = _tmp_sibling(path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a JSONL file of objects.
+
+    Raises:
+        HargoInputError: the file is missing, not UTF-8, or a line is not a JSON object
+            (the message names the file and the 0-based record index).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise HargoInputError(path, "file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise HargoInputError(path, f"not valid UTF-8 at byte {e.start}") from e
+    out = []
+    for i, line in enumerate(l for l in text.splitlines() if l.strip()):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise HargoInputError(path, f"not valid JSON: {e.msg}", record=i) from e
+        if not isinstance(rec, dict):
+            raise HargoInputError(path, f"expected a JSON object, got {type(rec).__name__}",
+                                  record=i)
+        out.append(rec)
+    return out
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Build a directory whole or not at all.
+
+    Yields a temporary sibling directory to fill; on normal exit it replaces ``path`` (an old
+    ``path`` is removed only then), on any exception it is deleted and ``path`` is untouched.
+    A ``.complete`` marker file is written last, so readers can tell a finished folder from a
+    folder left by a crash of some other tool (see :func:`require_complete_dir`).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        (tmp / ".complete").write_text("ok\n")
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def require_complete_dir(path: str | os.PathLike, what: str = "model folder") -> Path:
+    """Check that ``path`` is a folder finished by :func:`atomic_dir`.
+
+    Raises:
+        FileNotFoundError: missing, or missing its ``.complete`` marker (half-written).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{what} {path} does not exist; run the stage that makes it")
+    if not (path / ".complete").exists():
+        raise FileNotFoundError(f"{what} {path} is incomplete (no .complete marker): it was "
+                                "half-written by an interrupted run; re-run the stage")
+    return path

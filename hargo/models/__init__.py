@@ -1,0 +1,1 @@
+"""Model sources: the embedded SmolLM2 wheel, a hub id or a local folder."""

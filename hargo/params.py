@@ -1,0 +1,172 @@
+"""Loading and checking ``params.yaml``: the one place the pipeline's knobs live.
+
+Both doors into the pipeline (``dvc repro`` through the CLI, and the Prefect flows) load params
+here, apply per-run overrides (``"rl.beta=0.04"`` style, as ``dvc exp run -S``) and validate
+them *before* any work starts, so that a bad value fails fast with the parameter's dotted name.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+RL_METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
+TASKS = ("race_c", "race_fortran", "mlperf", "plp")
+
+
+class ParamsError(ValueError):
+    """A parameter is missing, of the wrong type or out of range; the message names it."""
+
+
+def get(params: Mapping, dotted: str) -> Any:
+    """Return ``params["a"]["b"]`` for ``dotted == "a.b"``.
+
+    Raises:
+        ParamsError: a key on the path is missing.
+    """
+    cur: Any = params
+    for i, key in enumerate(dotted.split(".")):
+        if not isinstance(cur, Mapping) or key not in cur:
+            raise ParamsError(f"{dotted}: missing (no key '{'.'.join(dotted.split('.')[:i + 1])}')")
+        cur = cur[key]
+    return cur
+
+
+def apply_overrides(params: dict, overrides: Mapping[str, Any] | Iterable[str] | None) -> dict:
+    """Return a copy of ``params`` with overrides applied.
+
+    ``overrides`` is a mapping ``{"rl.method": "hargo"}`` or strings ``"rl.steps=8"`` whose values
+    are parsed as YAML (so ``8`` is an int, ``[grpo, hargo]`` a list). Only existing keys can be
+    overridden, so a typo fails instead of being silently ignored.
+
+    Raises:
+        ParamsError: an override names a key that params.yaml does not have, or is malformed.
+    """
+    out = copy.deepcopy(params)
+    if not overrides:
+        return out
+    if not isinstance(overrides, Mapping):
+        parsed = {}
+        for item in overrides:
+            if "=" not in item:
+                raise ParamsError(f"override '{item}': expected KEY=VALUE")
+            k, v = item.split("=", 1)
+            parsed[k.strip()] = yaml.safe_load(v)
+        overrides = parsed
+    for dotted, value in overrides.items():
+        keys = dotted.split(".")
+        cur = out
+        for i, key in enumerate(keys[:-1]):
+            if not isinstance(cur.get(key), dict):
+                raise ParamsError(f"{dotted}: unknown parameter (no section "
+                                  f"'{'.'.join(keys[:i + 1])}' in params.yaml)")
+            cur = cur[key]
+        if keys[-1] not in cur:
+            raise ParamsError(f"{dotted}: unknown parameter (not in params.yaml)")
+        cur[keys[-1]] = value
+    return out
+
+
+def load_params(path: str | Path = "params.yaml",
+                overrides: Mapping[str, Any] | Iterable[str] | None = None) -> dict:
+    """Load ``path``, apply ``overrides`` and validate.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ParamsError: see :func:`validate_params`.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: params file not found (run from the repository root)")
+    with path.open(encoding="utf-8") as f:
+        params = yaml.safe_load(f) or {}
+    params = apply_overrides(params, overrides)
+    validate_params(params)
+    return params
+
+
+def _num(params, key, lo=None, hi=None, integer=False, lo_open=False, allow_none=False):
+    v = get(params, key)
+    if v is None and allow_none:
+        return
+    kind = int if integer else (int, float)
+    if isinstance(v, bool) or not isinstance(v, kind) or (isinstance(v, float) and math.isnan(v)):
+        raise ParamsError(f"{key}: expected {'an integer' if integer else 'a number'}, got {v!r}")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise ParamsError(f"{key}: must be {'>' if lo_open else '>='} {lo}, got {v!r}")
+    if hi is not None and v > hi:
+        raise ParamsError(f"{key}: must be <= {hi}, got {v!r}")
+
+
+def _choice(params, key, choices):
+    v = get(params, key)
+    if v not in choices:
+        raise ParamsError(f"{key}: must be one of {', '.join(map(str, choices))}; got {v!r}")
+
+
+def validate_params(params: Mapping) -> None:
+    """Check every parameter the stages use, before any of them runs.
+
+    Raises:
+        ParamsError: naming the first bad parameter by its dotted path, e.g.
+            ``rl.num_generations: must be >= 2, got 1``.
+    """
+    _num(params, "seed", 0, integer=True)
+    _choice(params, "data.split.strategy", ("grouped", "paper"))
+    _num(params, "data.split.eval_fraction", 0, 0.5, lo_open=True)
+    _choice(params, "data.conflicts", ("majority", "drop"))
+    _choice(params, "model.dtype", ("float32", "bfloat16", "float16"))
+    if not isinstance(get(params, "model.source"), str) or not get(params, "model.source"):
+        raise ParamsError(f"model.source: expected 'smollm2', a hub id or a folder; "
+                          f"got {get(params, 'model.source')!r}")
+    if not isinstance(get(params, "model.trust_remote_code"), bool):
+        raise ParamsError("model.trust_remote_code: expected true or false")
+    _num(params, "train.threads", 0, integer=True)
+    _num(params, "train.max_prompt_tokens", 1, integer=True)
+    for sec in ("sft", "rl"):
+        _num(params, f"{sec}.learning_rate", 0, lo_open=True)
+        _num(params, f"{sec}.samples_per_task", 1, integer=True, allow_none=True)
+        _num(params, f"{sec}.lora.r", 1, integer=True)
+        _num(params, f"{sec}.lora.alpha", 0, lo_open=True)
+        _num(params, f"{sec}.lora.dropout", 0, 1)
+    _num(params, "sft.batch_size", 1, integer=True)
+    _num(params, "sft.grad_accum", 1, integer=True)
+    _num(params, "sft.epochs", 0, lo_open=True)
+    _num(params, "sft.max_steps", -1, integer=True)
+    _num(params, "sft.max_length", 16, integer=True)
+    methods = get(params, "rl.methods")
+    if not isinstance(methods, list) or not methods:
+        raise ParamsError(f"rl.methods: expected a non-empty list, got {methods!r}")
+    for m in methods:
+        if m not in RL_METHODS:
+            raise ParamsError(f"rl.methods: unknown method {m!r}; valid: {', '.join(RL_METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise ParamsError(f"rl.methods: duplicate method in {methods}")
+    _num(params, "rl.num_generations", 2, integer=True)
+    _num(params, "rl.steps", 1, integer=True)
+    _num(params, "rl.prompts_per_step", 1, integer=True)
+    _num(params, "rl.max_new_tokens", 1, integer=True)
+    _num(params, "rl.temperature", 0, lo_open=True)
+    _num(params, "rl.beta", 0)
+    _num(params, "rl.alpha", 0)
+    _num(params, "rl.rho", 0, 1)
+    _num(params, "rl.eps", 0, lo_open=True)
+    _num(params, "rl.eps_w", 0, lo_open=True)
+    _num(params, "rl.clip_range", 0, 1, lo_open=True)
+    _num(params, "rl.save_steps", 1, integer=True)
+    _choice(params, "rl.generation_backend", ("transformers", "vllm"))
+    _choice(params, "evaluate.backend", ("vllm", "transformers"))
+    _num(params, "evaluate.samples_per_task", 1, integer=True, allow_none=True)
+    _num(params, "evaluate.max_new_tokens", 1, integer=True)
+    _num(params, "evaluate.temperature", 0)
+    _num(params, "evaluate.max_prompt_tokens", 1, integer=True)
+    _choice(params, "evaluate.judge", ("reward", "llm"))
+    if get(params, "evaluate.judge") == "llm" and not get(params, "evaluate.judge_endpoint"):
+        raise ParamsError("evaluate.judge_endpoint: required when evaluate.judge is 'llm'")
+    gates = get(params, "register.gate_metrics")
+    if not isinstance(gates, list) or not gates:
+        raise ParamsError(f"register.gate_metrics: expected a non-empty list, got {gates!r}")
+    _num(params, "register.tolerance", 0)
