@@ -16,10 +16,21 @@ os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
-    """SmolLM2's tokenizer (from the embedded GGUF), saved once per test session."""
+    """SmolLM2's tokenizer (from the embedded GGUF, ~15 s to read), kept in ~/.cache/hargo.
+
+    The cache folder is keyed by the GGUF's recorded sha256 and written atomically, so a stale
+    or half-written cache cannot be picked up.
+    """
+    from hargo.io import atomic_dir
+    from hargo.models.smollm2 import GGUF_SHA256
     from hargo.testing import save_tokenizer
 
-    return save_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+    cache = Path(os.environ.get("HARGO_CACHE", Path.home() / ".cache" / "hargo"))
+    folder = cache / f"smollm2-tokenizer-{GGUF_SHA256[:12]}"
+    if not (folder / ".complete").exists():
+        with atomic_dir(folder) as tmp:
+            save_tokenizer(tmp)
+    return folder
 
 
 @pytest.fixture(scope="session")
