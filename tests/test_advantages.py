@@ -1,0 +1,323 @@
+"""HARGO / GRPO-family advantages and weights: method.md's worked example, a hand-computed HARGO
+case over two batches, Hypothesis properties, EMA state and the weighted loss."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from hargo.advantages import (ESTIMATORS, EMABaseline, HargoConfig, estimate, group_rewards,
+                              masked_mean, needs_reference, weighted_loss)
+
+METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+# --------------------------------------------------------------------------- worked examples
+
+def test_method_md_worked_example():
+    """Binary rewards, G = 4, one correct: A = (+1.73, -0.58, -0.58, -0.58) (population std),
+    d = (1, 1/3, 1/3, 1/3), w = (0.5, 1/6, 1/6, 1/6) before modulation."""
+    out = estimate("hargo_b1", torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    # mean 0.25, population std sqrt(0.1875) = 0.4330: A = 0.75/0.4330 = 1.7321, -0.25/0.4330
+    std = math.sqrt((0.75 ** 2 + 3 * 0.25 ** 2) / 4)
+    assert out.advantages[0].tolist() == pytest.approx(
+        [0.75 / (std + 1e-6), -0.25 / (std + 1e-6)] * 1 + [-0.25 / (std + 1e-6)] * 2, abs=1e-6)
+    assert out.advantages[0, 0].item() == pytest.approx(1.73, abs=5e-3)
+    assert out.advantages[0, 1].item() == pytest.approx(-0.58, abs=5e-3)
+    assert out.discrimination[0].tolist() == pytest.approx([1, 1 / 3, 1 / 3, 1 / 3], abs=1e-5)
+    assert out.weights[0].tolist() == pytest.approx([0.5, 1 / 6, 1 / 6, 1 / 6], abs=1e-6)
+    assert out.confidence is None and out.baseline is None
+
+
+def _hand_hargo(rewards, l, g, alpha=0.3, eps=1e-6, eps_w=1e-6):
+    """method.md steps 1-5 for one group, in plain Python."""
+    G = len(rewards)
+    mean = sum(rewards) / G
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / G)
+    A = [(r - mean) / (std + eps) for r in rewards]
+    c = [_sigmoid(x - g) for x in l]
+    M = [a * (1 + alpha * ci) for a, ci in zip(A, c)]
+    mx = max(abs(m) for m in M)
+    d = [abs(m) / (mx + eps) for m in M]
+    s = sum(d)
+    w = [1 / G] * G if s < eps_w else [di / s for di in d]
+    return M, w, c, d
+
+
+def test_hargo_hand_computed_two_batches():
+    """Confidence with the EMA baseline over two batches, against plain-Python arithmetic."""
+    cfg = HargoConfig(alpha=0.3, rho=0.9, eps=1e-6, eps_w=1e-6)
+    base = EMABaseline(cfg.rho)
+    # batch 1: one group of G = 3
+    r1 = [[1.0, 0.0, 0.0]]
+    l1 = [[-1.0, -2.0, -0.5]]
+    out1 = estimate("hargo", torch.tensor(r1), torch.tensor(l1), base, cfg)
+    g1 = (-1.0 - 2.0 - 0.5) / 3  # first batch initialises g (c uses g after the update)
+    assert g1 == pytest.approx(-7 / 6)
+    assert out1.baseline == pytest.approx(g1, abs=1e-12)
+    M, w, c, d = _hand_hargo(r1[0], l1[0], g1)
+    assert out1.advantages[0].tolist() == pytest.approx(M, abs=1e-6)
+    assert out1.weights[0].tolist() == pytest.approx(w, abs=1e-6)
+    assert out1.confidence[0].tolist() == pytest.approx(c, abs=1e-6)
+    assert out1.discrimination[0].tolist() == pytest.approx(d, abs=1e-6)
+    # c_1 = sigmoid(-1 + 7/6) = sigmoid(1/6) = 0.541571
+    assert out1.confidence[0, 0].item() == pytest.approx(0.5415704832, abs=1e-6)
+
+    # batch 2: two groups, the first without contrast
+    r2 = [[0.5, 0.5, 0.5], [0.2, 0.9, 0.4]]
+    l2 = [[-0.3, -0.4, -0.2], [-3.0, -1.5, -0.9]]
+    out2 = estimate("hargo", torch.tensor(r2), torch.tensor(l2), base, cfg)
+    g2 = 0.9 * g1 + 0.1 * (sum(l2[0]) + sum(l2[1])) / 6
+    assert g2 == pytest.approx(-1.155, abs=1e-12)  # 0.9 * (-7/6) + 0.1 * (-6.3/6)
+    assert out2.baseline == pytest.approx(g2, abs=1e-6)  # l arrives as float32
+    assert base.value == pytest.approx(g2, abs=1e-6)
+    for n in range(2):
+        M, w, c, d = _hand_hargo(r2[n], l2[n], g2)
+        assert out2.advantages[n].tolist() == pytest.approx(M, abs=1e-6)
+        assert out2.weights[n].tolist() == pytest.approx(w, abs=1e-6)
+        assert out2.confidence[n].tolist() == pytest.approx(c, abs=1e-6)
+    assert out2.weights[0].tolist() == pytest.approx([1 / 3] * 3, abs=1e-7)
+    assert out2.advantages[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_hargo_b2_weights_follow_confidence():
+    r = [[1.0, 0.0, 0.0, 0.5]]
+    l = [[-1.0, -0.2, -2.0, -0.7]]
+    out = estimate("hargo_b2", torch.tensor(r), torch.tensor(l))
+    g = sum(l[0]) / 4
+    c = [_sigmoid(x - g) for x in l[0]]
+    assert out.weights[0].tolist() == pytest.approx([ci / sum(c) for ci in c], abs=1e-6)
+    M, _, _, _ = _hand_hargo(r[0], l[0], g)
+    assert out.advantages[0].tolist() == pytest.approx(M, abs=1e-6)
+    # alpha = 0 leaves no confidence signal: uniform
+    out0 = estimate("hargo_b2", torch.tensor(r), torch.tensor(l), config=HargoConfig(alpha=0.0))
+    assert out0.weights[0].tolist() == pytest.approx([0.25] * 4)
+
+
+def test_grpo_matches_trl_formula():
+    """grpo = TRL 1.16 GRPOTrainer (scale_rewards='group'): (r - mean) / (nanstd + 1e-4)."""
+    from trl.trainer.utils import nanstd
+
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.rand(64, 4, generator=gen)
+    rewards[3] = 1.0  # a group without contrast
+    flat = rewards.reshape(-1)
+    G = 4
+    # TRL 1.16 grpo_trainer.py, _generate_and_score_completions, lines 2765-2787
+    mean_grouped = torch.nanmean(flat.view(-1, G), dim=1).repeat_interleave(G, dim=0)
+    std = nanstd(flat.view(-1, G), dim=1).repeat_interleave(G, dim=0)
+    trl_adv = (flat - mean_grouped) / (std + 1e-4)
+    ours = estimate("grpo", rewards).advantages.reshape(-1)
+    torch.testing.assert_close(ours, trl_adv, rtol=1e-6, atol=1e-6)
+    # hand check on one group: sample std of (1, 0, 0, 0) is 0.5
+    out = estimate("grpo", torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    assert out.advantages[0].tolist() == pytest.approx([0.75 / 0.5001, -0.25 / 0.5001,
+                                                        -0.25 / 0.5001, -0.25 / 0.5001], abs=1e-6)
+    assert out.weights[0].tolist() == [0.25] * 4
+
+
+def test_dr_grpo_centres_only():
+    out = estimate("dr_grpo", torch.tensor([[1.0, 0.0, 0.5]]))
+    assert out.advantages[0].tolist() == pytest.approx([0.5, -0.5, 0.0], abs=1e-7)
+    assert out.weights[0].tolist() == pytest.approx([1 / 3] * 3)
+
+
+# ------------------------------------------------------------------------------ registry/errors
+
+def test_registry_and_errors():
+    assert set(ESTIMATORS) == set(METHODS)
+    assert [needs_reference(m) for m in METHODS] == [False, False, True, False, True]
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'.*dr_grpo.*hargo_b2"):
+        estimate("ppo", torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="unknown"):
+        needs_reference("nope")
+    with pytest.raises(ValueError, match="needs ref_logprob"):
+        estimate("hargo", torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="shape"):
+        estimate("hargo", torch.zeros(2, 4), torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="G >= 2"):
+        estimate("grpo", torch.zeros(3, 1))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        estimate("hargo_b1", torch.tensor([[0.0, float("nan")]]))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        estimate("hargo", torch.zeros(1, 2), torch.tensor([[0.0, -float("inf")]]))
+    with pytest.raises(ValueError, match=r"\(N, G\)"):
+        estimate("grpo", torch.zeros(8))
+    with pytest.raises(ValueError, match="rho"):
+        HargoConfig(rho=1.0)
+
+
+def test_group_rewards():
+    flat = torch.arange(8.0)
+    assert group_rewards(flat, 4).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(ValueError, match=r"10 rewards do not split into groups of G=4"):
+        group_rewards(torch.zeros(10), 4)
+    with pytest.raises(ValueError, match="1-D"):
+        group_rewards(torch.zeros(2, 4), 4)
+
+
+def test_config_from_params():
+    cfg = HargoConfig.from_params({"alpha": 0.5, "rho": 0.8, "eps": 1e-5, "eps_w": 1e-4,
+                                   "beta": 0.02})
+    assert (cfg.alpha, cfg.rho, cfg.eps, cfg.eps_w) == (0.5, 0.8, 1e-5, 1e-4)
+    assert HargoConfig.from_params({}) == HargoConfig()
+
+
+def test_b1_does_not_touch_baseline():
+    base = EMABaseline(0.9)
+    estimate("hargo_b1", torch.tensor([[1.0, 0.0]]), torch.tensor([[-1.0, -2.0]]), base)
+    assert base.value is None
+
+
+# ----------------------------------------------------------------------------------- properties
+
+@st.composite
+def batches(draw):
+    n = draw(st.integers(1, 5))
+    g = draw(st.integers(2, 8))
+    discrete = draw(st.booleans())
+    if discrete:  # binary / tiered rewards: ties and all-equal groups are common
+        elems = st.sampled_from([0.0, 0.1, 0.2, 0.5, 1.0])
+    else:
+        elems = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False, width=32)
+    r = draw(arrays(np.float32, (n, g), elements=elems))
+    l = draw(arrays(np.float32, (n, g), elements=st.floats(-30, 0, width=32)))
+    return torch.from_numpy(r), torch.from_numpy(l)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches(), st.sampled_from(METHODS), st.sampled_from([torch.float32, torch.bfloat16]))
+def test_weight_properties(batch, method, dtype):
+    r, l = batch
+    r, l = r.to(dtype), l.to(dtype)
+    out = estimate(method, r, l)
+    for t in (out.advantages, out.weights):
+        assert t.dtype == torch.float32 and t.shape == r.shape
+        assert torch.isfinite(t).all()
+    assert (out.weights >= 0).all()
+    torch.testing.assert_close(out.weights.sum(dim=1), torch.ones(r.shape[0]), rtol=0, atol=1e-5)
+    # equal-reward groups: 1/G and zero advantage
+    flat = (r == r[:, :1]).all(dim=1)
+    G = r.shape[1]
+    assert torch.allclose(out.weights[flat], torch.full_like(out.weights[flat], 1 / G))
+    assert (out.advantages[flat] == 0).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches(), st.sampled_from(["hargo", "hargo_b2"]))
+def test_modulation_keeps_sign(batch, method):
+    r, l = batch
+    plain = estimate("hargo_b1", r).advantages
+    mod = estimate(method, r, l).advantages
+    assert torch.equal(torch.sign(mod), torch.sign(plain))
+    assert (mod.abs() >= plain.abs() * (1 - 1e-6)).all()
+    assert (mod.abs() <= plain.abs() * 1.3 * (1 + 1e-6)).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches(), st.sampled_from(METHODS), st.randoms(use_true_random=False))
+def test_permutation_equivariance(batch, method, rnd):
+    r, l = batch
+    n, g = r.shape
+    perm = torch.stack([torch.tensor(rnd.sample(range(g), g)) for _ in range(n)])
+    a = estimate(method, r, l)
+    b = estimate(method, torch.gather(r, 1, perm), torch.gather(l, 1, perm))
+    for x, y in ((a.advantages, b.advantages), (a.weights, b.weights)):
+        torch.testing.assert_close(torch.gather(x, 1, perm), y, rtol=1e-5, atol=1e-6)
+    if a.confidence is not None:
+        torch.testing.assert_close(torch.gather(a.confidence, 1, perm), b.confidence,
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_extreme_finite_rewards_no_nan():
+    big = torch.tensor([[3.4e38, -3.4e38, 1.0, 0.0], [1e-30, 0.0, 0.0, 0.0]])
+    for m in METHODS:
+        out = estimate(m, big, torch.tensor([[-1e4, 0.0, -5.0, -1.0]] * 2))
+        assert torch.isfinite(out.advantages).all() and torch.isfinite(out.weights).all(), m
+
+
+# ------------------------------------------------------------------------------------ EMA state
+
+def test_ema_update_and_round_trip():
+    b = EMABaseline(0.9)
+    assert b.value is None
+    assert b.update(-2.0) == -2.0
+    assert b.update(-1.0) == pytest.approx(0.9 * -2.0 + 0.1 * -1.0)
+    restored = EMABaseline()
+    restored.load_state_dict(json.loads(json.dumps(b.state_dict())))
+    assert restored.rho == 0.9 and restored.value == b.value
+    with pytest.raises(ValueError):
+        restored.load_state_dict({"rho": 0.9})
+    with pytest.raises(ValueError, match="finite"):
+        b.update(float("nan"))
+
+
+def test_resumed_equals_uninterrupted():
+    gen = torch.Generator().manual_seed(1)
+    batches_ = [((torch.rand(3, 4, generator=gen) > 0.5).float(),
+                 -3 * torch.rand(3, 4, generator=gen)) for _ in range(5)]
+    full = EMABaseline(0.9)
+    ref = [estimate("hargo", r, l, full) for r, l in batches_]
+    first = EMABaseline(0.9)
+    resumed = [estimate("hargo", r, l, first) for r, l in batches_[:2]]
+    state = json.loads(json.dumps(first.state_dict()))  # checkpoint
+    second = EMABaseline(0.5)  # a fresh trainer; load_state_dict restores rho too
+    second.load_state_dict(state)
+    resumed += [estimate("hargo", r, l, second) for r, l in batches_[2:]]
+    for a, b in zip(ref, resumed):
+        assert torch.equal(a.advantages, b.advantages) and torch.equal(a.weights, b.weights)
+        assert a.baseline == b.baseline
+    assert full.value == second.value
+
+
+# ---------------------------------------------------------------------------------------- loss
+
+def test_masked_mean_ignores_padding():
+    x = torch.tensor([[1.0, 3.0, float("nan")], [2.0, float("inf"), 5.0], [7.0, 7.0, 7.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 0, 0]])
+    assert masked_mean(x, mask).tolist() == [2.0, 3.5, 0.0]
+    bf = masked_mean(x.to(torch.bfloat16), mask)
+    assert bf.dtype == torch.float32 and bf.tolist() == [2.0, 3.5, 0.0]
+    with pytest.raises(ValueError, match="same"):
+        masked_mean(x, mask[:, :2])
+
+
+def test_weighted_loss():
+    L = torch.tensor([[1.0, 3.0, 0.0], [4.0, 0.0, 0.0], [1.0, 1.0, 1.0], [6.0, 2.0, 0.0]],
+                     requires_grad=True)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]])
+    per = [2.0, 4.0, 1.0, 4.0]  # token means
+    # uniform 1/G (2 groups of 2): mean over responses
+    loss = weighted_loss(L, mask, torch.full((4,), 0.5), num_groups=2)
+    assert loss.item() == pytest.approx(sum(per) / 4)
+    w = torch.tensor([0.75, 0.25, 0.1, 0.9])
+    loss = weighted_loss(L, mask, w, num_groups=2)
+    assert loss.item() == pytest.approx((0.75 * 2 + 0.25 * 4 + 0.1 * 1 + 0.9 * 4) / 2)
+    loss.backward()
+    # d loss / d L[0, 0] = w0 / (2 tokens) / 2 groups; padding gets no gradient
+    assert L.grad[0].tolist() == pytest.approx([0.75 / 2 / 2, 0.75 / 2 / 2, 0.0])
+    bf = weighted_loss(L.detach().to(torch.bfloat16), mask, w.to(torch.bfloat16), 2)
+    assert bf.dtype == torch.float32 and bf.item() == pytest.approx(3.1, abs=2e-2)
+    with pytest.raises(ValueError, match="num_groups"):
+        weighted_loss(L, mask, w, 0)
+    with pytest.raises(ValueError, match=r"weights"):
+        weighted_loss(L, mask, w[:3], 2)
+
+
+def test_estimator_feeds_loss():
+    """One loss for all estimators: weights flattened in TRL's group-major order."""
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    out = estimate("hargo_b1", r)
+    L = torch.tensor([[1.0], [2.0], [2.0], [2.0]])
+    loss = weighted_loss(L, torch.ones(4, 1), out.flat()["weights"], num_groups=1)
+    assert loss.item() == pytest.approx(0.5 * 1 + 3 * (1 / 6) * 2, abs=1e-6)
