@@ -83,11 +83,11 @@ def setup(params: Mapping, root: str | Path = ".") -> str:
     import mlflow
 
     uri = tracking_uri(root)
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(uri)
     name = params.get("mlflow", {}).get("experiment", "hargo")
     try:
+        if uri.startswith("sqlite:///"):
+            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        mlflow.set_tracking_uri(uri)
         exp = mlflow.get_experiment_by_name(name)
         if exp is not None:
             return exp.experiment_id
@@ -128,6 +128,27 @@ def parent_run_id(params: Mapping, root: str | Path = ".") -> str:
     for k, v in sorted(flatten(params).items()):
         client.log_param(run.info.run_id, k, str(v)[:6000])
     client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def start_parent_run(params: Mapping, door: str, root: str | Path = ".",
+                     extra_tags: Mapping[str, str] | None = None) -> str:
+    """Create a new, RUNNING pipeline parent run for one orchestrated pipeline run (the Prefect
+    pipeline flow), tagged with ``door`` and the params; return its id.
+
+    The caller exports it as ``$HARGO_PARENT_RUN_ID`` so the stages nest under it, and ends it
+    with ``MlflowClient().set_terminated(run_id, status)``. Unlike :func:`parent_run_id` it is
+    not looked up by pipeline key: each orchestrated run gets its own parent.
+    """
+    from mlflow.tracking import MlflowClient
+
+    exp_id = setup(params, root)
+    tags = {**common_tags(params, root), "hargo.door": door, "hargo.kind": "pipeline",
+            **(extra_tags or {})}
+    client = MlflowClient()
+    run = client.create_run(exp_id, run_name=f"pipeline-{door}", tags=tags)
+    for k, v in sorted(flatten(params).items()):
+        client.log_param(run.info.run_id, k, str(v)[:6000])
     return run.info.run_id
 
 

@@ -1,0 +1,88 @@
+"""params.yaml loading/validation and the whole-or-nothing writers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hargo.io import (HargoInputError, atomic_dir, atomic_write_json, read_jsonl,
+                      require_complete_dir)
+from hargo.params import ParamsError, apply_overrides, get, load_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_params_validate(committed_params):
+    assert committed_params["rl"]["num_generations"] == 4
+    assert set(committed_params["rl"]["methods"]) <= {"grpo", "dr_grpo", "hargo", "hargo_b1",
+                                                      "hargo_b2"}
+
+
+@pytest.mark.parametrize("override, name", [
+    ("rl.num_generations=1", "rl.num_generations"),
+    ("rl.alpha=-0.1", "rl.alpha"),
+    ("rl.methods=[grpo, ppo2]", "rl.methods"),
+    ("rl.rho=1.5", "rl.rho"),
+    ("data.split.strategy=random", "data.split.strategy"),
+    ("evaluate.backend=onnx", "evaluate.backend"),
+    ("sft.learning_rate=0", "sft.learning_rate"),
+    ("rl.steps=two", "rl.steps"),
+])
+def test_bad_values_name_the_parameter(override, name):
+    with pytest.raises(ParamsError) as e:
+        load_params(ROOT / "params.yaml", [override])
+    assert str(e.value).startswith(name + ":")
+
+
+def test_unknown_override_key_is_refused():
+    with pytest.raises(ParamsError, match=r"rl\.bta: unknown parameter"):
+        apply_overrides({"rl": {"beta": 0.02}}, {"rl.bta": 0.1})
+
+
+def test_overrides_parse_yaml_values_and_copy():
+    base = {"rl": {"steps": 4, "methods": ["grpo"]}}
+    out = apply_overrides(base, ["rl.steps=8", "rl.methods=[hargo, grpo]"])
+    assert out["rl"] == {"steps": 8, "methods": ["hargo", "grpo"]}
+    assert base["rl"]["steps"] == 4  # the input is not mutated
+    assert get(out, "rl.methods") == ["hargo", "grpo"]
+
+
+def test_llm_judge_needs_an_endpoint():
+    with pytest.raises(ParamsError, match="evaluate.judge_endpoint"):
+        load_params(ROOT / "params.yaml", ["evaluate.judge=llm"])
+
+
+def test_atomic_dir_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "model"
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target) as tmp:
+            (tmp / "weights.bin").write_text("half")
+            raise RuntimeError("crash mid-write")
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_dir_replaces_whole_and_marks_complete(tmp_path):
+    target = tmp_path / "model"
+    with atomic_dir(target) as tmp:
+        (tmp / "a").write_text("1")
+    with atomic_dir(target) as tmp:
+        (tmp / "b").write_text("2")
+    assert sorted(p.name for p in target.iterdir()) == [".complete", "b"]
+    assert require_complete_dir(target) == target
+    (target / ".complete").unlink()
+    with pytest.raises(FileNotFoundError, match="incomplete"):
+        require_complete_dir(target)
+
+
+def test_read_jsonl_names_file_and_record(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"a": 1}\n{"a": \n')
+    with pytest.raises(HargoInputError, match=r"x\.jsonl, record 1: not valid JSON"):
+        read_jsonl(p)
+    p.write_bytes(b'{"a": "\xff"}\n')
+    with pytest.raises(HargoInputError, match="not valid UTF-8"):
+        read_jsonl(p)
+    atomic_write_json(tmp_path / "y.json", {"b": 2, "a": 1})
+    assert json.loads((tmp_path / "y.json").read_text()) == {"a": 1, "b": 2}
