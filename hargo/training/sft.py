@@ -1,0 +1,232 @@
+"""Stage ``sft``: supervised fine-tuning of the base model on the prepared train split with TRL's
+``SFTTrainer`` (pinned trl 1.16), LoRA through PEFT or full fine-tuning.
+
+Data: ``data.out_dir/train.jsonl`` records become TRL *conversational prompt-completion*
+examples ``{"prompt": record["prompt"], "completion": [{"role": "assistant", "content":
+record["answer"]}]}``, rendered with the model's own chat template; the loss is on the completion
+tokens only (``completion_only_loss=True``). A seeded, task-balanced subset of
+``sft.samples_per_task`` records per task is used; prompts over ``train.max_prompt_tokens`` are
+skipped and counted (:func:`hargo.training.common.select_subset`). Sequences longer than
+``sft.max_length`` have their completion's tail cut by TRL (counted as ``truncated``).
+
+Outputs: ``sft.out_dir`` (adapters merged, whole or nothing; the frozen reference model and the
+start of every RL method) and ``metrics/sft.json``. The trainer logs every step into the
+``sft`` MLflow child run (transformers' ``MLflowCallback`` joins the active run); the train
+loss curve is logged there as ``sft_loss.png``.
+
+The paper's recipe (2 epochs, lr 2e-5, batch 4, full data) is ``sft.epochs=2 sft.max_steps=-1
+sft.learning_rate=2e-5 sft.batch_size=4 sft.samples_per_task=null`` (params-paper.yaml).
+"""
+from __future__ import annotations
+
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from hargo.io import HargoInputError, atomic_write_json, read_jsonl
+from hargo.training import common
+
+METRICS_PATH = Path("metrics") / "sft.json"
+
+
+def check_records(path: str | Path, records: Sequence[dict]) -> None:
+    """Check the fields SFT reads: ``task`` (str), ``prompt`` (non-empty list of
+    ``{"role", "content"}`` with string content) and ``answer`` (non-empty str).
+
+    Raises:
+        HargoInputError: naming the file, record index and field; also for an empty file.
+    """
+    if not records:
+        raise HargoInputError(path, "no records: the train split is empty")
+    for i, r in enumerate(records):
+        if not isinstance(r.get("task"), str) or not r["task"]:
+            raise HargoInputError(path, "expected a task name", record=i, field="task")
+        prompt = r.get("prompt")
+        if not isinstance(prompt, list) or not prompt or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str) for m in prompt):
+            raise HargoInputError(path, "expected a non-empty list of {role, content} messages",
+                                  record=i, field="prompt")
+        if not isinstance(r.get("answer"), str) or not r["answer"].strip():
+            raise HargoInputError(path, "expected a non-empty answer string", record=i,
+                                  field="answer")
+
+
+def to_prompt_completion(records: Sequence[dict]) -> list[dict]:
+    """Prepared records -> TRL conversational prompt-completion examples (only those 2 keys)."""
+    return [{"prompt": [{"role": m["role"], "content": m["content"]} for m in r["prompt"]],
+             "completion": [{"role": "assistant", "content": r["answer"]}]} for r in records]
+
+
+def sft_config(params: Mapping, output_dir: str | Path):
+    """The ``trl.SFTConfig`` expressing ``params.sft`` / ``params.train``.
+
+    TRL's own defaults that differ from what we mean are set explicitly: ``bf16`` (TRL: True) is
+    :func:`hargo.training.common.use_bf16`, ``gradient_checkpointing`` (TRL: True) is
+    ``train.gradient_checkpointing``, ``logging_steps`` (TRL: 10) is 1. No checkpoints are
+    saved (the stage is short; its output is the merged model), no evaluation.
+    """
+    import torch
+    from trl import SFTConfig
+
+    s = params["sft"]
+    bf16 = common.use_bf16(params)
+    gc = bool(params["train"]["gradient_checkpointing"])
+    return SFTConfig(
+        output_dir=str(output_dir),
+        seed=int(params["seed"]), data_seed=int(params["seed"]),
+        num_train_epochs=float(s["epochs"]), max_steps=int(s["max_steps"]),
+        learning_rate=float(s["learning_rate"]),
+        per_device_train_batch_size=int(s["batch_size"]),
+        gradient_accumulation_steps=int(s["grad_accum"]),
+        max_length=int(s["max_length"]),
+        completion_only_loss=True, assistant_only_loss=False, packing=False,
+        bf16=bf16, fp16=False,
+        gradient_checkpointing=gc,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
+        logging_steps=1, logging_first_step=True, disable_tqdm=False,
+        save_strategy="no", eval_strategy="no", report_to=["mlflow"], run_name="sft",
+        dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def loss_curve(log_history: Sequence[Mapping]) -> list[tuple[int, float]]:
+    """``(step, loss)`` of every training log entry (the trainer's ``state.log_history``)."""
+    return [(int(e["step"]), float(e["loss"])) for e in log_history
+            if "loss" in e and "step" in e and "train_loss" not in e]
+
+
+def plot_loss(curve: Sequence[tuple[int, float]], path: str | Path, title: str) -> Path:
+    """Write the train loss curve (step vs loss) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([s for s, _ in curve], [v for _, v in curve], marker=".")
+    ax.set_xlabel("step")
+    ax.set_ylabel("train loss (completion tokens)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, MiB (``ru_maxrss``: KiB on Linux, bytes on
+    macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
+          out_dir: str | Path | None) -> dict[str, Any]:
+    """Fine-tune the model in ``model_dir`` on ``records`` (already selected) with TRL.
+
+    Logs into the active MLflow run when there is one (otherwise the trainer's callback opens its
+    own). Writes the merged model to ``out_dir`` unless it is None (the benchmark). Returns the
+    metrics dict: ``initial_loss``, ``final_loss`` (first/last logged step's train loss),
+    ``steps``, ``train_seconds``, ``tokens`` (prompt + completion tokens processed, padding
+    excluded), ``tokens_per_s``, ``truncated``, ``examples``, ``trainable_parameters``,
+    ``bf16``, ``peak_rss_mb``, ``loss_curve``.
+    """
+    from trl import SFTTrainer
+    from datasets import Dataset
+
+    common.setup_torch(params)
+    model = common.load_model(model_dir, dtype="float32",
+                              trust_remote_code=bool(params["model"]["trust_remote_code"]))
+    tok = common.load_tokenizer(model_dir)
+    dataset = Dataset.from_list(to_prompt_completion(records))
+    work = Path(tempfile.mkdtemp(prefix="hargo-sft-"))
+    try:
+        args = sft_config(params, work / "trainer")
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
+                             peft_config=common.lora_config(params["sft"]["lora"]))
+        max_length = int(params["sft"]["max_length"])
+        truncated = sum(1 for ids in trainer.train_dataset["input_ids"] if len(ids) >= max_length)
+        counts = common.describe(trainer.model)
+        t0 = time.perf_counter()
+        out = trainer.train()
+        seconds = time.perf_counter() - t0
+        curve = loss_curve(trainer.state.log_history)
+        # TRL logs the running count of non-padding tokens seen as `num_tokens`
+        tokens = int(max((e.get("num_tokens", 0) for e in trainer.state.log_history), default=0))
+        metrics = {
+            "initial_loss": curve[0][1] if curve else None,
+            "final_loss": curve[-1][1] if curve else None,
+            "mean_train_loss": float(out.training_loss),
+            "steps": int(trainer.state.global_step),
+            "train_seconds": round(seconds, 2),
+            "tokens": tokens,
+            "tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else None,
+            "examples": len(records),
+            "truncated": truncated,
+            "trainable_parameters": counts["trainable"],
+            "bf16": bool(args.bf16),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            "loss_curve": curve,
+        }
+        if curve:
+            png = plot_loss(curve, work / "sft_loss.png",
+                            f"SFT train loss ({'LoRA' if params['sft']['lora']['enabled'] else 'full'})")
+            import mlflow
+
+            if mlflow.active_run() is not None:
+                mlflow.log_artifact(str(png))
+        if out_dir is not None:
+            common.save_merged(trainer.model, tok, out_dir, dtype=params["model"]["dtype"])
+        return metrics
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(params: Mapping) -> dict[str, Any]:
+    """Stage ``sft``: checks inputs (before any training), selects the subset, trains, writes
+    ``sft.out_dir`` (merged model) and ``metrics/sft.json``, all inside the MLflow child run
+    ``sft``. Returns the metrics written.
+
+    Raises:
+        FileNotFoundError: ``model.out_dir`` missing or incomplete (run ``base_model``).
+        HargoInputError: the train split is missing, empty or malformed, or every prompt is
+            over ``train.max_prompt_tokens``.
+    """
+    import mlflow
+
+    from hargo import tracking
+
+    t_start = time.perf_counter()
+    model_dir = common.resolve_model_dir(params["model"]["out_dir"])
+    train_path = Path(params["data"]["out_dir"]) / "train.jsonl"
+    records = read_jsonl(train_path)
+    check_records(train_path, records)
+    tok = common.load_tokenizer(model_dir)
+    subset, skipped = common.select_subset(records, params["sft"]["samples_per_task"],
+                                           int(params["seed"]), tok,
+                                           int(params["train"]["max_prompt_tokens"]))
+    if not subset:
+        raise HargoInputError(train_path, f"every prompt is longer than train.max_prompt_tokens="
+                              f"{params['train']['max_prompt_tokens']} tokens (skipped: {skipped})")
+    per_task = {t: sum(1 for r in subset if r["task"] == t) for t in sorted(skipped)}
+    with tracking.stage_run("sft", params):
+        metrics = train(params, model_dir, subset, params["sft"]["out_dir"])
+        curve = metrics.pop("loss_curve")
+        metrics.update({
+            "skipped_too_long": skipped, "skipped_too_long_total": sum(skipped.values()),
+            "examples_per_task": per_task, "lora": bool(params["sft"]["lora"]["enabled"]),
+            "wall_seconds": round(time.perf_counter() - t_start, 2),
+        })
+        mlflow.log_metrics({f"sft.{k}": float(v) for k, v in metrics.items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool)
+                            and v is not None})
+        mlflow.log_metrics({f"sft.skipped.{t}": n for t, n in skipped.items()})
+        mlflow.log_dict({"loss_curve": curve}, "sft_loss_curve.json")
+        atomic_write_json(METRICS_PATH, metrics)
+    return metrics
