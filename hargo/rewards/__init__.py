@@ -1,0 +1,175 @@
+"""Task rewards, dispatched by each sample's ``task`` (method.md "The paper's tasks, rewards").
+
+``TaskReward`` is the entry point: a TRL reward function (``reward_funcs=[TaskReward(cfg)]``)
+taking the batch's completions and the samples' metadata columns (``task``, ``answer``,
+``label``) as keyword lists and returning one float per completion. The HARGO weighting never
+sees the task; only the choice of reward does.
+
+=============  ===========================  =============================================
+task           reward                       module
+=============  ===========================  =============================================
+race_c         yes/no matches the label     ``hargo.rewards.race``
+race_fortran   yes/no matches the label     ``hargo.rewards.race``
+mlperf         tiered 1 / 0.5 / 0.2 / 0.1   ``hargo.rewards.mlperf``
+plp            MiniLM cosine + format/len   ``hargo.rewards.plp``
+=============  ===========================  =============================================
+
+Rewards never raise on any completion string (empty, megabytes long, binary junk, any Unicode)
+and are deterministic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hargo.rewards.mlperf import MLPerfConfig, exact_match, mlperf_reward
+from hargo.rewards.plp import PLPConfig, PLPScorer, get_scorer, plp_rewards
+from hargo.rewards.race import extract_yes_no, race_reward
+
+__all__ = ["TASKS", "RACE_TASKS", "RewardConfig", "TaskReward", "completion_text",
+           "MLPerfConfig", "PLPConfig", "PLPScorer", "get_scorer", "extract_yes_no",
+           "exact_match", "race_reward", "mlperf_reward", "plp_rewards", "check_task"]
+
+TASKS = ("race_c", "race_fortran", "mlperf", "plp")
+RACE_TASKS = ("race_c", "race_fortran")
+
+
+def check_task(task, where: str = "") -> str:
+    """Return ``task`` if it is one of ``TASKS``, else raise ValueError naming it (and ``where``)."""
+    if task not in TASKS:
+        loc = f" ({where})" if where else ""
+        raise ValueError(f"unknown task {task!r}{loc}; valid tasks: {list(TASKS)}")
+    return task
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Constants of all task rewards (params.yaml ``rewards``)."""
+
+    plp: PLPConfig = field(default_factory=PLPConfig)
+    mlperf: MLPerfConfig = field(default_factory=MLPerfConfig)
+
+    @classmethod
+    def from_params(cls, params_rewards: dict | None) -> "RewardConfig":
+        """From ``params["rewards"]`` (sub-blocks ``plp`` and ``mlperf``)."""
+        params_rewards = params_rewards or {}
+        return cls(plp=PLPConfig.from_params(params_rewards.get("plp")),
+                   mlperf=MLPerfConfig.from_params(params_rewards.get("mlperf")))
+
+
+def completion_text(c) -> str:
+    """The text of one completion as TRL passes it: a string, or a conversational list of
+    messages (``[{"role": "assistant", "content": "..."}]``: the last message's content), or one
+    message dict. A content given as parts (``[{"type": "text", "text": ...}]``) is joined.
+
+    Raises TypeError for anything else (a programming error, not a bad completion).
+    """
+    if isinstance(c, str):
+        return c
+    if isinstance(c, dict):
+        return _content_text(c.get("content", ""))
+    if isinstance(c, (list, tuple)):
+        if not c:
+            return ""
+        last = c[-1]
+        if isinstance(last, dict):
+            return _content_text(last.get("content", ""))
+    raise TypeError(f"completion must be a str or a list of chat messages, got {type(c).__name__}")
+
+
+def _content_text(content) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return str(content)
+
+
+def _column(name: str, values, n: int) -> list:
+    if values is None:
+        raise ValueError(f"task_reward: column '{name}' is required")
+    if isinstance(values, str) or not hasattr(values, "__len__"):
+        values = [values] * n
+    values = list(values)
+    if len(values) != n:
+        raise ValueError(f"task_reward: column '{name}' has {len(values)} values for {n} completions")
+    return values
+
+
+class TaskReward:
+    """TRL-compatible reward function dispatching on each sample's task.
+
+    Args:
+        config: reward constants (default ``RewardConfig()``).
+        scorer: the PLP embedder; None: the process-wide ``get_scorer(...)`` built from
+            ``config.plp`` at the first plp sample (the model loads only if plp samples come).
+
+    ``__name__`` is ``"task_reward"`` (TRL names the logged reward column after it).
+    """
+
+    __name__ = "task_reward"
+
+    def __init__(self, config: RewardConfig | None = None, scorer: PLPScorer | None = None):
+        self.config = config or RewardConfig()
+        self._scorer = scorer
+
+    @property
+    def scorer(self) -> PLPScorer:
+        if self._scorer is None:
+            self._scorer = get_scorer(batch_size=self.config.plp.batch_size,
+                                      max_chars=self.config.plp.embed_max_chars)
+        return self._scorer
+
+    def __call__(self, prompts=None, completions=None, task=None, answer=None, label=None,
+                 **kwargs) -> list[float]:
+        """Rewards of a batch.
+
+        Args:
+            prompts: ignored (TRL passes them).
+            completions: list of N completions (strings or conversational message lists).
+            task: list of N task names (or one name for all).
+            answer: list of N reference answers (mlperf, plp; may be None for race samples).
+            label: list of N race labels ("yes"/"no"; may be None for other tasks).
+            **kwargs: other dataset columns TRL forwards (ignored).
+
+        Returns:
+            N floats, in order.
+
+        Raises:
+            ValueError: missing/mismatched columns, an unknown task (named), a bad race label.
+        """
+        if completions is None:
+            raise ValueError("task_reward: completions are required")
+        texts = [completion_text(c) for c in completions]
+        n = len(texts)
+        tasks = _column("task", task, n)
+        answers = [None] * n if answer is None else _column("answer", answer, n)
+        labels = [None] * n if label is None else _column("label", label, n)
+        out: list[float | None] = [None] * n
+        plp_idx = []
+        for i, (t, text) in enumerate(zip(tasks, texts)):
+            check_task(t, f"completion {i}")
+            if t in RACE_TASKS:
+                out[i] = race_reward(text, labels[i])
+            elif t == "mlperf":
+                out[i] = mlperf_reward(text, _answer(answers[i], i), self.config.mlperf)
+            else:
+                plp_idx.append(i)
+        if plp_idx:
+            vals = plp_rewards([texts[i] for i in plp_idx],
+                               [_answer(answers[i], i) for i in plp_idx],
+                               self.config.plp, self.scorer)
+            for i, v in zip(plp_idx, vals):
+                out[i] = v
+        return [float(v) for v in out]
+
+    def plp_similarity(self, completions: list, references: list[str]) -> list[float]:
+        """Plain MiniLM cosine of each completion with its reference (the PLP metric)."""
+        return self.scorer.similarity([completion_text(c) for c in completions], list(references))
+
+
+def _answer(a, i: int) -> str:
+    if not isinstance(a, str):
+        raise ValueError(f"task_reward: completion {i} needs a string 'answer', got {a!r}")
+    return a
