@@ -1,0 +1,2 @@
+"""Data stages: ``prepare`` (raw HPC-GPT files -> prepared splits) and ``validate`` (Great
+Expectations contracts over raw and prepared data)."""

@@ -1,0 +1,353 @@
+"""The ``prepare`` stage: label normalisation, strict raw input, the messy-data handling, both
+split strategies (a Hypothesis property for the grouped split, the paper's 5,273/584 on the real
+files) and the statistics.
+
+Crafted raw data: tests/data/hpc_tiny (26 race_c records with the real noise kinds, 12 Fortran,
+22 mlperf with two conflicting groups, 12 plp; the comments in the expected numbers below say
+which record is which)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hargo.data import labels as L
+from hargo.data import prepare as P
+from hargo.io import HargoInputError
+
+TINY = Path(__file__).parent / "data" / "hpc_tiny"
+OUTPUTS = ("train.jsonl", "eval.jsonl", "rejects.jsonl", "stats.json", "answer_lengths.csv")
+
+
+def params(raw_dir, out_dir, strategy="grouped", conflicts="majority", fraction=0.1, seed=42) -> dict:
+    return {"seed": seed, "data": {"raw_dir": str(raw_dir), "out_dir": str(out_dir),
+                                   "split": {"strategy": strategy, "eval_fraction": fraction},
+                                   "conflicts": conflicts}}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# ----------------------------------------------------------------------------- labels
+
+@pytest.mark.parametrize("output,expected", [
+    ("yes", ("yes", L.CLEAN)),
+    ("no", ("no", L.CLEAN)),
+    (" No.\n", ("no", L.CLEAN)),
+    ("YES", ("yes", L.CLEAN)),
+    # the real race_c noise: a label followed by code
+    ("no\n\n#pragma omp parallel shared(var)\n{\n    #pragma omp single\n        var++;\n"
+     "    #pragma omp barrier\n    #pragma omp single\n        var--;\n}", ("no", L.LEADING_LABEL)),
+    ("yes\n\n#pragma omp parallel for\nfor (int k = 0; k < n; k++)\n    x[k] = x[k + 1];",
+     ("yes", L.LEADING_LABEL)),
+    ("no\n#pragma omp ordered\n{\n    sum += list[i];\n}", ("no", L.LEADING_LABEL)),
+    # ... or by prose (record 1499): "do not" is not the word "no"
+    ("no\n\nplease note that all the code snippets have the same behavior and do not cause a "
+     "data race problem.", ("no", L.LEADING_LABEL)),
+    ("yes. yes, it does", ("yes", L.LEADING_LABEL)),
+    # no label at all (record 423)
+    ("' marker are used for each code snippet.\n\n1.", (None, L.NO_LABEL)),
+    ("nothing races here", (None, L.NO_LABEL)),
+    # both labels: ambiguous
+    ("no, but yes when n > len", (None, L.AMBIGUOUS)),
+    ("Yes/No", (None, L.AMBIGUOUS)),
+    ("  \n", (None, L.EMPTY)),
+])
+def test_normalise_label_on_noisy_outputs(output, expected):
+    assert L.normalise_label(output) == expected
+
+
+def test_snippet_missing_spots_code_moved_into_the_output():
+    tpl = ("Given the code snippet: {}, help me detect if adding pragma will cause a data race "
+           "problem? Answer 'yes' if it causes a data race problem and 'no' if it will not.")
+    assert L.snippet_missing(tpl.format(""))
+    assert L.snippet_missing(tpl.format("1"))
+    assert not L.snippet_missing(tpl.format("#pragma omp parallel for\nfor (i=0;i<n;i++) a[i]=1;"))
+    assert L.code_snippet(tpl.format(" a[i] = 0; ")) == "a[i] = 0;"
+    assert not L.snippet_missing("What is the number of processors?")  # not the race template
+
+
+def test_real_race_c_noise_is_the_21_records_of_source_md(real_raw_dir):
+    raws = P.load_file(real_raw_dir / "task2_c_c++.json")
+    forms = {}
+    for i, r in enumerate(raws):
+        forms.setdefault(L.normalise_label(r["output"])[1], []).append(i)
+    assert {k: len(v) for k, v in forms.items()} == {L.CLEAN: 1837, L.LEADING_LABEL: 20, L.NO_LABEL: 1}
+    assert forms[L.NO_LABEL] == [423]
+    # 19 of the 20 label+text outputs come from instructions whose code slid into the output
+    missing = [i for i in forms[L.LEADING_LABEL] if L.snippet_missing(raws[i]["instruction"])]
+    assert missing == [1542, 1543, 1544, 1545, 1546, 1638, 1639, 1640, 1641, 1642,
+                       1698, 1699, 1700, 1701, 1702, 1714, 1715, 1716, 1717]
+    assert sorted(set(forms[L.LEADING_LABEL]) - set(missing)) == [1499]
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def _bad_dir(tmp_path: Path, content: bytes) -> Path:
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    (raw / "task1_plp.json").write_bytes(content)
+    return raw
+
+
+GOOD = b'{"instruction": "q0", "input": "", "output": "a0"}'
+
+
+@pytest.mark.parametrize("content,record,field,message", [
+    (b"[" + GOOD + b', {"instruction": "q1" "input": "", "output": "a1"}]', 1, None, "not valid JSON"),
+    (b"[" + GOOD + b", " + GOOD + b",]", 2, None, "not valid JSON"),
+    (b"[" + GOOD + b', {"instruction": "q1", "input": ""}]', 1, "output", "missing required field"),
+    (b"[" + GOOD + b", " + GOOD + b', {"instruction": "q2", "input": "", "output": 7}]', 2, "output",
+     "expected a string, got a number"),
+    (b"[" + GOOD + b', {"instruction": null, "input": "", "output": "a1"}]', 1, "instruction",
+     "expected a string, got null"),
+    (b"[" + GOOD + b', {"instruction": "caf\xe9 \xff", "input": "", "output": "a1"}]', 1, "instruction",
+     "not valid UTF-8: byte 0xe9"),
+    (b"", None, None, "empty file"),
+    (b"  \n", None, None, "empty file"),
+    (b"[]", None, None, "no records"),
+    (b'{"instruction": "q"}', None, None, "expected a JSON array of records, got an object"),
+    (b"[" + GOOD + b', ["q1", "", "a1"]]', 1, None, "expected a JSON object, got an array"),
+], ids=["invalid-json", "trailing-comma", "missing-field", "wrong-type", "null-field", "non-utf8",
+        "empty", "blank", "empty-array", "not-an-array", "record-not-object"])
+def test_bad_input_names_file_record_field_and_writes_nothing(tmp_path, content, record, field, message):
+    raw = _bad_dir(tmp_path, content)
+    out = tmp_path / "prepared"
+    with pytest.raises(HargoInputError) as e:
+        P.run(params(raw, out))
+    err = e.value
+    assert err.path.endswith("task1_plp.json") and "task1_plp.json" in str(err)
+    assert (err.record, err.field) == (record, field)
+    assert message in str(err)
+    if record is not None:
+        assert f"record {record}" in str(err)
+    if field is not None:
+        assert f"field '{field}'" in str(err)
+    assert not out.exists()
+
+
+def test_bad_input_leaves_earlier_outputs_untouched(tmp_path):
+    out = tmp_path / "prepared"
+    P.run(params(TINY, out))
+    before = {n: (out / n).read_bytes() for n in OUTPUTS}
+    raw = _bad_dir(tmp_path, b"[" + GOOD + b", {")
+    with pytest.raises(HargoInputError):
+        P.run(params(raw, out, seed=7))
+    assert {n: (out / n).read_bytes() for n in OUTPUTS} == before
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary leftovers
+
+
+def test_missing_file_is_named(tmp_path):
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    (raw / "task2_fortran.json").unlink()
+    with pytest.raises(HargoInputError, match="task2_fortran.json: file not found"):
+        P.load_raw(raw)
+
+
+# ----------------------------------------------------------------------------- messy-data handling
+
+def test_grouped_handling_of_the_crafted_noise():
+    raw = P.load_raw(TINY)
+    recs, rejects, c = P.clean_task("race_c", raw["race_c"])
+    # 26 raw: 21 kept; 21 (missing code) and 22 (no label) quarantined; 23 duplicates 0;
+    # 24/25 label the same code no/yes: a tie, both rejected
+    assert c["raw"] == 26 and c["kept"] == 21 == len(recs)
+    assert c["quarantined"] == {P.MISSING_CODE: 1, L.NO_LABEL: 1}
+    assert c["exact_duplicates"] == 1
+    assert (c["conflict_groups"], c["conflict_records"], c["conflict_dropped"]) == (1, 2, 2)
+    assert [(r["source"]["index"], r["reason"]) for r in rejects] == [
+        (21, P.MISSING_CODE), (22, L.NO_LABEL), (24, P.CONFLICT_TIE), (25, P.CONFLICT_TIE)]
+    by_id = {r["id"]: r for r in recs}
+    assert by_id["race_c-00020"]["label"] == "no" == by_id["race_c-00020"]["answer"]  # label + prose
+    assert sum(r["label"] == "yes" for r in recs) == 10
+    assert c["label_forms"] == {L.CLEAN: 23, L.LEADING_LABEL: 2, L.NO_LABEL: 1}
+
+    recs, rejects, c = P.clean_task("mlperf", raw["mlperf"], "majority")
+    # 15-19: "2", "896", "2", "192", "2" -> "2" (3 votes), alt in first-seen order;
+    # 20/21: a tie -> first seen
+    by_id = {r["id"]: r for r in recs}
+    assert by_id["mlperf-00015"]["answer"] == "2"
+    assert by_id["mlperf-00015"]["alt_answers"] == ["896", "192"]
+    assert by_id["mlperf-00020"]["answer"] == "3.0-2003, NVIDIA+CoreWeave"
+    assert by_id["mlperf-00020"]["alt_answers"] == ["3.0-2004, ASUSTeK"]
+    assert (c["exact_duplicates"], c["conflict_groups"], c["conflict_records"], c["conflict_merged"],
+            c["kept"], rejects) == (2, 2, 5, 3, 17, [])
+
+    recs, rejects, c = P.clean_task("mlperf", raw["mlperf"], "drop")
+    assert c["kept"] == 15 and c["conflict_dropped"] == 5
+    assert [r["source"]["index"] for r in rejects] == [15, 16, 18, 20, 21]
+    assert {r["reason"] for r in rejects} == {P.CONFLICT_DROPPED}
+    assert "'2' x3" in rejects[0]["detail"]
+
+
+def test_race_majority_and_merged_duplicates():
+    tpl = "Given the code snippet: {}, help me detect if adding pragma will cause a data race problem?"
+    a, b = tpl.format("x[i] = x[i-1];"), tpl.format("y[i] = 0;")
+    raws = [{"instruction": a, "input": "", "output": o} for o in ("yes", "no", "no", "no\n\nno race.")]
+    raws += [{"instruction": b, "input": "", "output": "no"}, {"instruction": b, "input": "", "output": "No."}]
+    recs, rejects, c = P.clean_task("race_c", raws, "majority")
+    # a: yes x1, no x3 (two exact duplicates + one normalised) -> no, alt [yes]; b: merged
+    assert [(r["id"], r["label"], r["alt_answers"]) for r in recs] == [
+        ("race_c-00001", "no", ["yes"]), ("race_c-00004", "no", [])]
+    assert (c["exact_duplicates"], c["merged_duplicates"], c["conflict_merged"], rejects) == (1, 1, 2, [])
+
+
+@pytest.mark.parametrize("strategy,conflicts", [("grouped", "majority"), ("grouped", "drop"), ("paper", "majority")])
+def test_every_raw_record_is_accounted_for(tmp_path, strategy, conflicts):
+    P.run(params(TINY, tmp_path, strategy, conflicts))
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    for task, h in stats["handling"].items():
+        removed = (sum(h.get("quarantined", {}).values()) + h.get("exact_duplicates", 0)
+                   + h.get("merged_duplicates", 0) + h.get("conflict_merged", 0) + h.get("conflict_dropped", 0))
+        assert h["raw"] == removed + h["kept"] == stats["counts"][task]["raw"]
+        assert h["kept"] == stats["counts"][task]["total"]
+    rejects = read_jsonl(tmp_path / "rejects.jsonl")
+    assert len(rejects) == sum(sum(h.get("quarantined", {}).values()) + h.get("conflict_dropped", 0)
+                               for h in stats["handling"].values())
+
+
+# ----------------------------------------------------------------------------- splits
+
+_records = st.lists(
+    st.tuples(st.sampled_from(P.TASKS), st.integers(0, 12)), min_size=0, max_size=120,
+).map(lambda xs: [{"id": f"r{k}", "task": t, "prompt": [{"role": "user", "content": f"{t} q{q}"}]}
+                  for k, (t, q) in enumerate(xs)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=_records, fraction=st.sampled_from([0.1, 0.2, 0.25, 0.5]), seed=st.integers(0, 2**31))
+def test_grouped_split_leaks_nothing(records, fraction, seed):
+    train, eval_ = P.split_grouped(records, fraction, seed)
+    key = lambda r: r["prompt"][0]["content"]
+    assert not {key(r) for r in train} & {key(r) for r in eval_}
+    assert sorted(r["id"] for r in train + eval_) == sorted(r["id"] for r in records)  # a partition
+    for t in P.TASKS:
+        n = sum(r["task"] == t for r in records)
+        n_eval = sum(r["task"] == t for r in eval_)
+        assert n_eval <= P.eval_size(n, fraction)
+        if len({key(r) for r in records if r["task"] == t}) == n:  # singleton groups: exact size
+            assert n_eval == P.eval_size(n, fraction)
+    assert P.split_grouped(records, fraction, seed) == (train, eval_)  # seeded
+
+
+def test_grouped_split_by_custom_key_keeps_groups_whole():
+    # 5 instructions x 10 records: the eval target floor(50 * 0.2) = 10 holds exactly one group
+    recs = [{"id": f"r{k}", "task": "plp", "prompt": [{"role": "user", "content": f"p{k}"}],
+             "instruction": f"i{k % 5}"} for k in range(50)]
+    by_instruction = lambda r: r["instruction"]
+    chosen = set()
+    for seed in range(10):
+        train, eval_ = P.split_grouped(recs, 0.2, seed, key=by_instruction)
+        assert len(eval_) == 10 and len({r["instruction"] for r in eval_}) == 1
+        assert not {r["instruction"] for r in train} & {r["instruction"] for r in eval_}
+        chosen.add(eval_[0]["instruction"])
+    assert len(chosen) > 1  # the seed matters
+
+
+def test_eval_size_is_floor_robust_to_float_error():
+    assert [P.eval_size(n, 0.1) for n in (1858, 1576, 1820, 603, 9)] == [185, 157, 182, 60, 0]
+    assert P.eval_size(100, 0.29) == 29  # 100 * 0.29 = 28.999999999999996
+    with pytest.raises(ValueError, match="eval_fraction"):
+        P.split_paper([], 1.0, 0)
+
+
+def test_paper_strategy_gives_5273_584_on_the_real_files(real_raw_dir, tmp_path):
+    summary = P.run(params(real_raw_dir, tmp_path, "paper"))
+    assert (summary["train"], summary["eval"], summary["rejects"]) == (5273, 584, 0)
+    assert summary["per_task"] == {"race_c": {"train": 1673, "eval": 185},
+                                   "race_fortran": {"train": 1419, "eval": 157},
+                                   "mlperf": {"train": 1638, "eval": 182},
+                                   "plp": {"train": 543, "eval": 60}}
+    train, eval_ = read_jsonl(tmp_path / "train.jsonl"), read_jsonl(tmp_path / "eval.jsonl")
+    ids = [r["id"] for r in train + eval_]
+    assert len(set(ids)) == 5857
+    by_id = {r["id"]: r for r in train + eval_}
+    # every raw record kept, its raw output the answer; labels normalised where there is one
+    assert by_id["race_c-01542"]["answer"].startswith("no\n\n#pragma") and by_id["race_c-01542"]["label"] == "no"
+    assert by_id["race_c-00423"]["label"] is None
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["answer_length_ratio_raw"] == {"longest_task": "plp", "shortest_task": "race_fortran",
+                                                "ratio": 59.05}  # 147.2438 / 2.4937; the paper: 58x
+    # the same seed gives the same split
+    P.run(params(real_raw_dir, tmp_path / "again", "paper"))
+    assert (tmp_path / "again" / "eval.jsonl").read_bytes() == (tmp_path / "eval.jsonl").read_bytes()
+
+
+def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
+    summary = P.run(params(real_raw_dir, tmp_path))
+    assert summary["per_task"] == {"race_c": {"train": 1615, "eval": 179},
+                                   "race_fortran": {"train": 1418, "eval": 157},
+                                   "mlperf": {"train": 1061, "eval": 117},
+                                   "plp": {"train": 480, "eval": 53}}
+    train, eval_ = read_jsonl(tmp_path / "train.jsonl"), read_jsonl(tmp_path / "eval.jsonl")
+    assert not {r["prompt"][0]["content"] for r in train} & {r["prompt"][0]["content"] for r in eval_}
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    h = stats["handling"]
+    assert h["race_c"]["quarantined"] == {P.MISSING_CODE: 19, L.NO_LABEL: 1}
+    assert (h["race_c"]["conflict_groups"], h["race_c"]["conflict_dropped"]) == (5, 8)  # 4 ties
+    assert (h["mlperf"]["exact_duplicates"], h["mlperf"]["conflict_groups"]) == (510, 92)
+    assert (h["plp"]["exact_duplicates"], h["plp"]["conflict_groups"]) == (57, 13)
+    assert stats["counts"]["race_c"]["labels"] == {"train": {"no": 858, "yes": 757},
+                                                   "eval": {"no": 101, "yes": 78}}
+    assert stats["answer_length_ratio"]["ratio"] == 64.44  # plp 158.87 / race_c 2.4654
+
+
+# ----------------------------------------------------------------------------- outputs and stats
+
+def test_prepared_record_schema_and_outputs(tmp_path):
+    summary = P.run(params(TINY, tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(OUTPUTS)
+    # race_c 21 -> 2 eval; fortran 12 -> 1; mlperf 17 -> 1; plp 12 -> 1
+    assert summary["per_task"] == {"race_c": {"train": 19, "eval": 2}, "race_fortran": {"train": 11, "eval": 1},
+                                   "mlperf": {"train": 16, "eval": 1}, "plp": {"train": 11, "eval": 1}}
+    recs = read_jsonl(tmp_path / "train.jsonl") + read_jsonl(tmp_path / "eval.jsonl")
+    r = next(x for x in recs if x["id"] == "plp-00003")
+    assert r == {"id": "plp-00003", "task": "plp",
+                 "prompt": [{"role": "user", "content":
+                             "What is the size of the testing set in the BigCloneBench dataset?"}],
+                 "answer": "The testing set of the BigCloneBench dataset contains 4k code samples used "
+                           "to evaluate the models.",
+                 "label": None, "alt_answers": [], "source": {"file": "task1_plp.json", "index": 3}}
+    assert {x["label"] for x in recs if x["task"].startswith("race")} == {"yes", "no"}
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["answer_length"]["race_fortran"]["chars"] == {"n": 12, "mean": 2.5, "median": 2.5,
+                                                               "min": 2, "max": 3}
+    assert stats["answer_length"]["race_fortran"]["tokens"]["max"] == 1
+
+
+def test_prompt_keeps_a_non_empty_input_and_never_truncates():
+    long = "x" * 250_000
+    r = P.make_record("plp", 3, {"instruction": "Explain:", "input": long, "output": "a"}, "a", None)
+    assert r["prompt"][0]["content"] == "Explain:\n\n" + long
+    assert P.prompt_text("Q", "  ") == "Q"
+
+
+def test_count_tokens_and_length_table():
+    assert P.count_tokens("a[i] = 1;") == 7
+    assert P.count_tokens("The CT-all dataset") == 5
+    recs = [{"task": "plp", "answer": "x" * n} for n in (0, 1, 5, 7, 300)] + [{"task": "race_c", "answer": "no"}]
+    rows = [line.split(",") for line in P.answer_length_table(recs).splitlines()]
+    assert rows[0] == ["answer_chars", "race_c", "race_fortran", "mlperf", "plp"]
+    table = {int(r[0]): dict(zip(rows[0][1:], map(float, r[1:]))) for r in rows[1:]}
+    assert sorted(table) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert [table[b]["plp"] for b in (0, 1, 4, 256)] == [20.0, 20.0, 40.0, 20.0]
+    assert table[2]["race_c"] == 100.0 and table[2]["mlperf"] == 0.0
+
+
+def test_length_ratio():
+    assert P.length_ratio({"plp": 147.0, "race_c": 3.0, "mlperf": 49.0}) == {
+        "longest_task": "plp", "shortest_task": "race_c", "ratio": 49.0}
+
+
+def test_bad_params_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="strategy"):
+        P.run(params(TINY, tmp_path, strategy="random"))
+    with pytest.raises(ValueError, match="conflicts"):
+        P.run(params(TINY, tmp_path, conflicts="vote"))
+    assert not tmp_path.joinpath("train.jsonl").exists()
