@@ -1,0 +1,353 @@
+"""Stage ``validate``: Great Expectations contracts over the raw and the prepared data.
+
+Three tables are validated, each by its own ExpectationSuite through a ValidationDefinition and a
+Checkpoint in an ephemeral GX context (pandas data source; GX 1.x):
+
+``raw``
+    one row per raw record (:func:`hargo.data.prepare.load_raw`, which already rejects malformed
+    files): instruction and output non-empty, task in the four values.
+``prepared``
+    one row per record of ``train.jsonl`` + ``eval.jsonl``, with computed columns: the record
+    schema holds (field types), required fields present and non-empty, ``task`` in the four
+    values, race labels present and in {yes, no} (no label on mlperf/plp), ids unique, ``source``
+    points at a raw record, and ``leaks``: the record's instruction (taken from the raw record its
+    ``source`` names, else the prompt text) also appears in the other split; expected all False.
+    Prompt and answer lengths (characters) within ``validate.prompt_chars``/``answer_chars``.
+``summary``
+    one row per task (``n`` records, ``n_eval``) and one per race task and split
+    (``yes_fraction``): counts within ``validate.task_counts``, eval non-empty, the yes-fraction
+    within ``validate.yes_fraction``.
+
+Under ``data.split.strategy: paper`` the papers' split keeps repeated instructions on both sides
+and one race record without a label; the two expectations that measure those
+(``prepared.no_train_eval_leak`` and ``prepared.race_label_present``) are then run and
+reported, but not enforced.
+
+Outputs: ``reports/validation/report.json`` (per expectation: success, enforced, failing count,
+a few offending ids), GX data docs (``reports/validation/index.html``) and
+``metrics/validation.json`` (a summary). The report folder is written whole or not at all.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hargo.data.prepare import RACE_TASKS, TASK_FILES, TASKS, load_raw
+from hargo.io import atomic_dir, atomic_write_json, read_jsonl
+
+REPORT_DIR = "reports/validation"
+METRICS_FILE = "metrics/validation.json"
+MAX_IDS = 5  # offending ids listed per failed expectation
+
+
+class ValidationFailed(Exception):
+    """One or more enforced expectations failed.
+
+    Attributes:
+        failures: the failed expectations' report entries (``name``, ``failing``, ``ids``, ...).
+    """
+
+    def __init__(self, failures: list[dict]):
+        self.failures = failures
+        lines = [f"{f['name']}: {f['failing']} failing of {f['element_count']} rows"
+                 + (f" (e.g. {', '.join(map(str, f['ids']))})" if f["ids"] else "")
+                 for f in failures]
+        super().__init__(f"{len(failures)} expectation(s) failed:\n  " + "\n  ".join(lines))
+
+
+# ----------------------------------------------------------------------------- tables (pure)
+
+def _str_or_none(x: Any) -> str | None:
+    return x if isinstance(x, str) else None
+
+
+def _schema_ok(r: dict) -> bool:
+    p = r.get("prompt")
+    src = r.get("source")
+    return (isinstance(r.get("id"), str) and isinstance(r.get("task"), str)
+            and isinstance(p, list) and len(p) > 0
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                    and isinstance(m.get("content"), str) for m in p)
+            and isinstance(r.get("answer"), str)
+            and (r.get("label") is None or isinstance(r.get("label"), str))
+            and isinstance(r.get("alt_answers", []), list)
+            and all(isinstance(a, str) for a in r.get("alt_answers", []))
+            and isinstance(src, dict) and isinstance(src.get("file"), str)
+            and isinstance(src.get("index"), int) and not isinstance(src.get("index"), bool))
+
+
+def _prompt_content(r: dict) -> str | None:
+    """Content of the last user turn, or None if the prompt is malformed."""
+    p = r.get("prompt")
+    if not isinstance(p, list):
+        return None
+    users = [m.get("content") for m in p if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1] if users and isinstance(users[-1], str) else None
+
+
+def raw_rows(raw: dict[str, list[dict]]) -> list[dict]:
+    """Rows of the ``raw`` table: ``id`` (``task-index``), ``task``, the three fields."""
+    return [{"id": f"{t}-{i:05d}", "task": t, **r} for t, rs in raw.items() for i, r in enumerate(rs)]
+
+
+def prepared_rows(train: list[dict], eval_: list[dict], raw: dict[str, list[dict]]) -> list[dict]:
+    """Rows of the ``prepared`` table, one per record, ``split`` = train | eval, with the
+    computed columns ``schema_ok``, ``prompt_content``, ``prompt_chars``, ``answer_chars``,
+    ``source_ok``, ``instruction`` and ``leaks`` (see the module docstring)."""
+    by_file = {TASK_FILES[t]: rs for t, rs in raw.items()}
+    rows = []
+    for split, recs in (("train", train), ("eval", eval_)):
+        for r in recs:
+            content = _prompt_content(r)
+            answer = _str_or_none(r.get("answer"))
+            src = r.get("source") if isinstance(r.get("source"), dict) else {}
+            rs, idx = by_file.get(src.get("file")), src.get("index")
+            ok = rs is not None and isinstance(idx, int) and not isinstance(idx, bool) and 0 <= idx < len(rs)
+            rows.append({
+                "id": _str_or_none(r.get("id")), "task": _str_or_none(r.get("task")), "split": split,
+                "schema_ok": _schema_ok(r), "prompt_content": content,
+                "prompt_chars": len(content) if content is not None else None,
+                "answer": answer, "answer_chars": len(answer) if answer is not None else None,
+                "label": r.get("label") if isinstance(r.get("label"), str) else None,
+                "source_ok": ok,
+                "instruction": rs[idx]["instruction"] if ok else content,
+            })
+    sides = {s: {row["instruction"] for row in rows if row["split"] == s} for s in ("train", "eval")}
+    for row in rows:
+        other = sides["eval" if row["split"] == "train" else "train"]
+        row["leaks"] = row["instruction"] is not None and row["instruction"] in other
+    return rows
+
+
+def summary_rows(prepared: list[dict]) -> list[dict]:
+    """Rows of the ``summary`` table: per task ``{id: task, kind: "task", n, n_eval}``; per race
+    task and split ``{id: "task/split", kind: "labels", yes_fraction}`` (None when empty)."""
+    rows = []
+    for t in TASKS:
+        mine = [r for r in prepared if r["task"] == t]
+        rows.append({"id": t, "kind": "task", "n": len(mine),
+                     "n_eval": sum(r["split"] == "eval" for r in mine), "yes_fraction": None})
+    for t in RACE_TASKS:
+        for s in ("train", "eval"):
+            labs = [r["label"] for r in prepared if r["task"] == t and r["split"] == s]
+            yes = sum(lab == "yes" for lab in labs) / len(labs) if labs else None
+            rows.append({"id": f"{t}/{s}", "kind": "labels", "n": len(labs), "n_eval": None,
+                         "yes_fraction": yes})
+    return rows
+
+
+def expectation_specs(params: dict) -> list[dict]:
+    """The contract, as plain data: one dict per expectation with ``dataset`` (raw | prepared |
+    summary), ``name``, GX class name ``type``, its ``kwargs``, an optional ``where``
+    (``(column, [values])``: only rows whose column is in values), ``enforced`` and
+    ``description``. Bounds come from ``params["validate"]``."""
+    v = params["validate"]
+    paper = params["data"]["split"]["strategy"] == "paper"
+    race, other = list(RACE_TASKS), [t for t in TASKS if t not in RACE_TASKS]
+    S: list[dict] = []
+
+    def add(dataset, name, type_, description, where=None, enforced=True, **kwargs):
+        S.append({"dataset": dataset, "name": f"{dataset}.{name}", "type": type_, "kwargs": kwargs,
+                  "where": where, "enforced": enforced, "description": description})
+
+    add("raw", "instruction_non_empty", "ExpectColumnValuesToMatchRegex", "raw instruction is not blank",
+        column="instruction", regex=r"\S")
+    add("raw", "output_non_empty", "ExpectColumnValuesToMatchRegex", "raw output is not blank",
+        column="output", regex=r"\S")
+    add("raw", "task_in_set", "ExpectColumnValuesToBeInSet", "task is one of the four",
+        column="task", value_set=list(TASKS))
+
+    add("prepared", "record_schema", "ExpectColumnValuesToBeInSet",
+        "every field has the schema's type (id, task, prompt turns, answer, label, alt_answers, source)",
+        column="schema_ok", value_set=[True])
+    for col in ("id", "task", "prompt_content", "answer"):
+        add("prepared", f"{col.split('_')[0]}_present", "ExpectColumnValuesToNotBeNull",
+            f"{col} is present", column=col)
+    add("prepared", "prompt_non_empty", "ExpectColumnValuesToMatchRegex", "the user turn is not blank",
+        column="prompt_content", regex=r"\S")
+    add("prepared", "answer_non_empty", "ExpectColumnValuesToMatchRegex", "the reference answer is not blank",
+        column="answer", regex=r"\S")
+    add("prepared", "task_in_set", "ExpectColumnValuesToBeInSet", "task is one of the four",
+        column="task", value_set=list(TASKS))
+    add("prepared", "id_unique", "ExpectColumnValuesToBeUnique", "ids are unique over train + eval",
+        column="id")
+    add("prepared", "race_label_present", "ExpectColumnValuesToNotBeNull",
+        "every race record has a label" + (" (paper split: measured, not enforced)" if paper else ""),
+        where=("task", race), enforced=not paper, column="label")
+    add("prepared", "race_label_in_set", "ExpectColumnValuesToBeInSet", "race labels are yes or no",
+        where=("task", race), column="label", value_set=["yes", "no"])
+    add("prepared", "other_label_null", "ExpectColumnValuesToBeNull", "mlperf/plp records carry no label",
+        where=("task", other), column="label")
+    add("prepared", "source_resolves", "ExpectColumnValuesToBeInSet",
+        "source names an existing raw file and record index", column="source_ok", value_set=[True])
+    add("prepared", "no_train_eval_leak", "ExpectColumnValuesToBeInSet",
+        "no instruction is in both train and eval" + (" (paper split: measured, not enforced)" if paper else ""),
+        enforced=not paper, column="leaks", value_set=[False])
+    lo, hi = v["prompt_chars"]
+    add("prepared", "prompt_chars_within_bounds", "ExpectColumnValuesToBeBetween",
+        f"prompt length in [{lo}, {hi}] characters", column="prompt_chars", min_value=lo, max_value=hi)
+    lo, hi = v["answer_chars"]
+    add("prepared", "answer_chars_within_bounds", "ExpectColumnValuesToBeBetween",
+        f"answer length in [{lo}, {hi}] characters", column="answer_chars", min_value=lo, max_value=hi)
+
+    for t, (lo, hi) in v["task_counts"].items():
+        add("summary", f"count_{t}", "ExpectColumnValuesToBeBetween",
+            f"{t}: train + eval records in [{lo}, {hi}]", where=("id", [t]),
+            column="n", min_value=lo, max_value=hi)
+    add("summary", "eval_non_empty", "ExpectColumnValuesToBeBetween", "every task has eval records",
+        where=("kind", ["task"]), column="n_eval", min_value=1)
+    lo, hi = v["yes_fraction"]
+    add("summary", "yes_fraction_within_bounds", "ExpectColumnValuesToBeBetween",
+        f"race yes-fraction per task and split in [{lo}, {hi}]", where=("kind", ["labels"]),
+        column="yes_fraction", min_value=lo, max_value=hi)
+    return S
+
+
+# ----------------------------------------------------------------------------- GX adapter
+
+def run_suites(tables: dict[str, list[dict]], specs: list[dict], docs_dir: Path | None) -> list[dict]:
+    """Validate each table with GX (ephemeral context, pandas data source, one ExpectationSuite,
+    ValidationDefinition and Checkpoint per table) and, if ``docs_dir`` is given, build GX's
+    HTML data docs there.
+
+    Args:
+        tables: ``{dataset: rows}``; every row has an ``id``.
+        specs: from :func:`expectation_specs`.
+
+    Returns:
+        One entry per spec, in order: ``dataset, name, type, column, description, enforced,
+        success, failing, element_count, ids`` (up to :data:`MAX_IDS` offending ids).
+    """
+    import warnings
+
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import great_expectations as gx
+        import pandas as pd
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+        from great_expectations.expectations.row_conditions import Column
+
+        ctx = gx.get_context(mode="ephemeral")
+        ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        actions = []
+        if docs_dir is not None:
+            ctx.add_data_docs_site(site_name="hargo", site_config={
+                "class_name": "SiteBuilder",
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                                  "base_directory": str(Path(docs_dir).resolve())}})
+            actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["hargo"])]
+        source = ctx.data_sources.add_pandas("hargo")
+        entries: dict[int, dict] = {}
+        for dataset, rows in tables.items():
+            mine = [(k, s) for k, s in enumerate(specs) if s["dataset"] == dataset]
+            if not mine:
+                continue
+            suite = ctx.suites.add(gx.ExpectationSuite(name=f"hargo-{dataset}"))
+            for k, s in mine:
+                kw = dict(s["kwargs"])
+                if s["where"] is not None:
+                    kw["row_condition"] = Column(s["where"][0]).is_in(s["where"][1])
+                kw["meta"] = {"hargo_spec": k, "name": s["name"], "enforced": s["enforced"],
+                              "description": s["description"]}
+                suite.add_expectation(getattr(gx.expectations, s["type"])(**kw))
+            batch = source.add_dataframe_asset(dataset).add_batch_definition_whole_dataframe("all")
+            vd = ctx.validation_definitions.add(gx.ValidationDefinition(
+                name=f"hargo-{dataset}", data=batch, suite=suite))
+            cp = ctx.checkpoints.add(gx.Checkpoint(
+                name=f"hargo-{dataset}", validation_definitions=[vd], actions=actions,
+                result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["id"]}))
+            frame = pd.DataFrame(rows) if rows else pd.DataFrame({"id": []})
+            result = cp.run(batch_parameters={"dataframe": frame})
+            for vr in result.run_results.values():
+                for r in vr.results:
+                    k = r.expectation_config.meta["hargo_spec"]
+                    s = specs[k]
+                    res = r.result or {}
+                    ids = []
+                    for item in res.get("unexpected_index_list") or []:
+                        i = item.get("id") if isinstance(item, dict) else item
+                        if i not in ids:
+                            ids.append(i)
+                    failing = res.get("unexpected_count")
+                    if failing is None:  # an exception inside GX: count the whole table
+                        failing = 0 if r.success else len(rows)
+                    entries[k] = {"dataset": s["dataset"], "name": s["name"], "type": s["type"],
+                                  "column": s["kwargs"].get("column"), "description": s["description"],
+                                  "enforced": s["enforced"], "success": bool(r.success),
+                                  "failing": int(failing),
+                                  "element_count": int(res.get("element_count", len(rows)) or 0),
+                                  "ids": [str(i) for i in ids[:MAX_IDS]]}
+    return [entries[k] for k in sorted(entries)]
+
+
+# ----------------------------------------------------------------------------- the stage
+
+def run(params: dict) -> dict:
+    """Run the ``validate`` stage.
+
+    Args:
+        params: the loaded params.yaml; reads ``data.raw_dir``, ``data.out_dir`` (the prepared
+            ``train.jsonl``/``eval.jsonl``), ``data.split.strategy`` and ``validate``
+            (``task_counts``, ``yes_fraction``, ``prompt_chars``, ``answer_chars``; optional
+            ``report_dir`` and ``metrics_file``, default ``reports/validation`` and
+            ``metrics/validation.json``, and ``data_docs``, default true: build GX's HTML data
+            docs, ~2 s).
+
+    Returns:
+        The summary written to ``metrics/validation.json`` (deterministic for the same inputs,
+        since the ``sft`` stage depends on it).
+
+    Raises:
+        HargoInputError: a raw or prepared file cannot be read.
+        ValidationFailed: an enforced expectation failed (the report is written first).
+    """
+    v = params["validate"]
+    report_dir = Path(v.get("report_dir", REPORT_DIR))
+    metrics_file = Path(v.get("metrics_file", METRICS_FILE))
+    raw = load_raw(params["data"]["raw_dir"])
+    out = Path(params["data"]["out_dir"])
+    train, eval_ = read_jsonl(out / "train.jsonl"), read_jsonl(out / "eval.jsonl")
+    prepared = prepared_rows(train, eval_, raw)
+    tables = {"raw": raw_rows(raw), "prepared": prepared, "summary": summary_rows(prepared)}
+    specs = expectation_specs(params)
+
+    with atomic_dir(report_dir) as tmp:
+        results = run_suites(tables, specs, docs_dir=tmp if v.get("data_docs", True) else None)
+        failed = [r for r in results if not r["success"] and r["enforced"]]
+        leaked = [r for r in prepared if r["leaks"]]
+        summary = {
+            "success": not failed,
+            "strategy": params["data"]["split"]["strategy"],
+            "expectations": len(results),
+            "failed": len(failed),
+            "failed_not_enforced": sum(1 for r in results if not r["success"] and not r["enforced"]),
+            "rows": {"raw": len(tables["raw"]), "train": len(train), "eval": len(eval_)},
+            "leaked_rows": len(leaked),
+            "leaked_instructions": len({r["instruction"] for r in leaked}),
+            "unlabelled_race_rows": sum(1 for r in prepared if r["task"] in RACE_TASKS and r["label"] is None),
+        }
+        atomic_write_json(tmp / "report.json", {"summary": summary, "expectations": results})
+    atomic_write_json(metrics_file, summary)
+    _print(results, summary)
+    if failed:
+        raise ValidationFailed(failed)
+    return summary
+
+
+def _print(results: list[dict], summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    passed = sum(r["success"] for r in results)
+    tab = Table(title=f"validation ({summary['strategy']} split): {passed} passed, "
+                      f"{summary['failed']} failed, {summary['failed_not_enforced']} measured only")
+    for col in ("expectation", "result", "failing", "e.g."):
+        tab.add_column(col, no_wrap=col != "e.g.")
+    for r in results:
+        verdict = "ok" if r["success"] else ("FAILED" if r["enforced"] else "measured")
+        tab.add_row(r["name"], verdict, str(r["failing"]), ", ".join(r["ids"][:3]))
+    Console(width=max(Console().width, 110)).print(tab)

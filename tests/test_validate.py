@@ -1,0 +1,157 @@
+"""The ``validate`` stage: the GX suites pass on good data and fail, naming the right expectation,
+the failing count and the offending ids, on crafted bad prepared files (a leaked instruction, a
+label "maybe", an empty answer); under the paper split the leak is measured, not failed."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hargo.data import prepare as P
+from hargo.data import validate as V
+
+TINY = Path(__file__).parent / "data" / "hpc_tiny"
+
+
+def params(raw_dir, tmp_path: Path, strategy="grouped", **bounds) -> dict:
+    v = {"task_counts": {t: [10, 30] for t in P.TASKS}, "yes_fraction": [0.0, 1.0],
+         "prompt_chars": [10, 300000], "answer_chars": [1, 4000],
+         "report_dir": str(tmp_path / "reports" / "validation"),
+         "metrics_file": str(tmp_path / "metrics" / "validation.json"),
+         "data_docs": False}  # GX's HTML rendering costs ~2 s a run: built in one test only
+    v.update(bounds)
+    return {"seed": 42, "validate": v,
+            "data": {"raw_dir": str(raw_dir), "out_dir": str(tmp_path / "prepared"),
+                     "split": {"strategy": strategy, "eval_fraction": 0.1}, "conflicts": "majority"}}
+
+
+def _rw(path: Path, edit) -> None:
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    recs = edit(recs)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+@pytest.fixture()
+def prepared(tmp_path) -> dict:
+    p = params(TINY, tmp_path)
+    P.run(p)
+    return p
+
+
+def _failed(p) -> list[dict]:
+    with pytest.raises(V.ValidationFailed) as e:
+        V.run(p)
+    report = json.loads(Path(p["validate"]["report_dir"], "report.json").read_text())
+    assert report["summary"]["success"] is False
+    assert json.loads(Path(p["validate"]["metrics_file"]).read_text())["failed"] == len(e.value.failures)
+    return e.value
+
+
+def test_crafted_data_passes_and_writes_the_report(prepared, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative output paths, as under `dvc repro`
+    prepared["validate"].update(data_docs=True, report_dir="reports/validation",
+                                metrics_file="metrics/validation.json")
+    summary = V.run(prepared)
+    assert summary["success"] and summary["failed"] == 0
+    assert summary["rows"] == {"raw": 72, "train": 57, "eval": 5}
+    report = json.loads((tmp_path / "reports/validation/report.json").read_text())
+    names = [e["name"] for e in report["expectations"]]
+    assert len(names) == len(V.expectation_specs(prepared)) == 25
+    assert {"prepared.no_train_eval_leak", "prepared.race_label_in_set", "prepared.answer_non_empty",
+            "summary.count_mlperf", "summary.yes_fraction_within_bounds", "raw.output_non_empty"} <= set(names)
+    assert all(e["success"] for e in report["expectations"])
+    assert (tmp_path / "reports/validation/index.html").exists()  # GX data docs
+    assert list((tmp_path / "reports/validation/validations").rglob("*.html"))
+    assert json.loads((tmp_path / "metrics/validation.json").read_text()) == summary
+
+
+def test_leaked_instruction_fails_no_train_eval_leak(prepared, tmp_path):
+    out = tmp_path / "prepared"
+    leaked = json.loads((out / "eval.jsonl").read_text().splitlines()[0])
+    copy = dict(leaked, id=leaked["id"] + "-copy")
+    _rw(out / "train.jsonl", lambda recs: recs + [copy])
+    err = _failed(prepared)
+    assert [f["name"] for f in err.failures] == ["prepared.no_train_eval_leak"]
+    f = err.failures[0]
+    assert f["failing"] == 2 and sorted(f["ids"]) == sorted([leaked["id"], copy["id"]])
+    assert "prepared.no_train_eval_leak: 2 failing of 63 rows" in str(err)
+    assert leaked["id"] in str(err)
+
+
+def test_label_maybe_fails_race_label_in_set(prepared, tmp_path):
+    out = tmp_path / "prepared"
+
+    def edit(recs):
+        r = next(r for r in recs if r["task"] == "race_fortran")
+        r["label"] = "maybe"
+        edit.id = r["id"]
+        return recs
+
+    _rw(out / "train.jsonl", edit)
+    err = _failed(prepared)
+    assert [(f["name"], f["failing"], f["ids"]) for f in err.failures] == [
+        ("prepared.race_label_in_set", 1, [edit.id])]
+    assert "prepared.race_label_in_set: 1 failing" in str(err)
+
+
+def test_empty_answer_fails_answer_non_empty(prepared, tmp_path):
+    out = tmp_path / "prepared"
+    (blank,) = [r["id"] for r in map(json.loads, (out / "eval.jsonl").read_text().splitlines())
+                if r["task"] == "mlperf"]
+    _rw(out / "eval.jsonl", lambda recs: [dict(r, answer="") if r["id"] == blank else r for r in recs])
+    err = _failed(prepared)
+    # the blank answer breaks the non-empty contract and, being 0 characters, the length bounds
+    assert [(f["name"], f["failing"], f["ids"]) for f in err.failures] == [
+        ("prepared.answer_non_empty", 1, [blank]),
+        ("prepared.answer_chars_within_bounds", 1, [blank])]
+    assert str(err).startswith("2 expectation(s) failed:\n  prepared.answer_non_empty: 1 failing of 62 rows")
+
+
+def test_count_and_yes_fraction_bounds_come_from_params(prepared):
+    p = dict(prepared)
+    p["validate"] = dict(prepared["validate"], task_counts={"plp": [13, 30], "mlperf": [1, 30]},
+                         yes_fraction=[0.3, 0.7])
+    err = _failed(p)
+    by = {f["name"]: f for f in err.failures}
+    assert by["summary.count_plp"]["ids"] == ["plp"]  # 12 plp records < 13
+    assert "summary.count_mlperf" not in by
+    # Fortran eval holds one record: its yes-fraction is 0 or 1, out of [0.3, 0.7]
+    assert "race_fortran/eval" in by["summary.yes_fraction_within_bounds"]["ids"]
+
+
+def test_paper_split_measures_the_leak_without_failing(tmp_path):
+    p = params(TINY, tmp_path, strategy="paper")
+    P.run(p)
+    out = tmp_path / "prepared"
+    leaked = json.loads((out / "eval.jsonl").read_text().splitlines()[0])
+    _rw(out / "train.jsonl", lambda recs: recs + [dict(leaked, id=leaked["id"] + "-copy")])
+    summary = V.run(p)
+    assert summary["success"] and summary["failed"] == 0
+    assert summary["failed_not_enforced"] >= 1 and summary["leaked_rows"] >= 2
+    report = json.loads((tmp_path / "reports/validation/report.json").read_text())
+    leak = next(e for e in report["expectations"] if e["name"] == "prepared.no_train_eval_leak")
+    assert (leak["success"], leak["enforced"]) == (False, False)
+    assert leak["failing"] == summary["leaked_rows"]
+    # the paper split keeps race_c record 22, which has no label: measured too
+    label = next(e for e in report["expectations"] if e["name"] == "prepared.race_label_present")
+    assert (label["failing"], label["ids"], label["enforced"]) == (1, ["race_c-00022"], False)
+
+
+def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path):
+    p = params(real_raw_dir, tmp_path, task_counts={"race_c": [1500, 2000], "race_fortran": [1300, 1700],
+                                                    "mlperf": [400, 2000], "plp": [400, 700]},
+               yes_fraction=[0.35, 0.65])
+    P.run(p)
+    summary = V.run(p)
+    assert summary["success"] and summary["leaked_rows"] == 0
+    assert summary["rows"] == {"raw": 5857, "train": 4574, "eval": 506}
+
+
+def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):
+    from hargo.io import HargoInputError
+
+    (tmp_path / "prepared" / "eval.jsonl").write_text('{"id": "x"}\n{oops\n')
+    with pytest.raises(HargoInputError, match=r"eval.jsonl, record 1: not valid JSON"):
+        V.run(prepared)
+    assert not (tmp_path / "reports").exists()
