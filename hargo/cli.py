@@ -53,7 +53,7 @@ def validate(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 
     p = _params(params, set_)
     try:
-        stage.run(p)
+        _run(stage.run, p)
     except stage.ValidationFailed as e:
         typer.secho(f"validation failed:\n{e}", fg="red", err=True)
         raise typer.Exit(1)
