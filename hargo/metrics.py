@@ -1,0 +1,216 @@
+"""Evaluation metrics (method.md "Metrics on the eval split"): one function, ``compute_metrics``,
+turns (samples, completions) into the metrics dict that evaluation, MLflow and the report use.
+
+Definitions:
+
+- **Data Race F1** (``dr_f1``, ``dr_precision``, ``dr_recall``, ``dr_confusion``): pooled over
+  race_c and race_fortran, positive class ``"yes"``, prediction = ``extract_yes_no`` (word
+  boundaries; hargo.rewards.race). An unparseable answer (both or neither word) is a wrong
+  prediction: it enters the confusion matrix as the opposite of the label (a missed "yes" is a
+  false negative, an unparseable answer to a "no" sample a false positive). Per-language
+  ``dr_f1_race_c`` / ``dr_f1_race_fortran``. scikit-learn computes all of them
+  (``zero_division=0``). ``dr_confusion`` is ``{"tp", "fp", "fn", "tn", "labels": ["yes", "no"],
+  "matrix": [[tp, fn], [fp, tn]]}`` (rows: true label, columns: prediction, sklearn's layout).
+- **MLPerf EM** (``mlperf_em``): fraction of mlperf samples whose normalised reference
+  (casefolded, whitespace collapsed, outer quotes and trailing punctuation stripped) occurs in the
+  normalised completion with no word character right before or after it
+  (``hargo.rewards.mlperf.exact_match``).
+- **PLP Similarity** (``plp_similarity``): mean MiniLM cosine of completion and reference (no
+  bonus or penalty).
+- **AvgScore** (``avg_score``): mean task reward over all samples.
+- ``accuracy_<task>``: fraction correct, where correct means: race, the extracted answer equals
+  the label; mlperf, the top reward tier (exact, numeric or all-values match, reward 1.0); plp,
+  cosine >= ``plp_correct_threshold`` (default 0.5).
+- ``n_<task>``, ``mean_completion_chars_<task>``, ``median_completion_chars_<task>``.
+
+A metric whose tasks are absent from the samples is ``None``.
+"""
+from __future__ import annotations
+
+import statistics
+
+from hargo.rewards import RACE_TASKS, TASKS, TaskReward, check_task, completion_text
+from hargo.rewards.mlperf import exact_match
+from hargo.rewards.race import extract_yes_no, normalise_label
+
+__all__ = ["score_samples", "compute_metrics", "race_classification", "win_rate",
+           "PLP_CORRECT_THRESHOLD"]
+
+PLP_CORRECT_THRESHOLD = 0.5
+_LABELS = ["yes", "no"]
+
+
+def _check(samples: list[dict], completions: list, what: str = "completions") -> None:
+    if len(samples) != len(completions):
+        raise ValueError(f"{len(samples)} samples but {len(completions)} {what}")
+    for i, s in enumerate(samples):
+        sid = s.get("id", f"#{i}") if isinstance(s, dict) else f"#{i}"
+        if not isinstance(s, dict):
+            raise ValueError(f"sample {sid}: not a dict")
+        check_task(s.get("task"), f"sample id {sid!r}")
+        if s["task"] in RACE_TASKS:
+            try:
+                normalise_label(s.get("label"))
+            except ValueError as e:
+                raise ValueError(f"sample id {sid!r}, field 'label': {e}") from None
+        elif not isinstance(s.get("answer"), str):
+            raise ValueError(f"sample id {sid!r}, field 'answer': expected a string, "
+                             f"got {s.get('answer')!r}")
+
+
+def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward | None = None,
+                  rewards: list[float] | None = None,
+                  plp_correct_threshold: float = PLP_CORRECT_THRESHOLD) -> list[dict]:
+    """Per-sample scores.
+
+    Args:
+        samples: prepared records (``id``, ``task``, ``answer``, ``label``, ...).
+        completions: one completion per sample (string or conversational list).
+        reward_fn: the ``TaskReward`` (default ``TaskReward()``); also provides the PLP cosine.
+        rewards: precomputed rewards (skips the reward call).
+        plp_correct_threshold: cosine from which a plp answer counts as correct.
+
+    Returns:
+        One dict per sample: ``id``, ``task``, ``completion``, ``reward``, ``correct`` (bool),
+        ``chars`` and per task ``prediction`` ("yes"/"no"/None; race), ``em`` (bool; mlperf)
+        or ``similarity`` (float; plp).
+
+    Raises:
+        ValueError: length mismatch, or a record with an unknown task / missing field (names the
+            record id and the task or field).
+    """
+    _check(samples, completions)
+    reward_fn = reward_fn or TaskReward()
+    texts = [completion_text(c) for c in completions]
+    if rewards is None:
+        rewards = reward_fn(completions=texts, task=[s["task"] for s in samples],
+                            answer=[s.get("answer") for s in samples],
+                            label=[s.get("label") for s in samples])
+    elif len(rewards) != len(samples):
+        raise ValueError(f"{len(samples)} samples but {len(rewards)} rewards")
+    plp_idx = [i for i, s in enumerate(samples) if s["task"] == "plp"]
+    sims = dict(zip(plp_idx, reward_fn.plp_similarity([texts[i] for i in plp_idx],
+                                                      [samples[i]["answer"] for i in plp_idx])
+                    if plp_idx else []))
+    out = []
+    for i, (s, text) in enumerate(zip(samples, texts)):
+        rec = {"id": s.get("id"), "task": s["task"], "completion": text,
+               "reward": float(rewards[i]), "chars": len(text)}
+        if s["task"] in RACE_TASKS:
+            pred = extract_yes_no(text)
+            rec["prediction"] = pred
+            rec["correct"] = pred == normalise_label(s["label"])
+        elif s["task"] == "mlperf":
+            rec["em"] = exact_match(text, s["answer"])
+            rec["correct"] = float(rewards[i]) >= 1.0
+        else:
+            rec["similarity"] = sims[i]
+            rec["correct"] = sims[i] >= plp_correct_threshold
+        out.append(rec)
+    return out
+
+
+def race_classification(labels: list[str], predictions: list[str | None]) -> dict:
+    """Binary classification metrics with "yes" positive (scikit-learn).
+
+    Args:
+        labels: true labels, "yes"/"no".
+        predictions: extracted answers; None (unparseable) is replaced by the opposite label.
+
+    Returns:
+        ``{"f1", "precision", "recall", "confusion": {...}}`` (see the module docstring), or all
+        None for empty input.
+    """
+    if not labels:
+        return {"f1": None, "precision": None, "recall": None, "confusion": None}
+    from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
+
+    y_true = [normalise_label(x) for x in labels]
+    y_pred = [p if p is not None else ("no" if t == "yes" else "yes")
+              for t, p in zip(y_true, predictions)]
+    kw = dict(labels=_LABELS, pos_label="yes", average="binary", zero_division=0)
+    cm = confusion_matrix(y_true, y_pred, labels=_LABELS)
+    (tp, fn), (fp, tn) = cm.tolist()
+    return {"f1": float(f1_score(y_true, y_pred, **kw)),
+            "precision": float(precision_score(y_true, y_pred, **kw)),
+            "recall": float(recall_score(y_true, y_pred, **kw)),
+            "confusion": {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "labels": list(_LABELS),
+                          "matrix": cm.tolist()}}
+
+
+def _mean(xs):
+    return float(sum(xs) / len(xs)) if xs else None
+
+
+def compute_metrics(samples: list[dict], completions: list, rewards: list[float] | None = None,
+                    reward_fn: TaskReward | None = None,
+                    plp_correct_threshold: float = PLP_CORRECT_THRESHOLD) -> dict:
+    """The full metrics dict of one model's completions on ``samples``.
+
+    Args:
+        samples, completions: aligned lists (see ``score_samples``).
+        rewards: precomputed task rewards, or None to compute them with ``reward_fn``.
+        reward_fn: a ``TaskReward`` (default ``TaskReward()``); its scorer gives the PLP cosine.
+        plp_correct_threshold: see ``score_samples``.
+
+    Returns:
+        ``n``, ``avg_score``, ``dr_f1``, ``dr_precision``, ``dr_recall``, ``dr_confusion``,
+        ``dr_unparseable``, ``dr_f1_race_c``, ``dr_f1_race_fortran``, ``mlperf_em``,
+        ``plp_similarity``, and for each task present ``n_<task>``, ``accuracy_<task>``,
+        ``mean_completion_chars_<task>``, ``median_completion_chars_<task>``.
+
+    Raises:
+        ValueError: see ``score_samples``.
+    """
+    scored = score_samples(samples, completions, reward_fn, rewards, plp_correct_threshold)
+    by_task = {t: [r for r, s in zip(scored, samples) if s["task"] == t] for t in TASKS}
+    race = [(s, r) for s, r in zip(samples, scored) if s["task"] in RACE_TASKS]
+    pooled = race_classification([s["label"] for s, _ in race], [r["prediction"] for _, r in race])
+    m: dict = {
+        "n": len(scored),
+        "avg_score": _mean([r["reward"] for r in scored]),
+        "dr_f1": pooled["f1"], "dr_precision": pooled["precision"],
+        "dr_recall": pooled["recall"], "dr_confusion": pooled["confusion"],
+        "dr_unparseable": sum(r["prediction"] is None for _, r in race) if race else None,
+    }
+    for t in RACE_TASKS:
+        rows = [(s, r) for s, r in race if s["task"] == t]
+        m[f"dr_f1_{t}"] = race_classification([s["label"] for s, _ in rows],
+                                              [r["prediction"] for _, r in rows])["f1"]
+    m["mlperf_em"] = _mean([float(r["em"]) for r in by_task["mlperf"]])
+    m["plp_similarity"] = _mean([r["similarity"] for r in by_task["plp"]])
+    for t, rows in by_task.items():
+        if not rows:
+            continue
+        m[f"n_{t}"] = len(rows)
+        m[f"accuracy_{t}"] = _mean([float(r["correct"]) for r in rows])
+        m[f"mean_completion_chars_{t}"] = _mean([r["chars"] for r in rows])
+        m[f"median_completion_chars_{t}"] = float(statistics.median(r["chars"] for r in rows))
+    return m
+
+
+def win_rate(samples: list[dict], completions: list, baseline_completions: list, judge) -> dict:
+    """Pairwise WinRate of ``completions`` against ``baseline_completions`` (same prompts).
+
+    ``win_rate = (wins + 0.5 * ties) / n``. Uses ``judge.compare_batch`` when the judge has it.
+
+    Returns:
+        ``{"win_rate": float | None (n = 0), "wins", "ties", "losses", "n", "judge": judge.name}``.
+
+    Raises:
+        ValueError: the three lists differ in length, or a judge verdict is not 1, 0 or -1.
+    """
+    _check(samples, completions)
+    _check(samples, baseline_completions, "baseline completions")
+    a = [completion_text(c) for c in completions]
+    b = [completion_text(c) for c in baseline_completions]
+    if hasattr(judge, "compare_batch"):
+        verdicts = list(judge.compare_batch(samples, a, b))
+    else:
+        verdicts = [judge.compare(s, x, y) for s, x, y in zip(samples, a, b)]
+    if len(verdicts) != len(samples) or any(v not in (1, 0, -1) for v in verdicts):
+        raise ValueError(f"judge {judge.name}: verdicts must be 1, 0 or -1 per sample, got {verdicts!r:.200}")
+    wins, ties, losses = verdicts.count(1), verdicts.count(0), verdicts.count(-1)
+    n = len(verdicts)
+    return {"win_rate": (wins + 0.5 * ties) / n if n else None, "wins": wins, "ties": ties,
+            "losses": losses, "n": n, "judge": judge.name}
