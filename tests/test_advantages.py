@@ -321,3 +321,18 @@ def test_estimator_feeds_loss():
     L = torch.tensor([[1.0], [2.0], [2.0], [2.0]])
     loss = weighted_loss(L, torch.ones(4, 1), out.flat()["weights"], num_groups=1)
     assert loss.item() == pytest.approx(0.5 * 1 + 3 * (1 / 6) * 2, abs=1e-6)
+
+
+def test_benchmark_script_runs(capsys):
+    """The micro-benchmark (benchmarks/bench_weights.py) runs and reports every estimator."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_weights.py"
+    spec = importlib.util.spec_from_file_location("bench_weights", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.main(["--groups", "64", "--repeats", "3"])
+    assert [m for m, _ in rows] == list(ESTIMATORS)
+    assert all(ms >= 0 for _, ms in rows)
+    assert "negligible" in capsys.readouterr().out
