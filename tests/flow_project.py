@@ -1,0 +1,76 @@
+"""Test scaffolding for the Prefect flow tests: a small copy of the hargo project in a temp folder.
+
+The copy holds what the stages and the flows read relative to the working directory --
+``params.yaml``, ``dvc.yaml``, ``prefect.yaml``, the ``hargo`` and ``flows`` sources (``dvc.yaml``
+lists the stage code as deps) -- and ``data/raw/hpc-gpt`` with the first ``n`` records of each of
+the four real HPC-GPT files, so that every stage sees real data but only a little of it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RAW_FILES = ("task2_c_c++.json", "task2_fortran.json", "task1_ml_perf.json", "task1_plp.json")
+
+
+def tiny_raw(src: Path, dst: Path, n: int) -> Path:
+    """Write the first ``n`` records of each raw file in ``src`` to ``dst`` (same names)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in RAW_FILES:
+        records = json.loads((src / name).read_text(encoding="utf-8"))[:n]
+        (dst / name).write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    return dst
+
+
+def make_project(dst: Path, raw_src: Path, n: int = 40,
+                 params_updates: Mapping[str, Any] | None = None) -> Path:
+    """Build the project copy in ``dst``; ``params_updates`` (dotted keys) are written into its
+    ``params.yaml`` (what ``dvc exp run -S`` would do), the rest stays as committed."""
+    from hargo.params import apply_overrides
+
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("dvc.yaml", "prefect.yaml"):
+        if (ROOT / name).exists():
+            shutil.copy(ROOT / name, dst / name)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = apply_overrides(params, params_updates or {})
+    (dst / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    for pkg in ("hargo", "flows"):
+        shutil.copytree(ROOT / pkg, dst / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    tiny_raw(raw_src, dst / "data" / "raw" / "hpc-gpt", n)
+    return dst
+
+
+# Params that make every stage small enough for a test on the tiny random model; the data
+# contract bounds follow the size of the tiny raw set (``n`` records per file).
+def tiny_overrides(model_dir: Path, n: int = 40) -> dict[str, Any]:
+    """Dotted overrides for a whole-pipeline run in seconds, not minutes."""
+    return {
+        "validate.task_counts": {"race_c": [1, n], "race_fortran": [1, n],
+                                 "mlperf": [1, n], "plp": [1, n]},
+        "validate.yes_fraction": [0.0, 1.0],
+        "data.split.eval_fraction": 0.25,
+        "model.source": str(model_dir),
+        "train.bf16": False,
+        "train.max_prompt_tokens": 256,
+        "sft.samples_per_task": 2,
+        "sft.max_steps": 1,
+        "sft.batch_size": 2,
+        "sft.max_length": 320,
+        "rl.methods": ["hargo"],
+        "rl.samples_per_task": 1,
+        "rl.steps": 1,
+        "rl.prompts_per_step": 2,
+        "rl.num_generations": 2,
+        "rl.max_new_tokens": 4,
+        "rl.save_steps": 1,
+        "evaluate.backend": "transformers",
+        "evaluate.samples_per_task": 2,
+        "evaluate.max_new_tokens": 4,
+        "evaluate.max_prompt_tokens": 256,
+    }

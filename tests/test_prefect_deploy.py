@@ -1,0 +1,208 @@
+"""Integration: a real Prefect server, prefect.yaml deployments, a process worker.
+
+Starts ``prefect server start`` on 127.0.0.1 on a free port (its own PREFECT_HOME in a temp
+folder), deploys ``hargo-validate/cpu`` from the project's ``prefect.yaml`` to a ``process``
+work pool, starts a worker, triggers two deployment runs -- one on a small prepared set that must
+reach Completed, one with a bad parameter that must fail before any task runs, naming the
+parameter -- then stops the worker and the server by their PIDs. Bounded: 240 s in all.
+
+Also checks the static side of the deployments: ``prefect.yaml`` parses with Prefect's own model
+and names the pools and entrypoints the docs promise, and the GPU Kubernetes job template
+requests ``nvidia.com/gpu`` and only uses placeholders it declares.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flow_project import ROOT, make_project
+
+BUDGET_S = 240
+PREFECT = str(Path(sys.executable).with_name("prefect"))
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"integration test exceeded its {BUDGET_S} s budget")
+    return left
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group led by ``proc`` (started with start_new_session), then
+    SIGKILL after 15 s."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+
+
+def _cli(args: list[str], env: dict, cwd: Path, deadline: float) -> str:
+    proc = subprocess.run([PREFECT, *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=min(120, _left(deadline)))
+    assert proc.returncode == 0, f"prefect {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture()
+def prefect_server(tmp_path):
+    """A real Prefect server on 127.0.0.1:<free port>; yields (env for clients, deadline)."""
+    deadline = time.monotonic() + BUDGET_S
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_", "MLFLOW_TRACKING_URI", "HARGO_"))}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_API_URL=api,
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false",
+               PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="5",
+               OMP_NUM_THREADS="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port",
+                               str(port), "--no-ui"], env=env, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"prefect server exited ({server.returncode}):\n"
+                            + (tmp_path / "server.log").read_text()[-3000:])
+            try:
+                with urllib.request.urlopen(f"{api}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline - 150:  # leave the rest of the budget to the test
+                pytest.fail("prefect server not healthy within 90 s:\n"
+                            + (tmp_path / "server.log").read_text()[-3000:])
+            time.sleep(0.5)
+        yield env, deadline
+    finally:
+        _stop(server)
+        log.close()
+
+
+def _wait_final(client, run_id, deadline: float):
+    while True:
+        run = client.read_flow_run(run_id)
+        if run.state is not None and run.state.type.value in TERMINAL:
+            return run
+        _left(deadline)
+        time.sleep(1)
+
+
+def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_raw_dir):
+    env, deadline = prefect_server
+    n = 30
+    project = make_project(tmp_path / "project", real_raw_dir, n, params_updates={
+        "validate.task_counts": {t: [1, n] for t in ("race_c", "race_fortran", "mlperf", "plp")},
+        "validate.yes_fraction": [0.0, 1.0],
+        "data.split.eval_fraction": 0.25})
+    # the small prepared set the deployed validate step checks
+    prep = subprocess.run([sys.executable, "-m", "hargo.cli", "prepare"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=min(120, _left(deadline)))
+    assert prep.returncode == 0, prep.stderr
+
+    _cli(["work-pool", "create", "cpu", "--type", "process"], env, project, deadline)
+    out = _cli(["--no-prompt", "deploy", "--name", "hargo-validate/cpu"], env, project, deadline)
+    assert "hargo-validate/cpu" in out
+
+    wlog = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "cpu", "--type", "process"],
+                              cwd=project, env=env, stdout=wlog, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+        from prefect.deployments import run_deployment
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}):
+            good = run_deployment("hargo-validate/cpu", timeout=0)
+            bad = run_deployment("hargo-validate/cpu", timeout=0,
+                                 parameters={"overrides": {"rl.steps": 0}})
+            with get_client(sync_client=True) as client:
+                good_run = _wait_final(client, good.id, deadline)
+                bad_run = _wait_final(client, bad.id, deadline)
+                bad_tasks = client.read_task_runs(
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[bad.id])))
+        assert worker.poll() is None, "the worker died"
+    finally:
+        _stop(worker)
+        wlog.close()
+    worker_log = (tmp_path / "worker.log").read_text()
+
+    # bad params: the run fails before any task, and says which parameter
+    assert bad_run.state.type.value == "FAILED", worker_log[-4000:]
+    assert "rl.steps: must be >= 1, got 0" in bad_run.state.message
+    assert bad_tasks == [], [t.name for t in bad_tasks]
+    assert good_run.state.type.value == "COMPLETED", \
+        f"{good_run.state.type.value}: {good_run.state.message}\n{worker_log[-4000:]}"
+    # the validate stage ran in the project copy, through the same function as `hargo validate`
+    assert (project / "metrics" / "validation.json").exists()
+
+
+# ------------------------------------------------------------------ static deployment checks
+def test_prefect_yaml_deployments():
+    from prefect.cli.deploy._models import PrefectYamlModel
+
+    raw = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    model = PrefectYamlModel.model_validate(raw)
+    names = {}
+    for d in raw["deployments"]:
+        flow_name = _flow_name(d["entrypoint"])
+        names[f"{flow_name}/{d['name']}"] = d
+    assert set(names) == {
+        "hargo-pipeline/cpu", "hargo-pipeline/gpu", "hargo-validate/cpu",
+        "hargo-sft/cpu", "hargo-sft/gpu", "hargo-rl/cpu", "hargo-rl/gpu",
+        "hargo-evaluate/cpu", "hargo-evaluate/gpu"}
+    assert len(model.deployments) == len(names)
+    for key, d in names.items():
+        pool = key.split("/")[1]
+        assert d["work_pool"]["name"] == pool
+        assert d["parameters"]["params_path"] == "params.yaml"
+        if pool == "gpu":
+            step = d["pull"][0]["prefect.deployments.steps.set_working_directory"]
+            assert step["directory"] == "/workspace/hargo"
+
+
+def _flow_name(entrypoint: str) -> str:
+    import importlib
+
+    path, fn = entrypoint.split(":")
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    return getattr(module, fn).name
+
+
+def test_gpu_kubernetes_job_template():
+    tpl = json.loads((ROOT / "deploy" / "gpu-kubernetes-job-template.json").read_text())
+    declared = set(tpl["variables"]["properties"])
+    used = set(re.findall(r"\{\{\s*([a-z_]+)\s*\}\}", json.dumps(tpl["job_configuration"])))
+    assert used <= declared, f"placeholders without a variable: {used - declared}"
+    container = tpl["job_configuration"]["job_manifest"]["spec"]["template"]["spec"][
+        "containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "{{ gpu_count }}"
+    assert tpl["variables"]["properties"]["gpu_count"]["default"] == 1
