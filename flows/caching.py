@@ -45,7 +45,7 @@ class StageSpec:
         name: the DVC stage name (``rl@hargo`` for a ``foreach`` item).
         deps: dependency paths, relative to the project root.
         params: params keys (dotted) the stage depends on.
-        outs: output paths (``outs`` and ``metrics``), without ``persist: true`` ones.
+        outs: output paths (``outs``, ``metrics``, ``plots``), without ``persist: true`` ones.
     """
 
     name: str
@@ -108,7 +108,8 @@ def stage_spec(dvc_yaml: str | Path, stage: str, params: Mapping,
         else:
             keys.append(_substitute(k, item, params))
     outs = tuple(_substitute(o, item, params)
-                 for o, opts in _entries(body.get("outs")) + _entries(body.get("metrics"))
+                 for o, opts in (_entries(body.get("outs")) + _entries(body.get("metrics"))
+                                 + _entries(body.get("plots")))
                  if not opts.get("persist", False))
     return StageSpec(name=name, deps=deps, params=tuple(keys), outs=outs)
 

@@ -107,6 +107,9 @@ stages:
     metrics:
       - m.json:
           cache: false
+    plots:
+      - p.csv:
+          x: a
   many:
     foreach: [p, q]
     do:
@@ -124,7 +127,7 @@ def test_stage_spec_reads_deps_params_and_outs(tmp_path):
     one = stage_spec(tmp_path / "dvc.yaml", "one", {})
     assert one.name == "one" and one.deps == ("in.txt", "code")
     assert one.params == ("seed", "a.b")
-    assert one.outs == ("out.txt", "m.json")  # the persist: true folder is bookkeeping
+    assert one.outs == ("out.txt", "m.json", "p.csv")  # a persist: true folder is bookkeeping
     many = stage_spec(tmp_path / "dvc.yaml", "many", {}, "q")
     assert (many.name, many.deps, many.outs) == ("many@q", ("models/q",), ("res/q",))
     with pytest.raises(ValueError, match="no stage 'nope'"):
@@ -189,6 +192,7 @@ def test_inputs_key_follows_deps_and_stage_params_only(tmp_path):
     assert outputs_digest(spec, tmp_path) is None
     (tmp_path / "out.txt").write_text("o")
     (tmp_path / "m.json").write_text("{}")
+    (tmp_path / "p.csv").write_text("a\n1\n")
     d = outputs_digest(spec, tmp_path)
     (tmp_path / "out.txt").write_text("changed")
     assert outputs_digest(spec, tmp_path) not in (None, d)

@@ -1,8 +1,9 @@
 """Integration: a real Prefect server, prefect.yaml deployments, a process worker.
 
 Starts ``prefect server start`` on 127.0.0.1 on a free port (its own PREFECT_HOME in a temp
-folder), deploys ``hargo-validate/cpu`` from the project's ``prefect.yaml`` to a ``process``
-work pool, starts a worker, triggers two deployment runs -- one on a small prepared set that must
+folder), deploys every deployment of the project's ``prefect.yaml`` (``prefect --no-prompt
+deploy --all``) to two ``process`` work pools, starts a worker on ``cpu``, and triggers
+``hargo-validate/cpu``: two deployment runs -- one on a small prepared set that must
 reach Completed, one with a bad parameter that must fail before any task runs, naming the
 parameter -- then stops the worker and the server by their PIDs. Bounded: 240 s in all.
 
@@ -22,6 +23,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 import yaml
@@ -31,6 +33,9 @@ from flow_project import ROOT, make_project
 BUDGET_S = 240
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+DEPLOYMENTS = ("hargo-pipeline/cpu", "hargo-pipeline/gpu", "hargo-validate/cpu",
+               "hargo-sft/cpu", "hargo-sft/gpu", "hargo-rl/cpu", "hargo-rl/gpu",
+               "hargo-evaluate/cpu", "hargo-evaluate/gpu")
 
 
 def _free_port() -> int:
@@ -114,6 +119,7 @@ def _wait_final(client, run_id, deadline: float):
         time.sleep(1)
 
 
+@pytest.mark.timeout(BUDGET_S + 60)
 def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_raw_dir):
     env, deadline = prefect_server
     n = 30
@@ -126,9 +132,12 @@ def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_ra
                           capture_output=True, text=True, timeout=min(120, _left(deadline)))
     assert prep.returncode == 0, prep.stderr
 
+    # both pools of prefect.yaml (here `gpu` is a process pool too: only `cpu` gets a worker)
     _cli(["work-pool", "create", "cpu", "--type", "process"], env, project, deadline)
-    out = _cli(["--no-prompt", "deploy", "--name", "hargo-validate/cpu"], env, project, deadline)
-    assert "hargo-validate/cpu" in out
+    _cli(["work-pool", "create", "gpu", "--type", "process"], env, project, deadline)
+    out = _cli(["--no-prompt", "deploy", "--all"], env, project, deadline)
+    created = set(re.findall(r"Deployment '([a-z-]+/[a-z]+)' successfully created", out))
+    assert created == set(DEPLOYMENTS), out[-3000:]
 
     wlog = (tmp_path / "worker.log").open("w")
     worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "cpu", "--type", "process"],
@@ -141,14 +150,17 @@ def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_ra
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
         with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}):
-            good = run_deployment("hargo-validate/cpu", timeout=0)
-            bad = run_deployment("hargo-validate/cpu", timeout=0,
-                                 parameters={"overrides": {"rl.steps": 0}})
+            good = run_deployment("hargo-validate/cpu", timeout=0).id
+            # the documented CLI trigger, with a bad value in the per-run overrides
+            out = _cli(["deployment", "run", "hargo-validate/cpu", "-p",
+                        'overrides={"rl.steps": 0}'], env, project, deadline)
+            bad = UUID(re.search(r"UUID: ([0-9a-f-]{36})", out).group(1))
             with get_client(sync_client=True) as client:
-                good_run = _wait_final(client, good.id, deadline)
-                bad_run = _wait_final(client, bad.id, deadline)
+                good_run = _wait_final(client, good, deadline)
+                bad_run = _wait_final(client, bad, deadline)
+                assert bad_run.parameters["overrides"] == {"rl.steps": 0}
                 bad_tasks = client.read_task_runs(
-                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[bad.id])))
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[bad])))
         assert worker.poll() is None, "the worker died"
     finally:
         _stop(worker)
@@ -175,10 +187,7 @@ def test_prefect_yaml_deployments():
     for d in raw["deployments"]:
         flow_name = _flow_name(d["entrypoint"])
         names[f"{flow_name}/{d['name']}"] = d
-    assert set(names) == {
-        "hargo-pipeline/cpu", "hargo-pipeline/gpu", "hargo-validate/cpu",
-        "hargo-sft/cpu", "hargo-sft/gpu", "hargo-rl/cpu", "hargo-rl/gpu",
-        "hargo-evaluate/cpu", "hargo-evaluate/gpu"}
+    assert set(names) == set(DEPLOYMENTS)
     assert len(model.deployments) == len(names)
     for key, d in names.items():
         pool = key.split("/")[1]
