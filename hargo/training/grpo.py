@@ -1,0 +1,511 @@
+"""``HargoGRPOTrainer``: TRL's ``GRPOTrainer`` extended for the HARGO family of RL methods.
+
+Pinned to **TRL 1.16.0** (``pyproject.toml``: ``trl==1.16.0``). The extension overrides these
+*private* methods of TRL 1.16's ``trl.trainer.grpo_trainer.GRPOTrainer``, whose layout changes
+between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving the pin:
+
+``_calculate_rewards``
+    calls TRL's and keeps the rewards it returns, already gathered from every process.
+``_generate`` / ``_generate_single_turn``
+    call TRL's; time the rollout and run transformers sampling under the bf16 autocast the
+    policy forward uses (TRL samples in full precision otherwise).
+``_generate_and_score_completions``
+    calls TRL's, then, for the HARGO methods, recomputes the group statistics over the *whole
+    gathered batch* and re-slices them to this process (see below); for every method it records
+    the per-task diagnostics and adds two per-response tensors, ``hargo_weights`` and
+    ``task_ids``, that TRL's shuffle/split of the generation batch carries along.
+``_get_per_token_logps_and_entropies``
+    calls TRL's; keeps a detached copy of the policy log-probs of the loss forward for the per-task
+    KL and clip-fraction diagnostics (no extra forward pass).
+``_compute_loss``
+    ``grpo``/``dr_grpo``: TRL's own loss, untouched. HARGO family: method.md step 6 (below).
+``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
+    also write/read ``hargo_state.json`` (EMA baseline, per-step history) in every checkpoint,
+    the same hooks TRL 1.16 uses for its adaptive-entropy state.
+
+Methods (``hargo.advantages``):
+
+``grpo``
+    TRL's GRPO: ``loss_type="grpo"`` (each response's loss averaged over its own tokens, then
+    over responses), ``scale_rewards="group"``. Stock TRL code path.
+``dr_grpo``
+    TRL's Dr. GRPO: ``loss_type="dr_grpo"``, ``scale_rewards="none"`` (Liu et al. 2025). Stock.
+``hargo``, ``hargo_b1``, ``hargo_b2``
+    method.md steps 1-6. The group statistics -- rewards, the reference model's length-normalised
+    log-prob ``l_i`` of each response and the EMA baseline ``g`` -- are computed over the whole
+    batch gathered from all processes *before* it is split per process, so that 1 process and N
+    processes give the same weights even when TRL places one prompt's group across processes.
+    ``l_i`` is the mean over response i's tokens of TRL's reference per-token log-probs (the frozen
+    SFT model: LoRA adapter switched off, or a separate reference copy for full fine-tuning),
+    computed even when ``beta = 0``. Like TRL's KL term, these log-probs are of the
+    temperature-scaled distribution ``softmax(logits / T)`` the completions were sampled from.
+    The loss is ``(1/N) sum_groups sum_i w_i L_i`` (``hargo.advantages.weighted_loss``) with
+    ``L_i`` = response i's clipped surrogate (with the modulated advantage ``M_i``) plus
+    ``beta * k3-KL``, averaged over its own tokens: the weight multiplies the whole term.
+    Supported TRL options on this path: token-level importance sampling, TRL's clipping
+    (``epsilon``, ``epsilon_high``, ``delta``), ``use_bias_correction_kl``, the vLLM
+    importance-sampling correction; anything else raises ``ValueError`` at construction.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import (add_fused_lm_head, create_model_from_path, disable_dropout_in_model,
+                               get_config_model_id, use_adapter)
+
+from hargo.advantages import (EMABaseline, HargoConfig, estimate, group_rewards, masked_mean,
+                              needs_reference, weighted_loss)
+from hargo.io import atomic_write_json
+
+__all__ = ["HargoGRPOTrainer", "HARGO_METHODS", "STOCK_METHODS", "RL_METHODS", "HARGO_STATE_NAME",
+           "trl_loss_settings", "read_hargo_state", "is_complete_checkpoint", "last_checkpoint"]
+
+#: TRL's own loss path (unchanged semantics).
+STOCK_METHODS = ("grpo", "dr_grpo")
+#: Per-response weighted loss (method.md step 6).
+HARGO_METHODS = ("hargo", "hargo_b1", "hargo_b2")
+RL_METHODS = STOCK_METHODS + HARGO_METHODS
+#: File written into every checkpoint folder next to TRL's/transformers' files.
+HARGO_STATE_NAME = "hargo_state.json"
+TRAINER_STATE_NAME = "trainer_state.json"
+
+
+def trl_loss_settings(method: str) -> dict[str, str]:
+    """The ``GRPOConfig`` fields that select a method's loss in TRL 1.16.
+
+    ``grpo`` and the HARGO family: ``loss_type="grpo"``, ``scale_rewards="group"`` (the HARGO
+    family replaces TRL's advantages and loss, so these only affect what TRL logs); ``dr_grpo``:
+    ``loss_type="dr_grpo"``, ``scale_rewards="none"`` (TRL's Dr. GRPO).
+
+    Raises:
+        ValueError: unknown method.
+    """
+    if method not in RL_METHODS:
+        raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(RL_METHODS)}")
+    if method == "dr_grpo":
+        return {"loss_type": "dr_grpo", "scale_rewards": "none"}
+    return {"loss_type": "grpo", "scale_rewards": "group"}
+
+
+def is_complete_checkpoint(path: str | os.PathLike) -> bool:
+    """A ``checkpoint-N`` folder is complete when it holds ``hargo_state.json`` (written first) and
+    ``trainer_state.json`` (written by transformers after the weights, optimizer and RNG)."""
+    p = Path(path)
+    return (p / HARGO_STATE_NAME).is_file() and (p / TRAINER_STATE_NAME).is_file()
+
+
+def last_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The complete ``checkpoint-N`` folder with the largest N under ``output_dir``, or None."""
+    d = Path(output_dir)
+    if not d.is_dir():
+        return None
+    found = []
+    for p in d.glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+        suffix = p.name[len(PREFIX_CHECKPOINT_DIR) + 1:]
+        if suffix.isdigit() and p.is_dir() and is_complete_checkpoint(p):
+            found.append((int(suffix), p))
+    return max(found)[1] if found else None
+
+
+def read_hargo_state(checkpoint: str | os.PathLike) -> dict:
+    """Read ``hargo_state.json`` of a checkpoint folder.
+
+    Raises:
+        FileNotFoundError: the file is missing (the checkpoint is incomplete).
+        ValueError: not valid JSON or not an object (names the file).
+    """
+    path = Path(checkpoint) / HARGO_STATE_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; checkpoint {checkpoint} is incomplete")
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg})") from e
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return state
+
+
+class HargoGRPOTrainer(GRPOTrainer):
+    """TRL 1.16 ``GRPOTrainer`` running one of ``grpo, dr_grpo, hargo, hargo_b1, hargo_b2``.
+
+    Args:
+        *args, **kwargs: as ``trl.GRPOTrainer`` (model, reward_funcs, args, train_dataset,
+            processing_class, peft_config, callbacks, ...). ``args.per_device_train_batch_size``
+            counts completions (prompts x G).
+        method: the RL method (see the module docstring).
+        hargo_config: HARGO constants (alpha, rho, eps, eps_w); default ``HargoConfig()``.
+        recorder: an object with ``add_generation(**kw)`` and ``add_loss(**kw)`` (see
+            ``hargo.training.rl_logging.StepRecorder``) that receives, on every process, the
+            gathered per-response values of each step; None: nothing is recorded.
+        task_column: dataset column naming each sample's task (for the diagnostics only; the
+            weighting never reads it). Samples without it count as task ``"all"``.
+
+    Attributes:
+        ema: the EMA baseline ``g`` of ``l`` (``hargo.advantages.EMABaseline``); trainer state,
+            saved in each checkpoint and restored on resume.
+        timing: cumulative seconds spent in rollouts (``generation_s``) and in scoring them
+            (``scoring_s``: reference/old log-probs, rewards, advantages) since construction.
+
+    Raises:
+        ValueError: unknown method, or a TRL option the HARGO loss does not implement.
+    """
+
+    def __init__(self, *args, method: str, hargo_config: HargoConfig | None = None,
+                 recorder: Any = None, task_column: str = "task", **kwargs):
+        if method not in RL_METHODS:
+            raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(RL_METHODS)}")
+        self.method = method
+        self.hargo_config = hargo_config or HargoConfig()
+        self.ema = EMABaseline(self.hargo_config.rho)
+        self.recorder = recorder
+        self.task_column = task_column
+        self.timing = {"generation_s": 0.0, "scoring_s": 0.0}
+        self._weighted = method in HARGO_METHODS
+        self._needs_ref = needs_reference(method)
+        self._capture_logps = False
+        self._captured_logps: torch.Tensor | None = None
+        self._gathered_rewards_per_func: torch.Tensor | None = None
+        super().__init__(*args, **kwargs)
+        if self._weighted:
+            self._check_weighted_loss_supported()
+        if self._needs_ref and self.ref_model is None and not self._is_peft():
+            # TRL builds no reference model when beta == 0; HARGO's confidence still needs one.
+            self.ref_model = self._build_reference_model()
+        tasks = []
+        if self.train_dataset is not None and task_column in getattr(self.train_dataset,
+                                                                      "column_names", []):
+            tasks = sorted({str(t) for t in self.train_dataset[task_column]})
+        self.task_names: list[str] = tasks or ["all"]
+
+    # ------------------------------------------------------------------------------ setup
+
+    def _is_peft(self) -> bool:
+        from accelerate.utils import is_peft_model
+
+        return bool(is_peft_model(self.accelerator.unwrap_model(self.model)))
+
+    def _check_weighted_loss_supported(self) -> None:
+        a = self.args
+        problems = []
+        if a.importance_sampling_level != "token":
+            problems.append(f"importance_sampling_level={a.importance_sampling_level!r} (need 'token')")
+        if self.off_policy_mask_threshold is not None:
+            problems.append("off_policy_mask_threshold")
+        if self.top_entropy_quantile < 1.0:
+            problems.append("top_entropy_quantile < 1")
+        if self._entropy_bonus_enabled:
+            problems.append("entropy bonus (entropy_coef / use_adaptive_entropy)")
+        if self.aux_loss_enabled:
+            problems.append("MoE router aux loss")
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
+        if self.loss_type != "grpo":
+            problems.append(f"loss_type={self.loss_type!r} (HARGO uses its own weighted loss; set 'grpo')")
+        if problems:
+            raise ValueError(f"method {self.method}: the weighted HARGO loss does not implement "
+                             f"these TRL options: {', '.join(problems)}")
+
+    def _build_reference_model(self):
+        """A frozen copy of the starting model, built as TRL 1.16 builds its reference model."""
+        args = self.args
+        kw = dict(args.model_init_kwargs or {})
+        kw.setdefault("trust_remote_code", args.trust_remote_code)
+        kw.setdefault("dtype", self.model.dtype)
+        kw.setdefault("attn_implementation", self.model.config._attn_implementation)
+        ref = create_model_from_path(get_config_model_id(self.model.config), **kw)
+        if args.disable_dropout:
+            disable_dropout_in_model(ref)
+        add_fused_lm_head(ref, temperature=self.temperature,
+                          cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
+        return self.accelerator.prepare_model(ref, evaluation_mode=True)
+
+    # ------------------------------------------------------------------------- rollout
+
+    def _generate(self, prompts: list):
+        t0 = time.perf_counter()
+        try:
+            return super()._generate(prompts)
+        finally:
+            self.timing["generation_s"] += time.perf_counter() - t0
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                              has_tool_images=False):
+        # TRL samples with transformers in full precision; run it under the same (bf16) autocast
+        # as the policy forward, which is ~3x faster on a CPU with AMX (stack.md).
+        ctx = self.accelerator.autocast() if not self.use_vllm else contextlib.nullcontext()
+        with ctx:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                 num_generations, has_tool_images)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
+                                                      completion_ids_list)
+        self._gathered_rewards_per_func = rewards_per_func  # (B_total, n_funcs), all processes
+        return rewards_per_func
+
+    @torch.no_grad()
+    def _reference_per_token_logps(self, output: dict) -> torch.Tensor:
+        """(B_local, T) reference-model log-probs of the completions in ``output`` (as TRL 1.16
+        computes them when beta != 0)."""
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        keep = output["completion_ids"].size(1)
+        bs = self.args.per_device_train_batch_size
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            if self.ref_model is not None:
+                logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, ids, mask,
+                                                                      keep, batch_size=bs)
+            else:
+                model = self.accelerator.unwrap_model(self.model)
+                name = "ref" if "ref" in getattr(model, "peft_config", {}) else None
+                with use_adapter(model, adapter_name=name):
+                    logps, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask,
+                                                                          keep, batch_size=bs)
+        return logps
+
+    def _task_index(self, task) -> int:
+        name = "all" if task is None else str(task)
+        if name not in self.task_names:
+            self.task_names.append(name)
+        return self.task_names.index(name)
+
+    def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        t0 = time.perf_counter()
+        gen_before = self.timing["generation_s"]
+        self._gathered_rewards_per_func = None
+        output = super()._generate_and_score_completions(inputs)
+        if mode != "train":
+            return output
+        device = self.accelerator.device
+        G = self.num_generations
+        B_local = output["completion_ids"].size(0)
+        rank = self.accelerator.process_index
+        local = slice(rank * B_local, (rank + 1) * B_local)
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+
+        # Rewards of the whole gathered batch, combined as TRL does ("sum_then_normalize").
+        rpf = self._gathered_rewards_per_func
+        rewards = (rpf * self.reward_weights.to(rpf.device).unsqueeze(0)).nansum(dim=1)
+        B_total = rewards.numel()
+
+        ref_logps = output.get("ref_per_token_logps")
+        if self._needs_ref and ref_logps is None:
+            ref_logps = self._reference_per_token_logps(output)
+            output["ref_per_token_logps"] = ref_logps  # unused by the loss when beta == 0
+        l_all = None
+        if ref_logps is not None:
+            l_all = self.accelerator.gather(masked_mean(ref_logps, mask).float())  # (B_total,)
+
+        conf_all, baseline = None, None
+        if self._weighted:
+            if torch.isnan(rewards).any():
+                raise ValueError(f"method {self.method}: a reward function returned None for some "
+                                 "completions; HARGO needs a reward for every completion")
+            est = estimate(self.method, group_rewards(rewards, G),
+                           None if l_all is None else group_rewards(l_all, G), self.ema,
+                           self.hargo_config)
+            adv_all = est.advantages.reshape(-1).to(device)
+            w_all = est.weights.reshape(-1).to(device)
+            if est.confidence is not None:
+                conf_all = est.confidence.reshape(-1)
+            baseline = est.baseline
+            output["advantages"] = adv_all[local].to(output["advantages"].dtype)
+            # TRL logged the stale group advantages; log the ones the loss uses instead.
+            self._logs["advantages"].clear()
+            self._logs["advantages"].extend(adv_all.tolist())
+        else:
+            adv_all = self.accelerator.gather(output["advantages"].float())
+            w_all = torch.full((B_total,), 1.0 / G, device=device)
+        output["hargo_weights"] = w_all[local].float()
+
+        tasks_local = [x.get(self.task_column) if isinstance(x, dict) else None for x in inputs]
+        tasks_all = [("all" if t is None else str(t)) for t in gather_object(tasks_local)]
+        for t in tasks_all:  # global order first: the same task index on every process
+            self._task_index(t)
+        output["task_ids"] = torch.tensor([self._task_index(t) for t in tasks_local],
+                                          dtype=torch.long, device=device)
+        lengths_all = self.accelerator.gather(mask.sum(dim=1).float())
+        gen_s = self.timing["generation_s"] - gen_before
+        score_s = time.perf_counter() - t0 - gen_s
+        self.timing["scoring_s"] += score_s
+        if self.recorder is not None:
+            prompts = list(self._logs["prompt"])
+            completions = list(self._logs["completion"])
+            self.recorder.add_generation(
+                tasks=tasks_all, rewards=rewards.tolist(), advantages=adv_all.tolist(),
+                weights=w_all.tolist(), completion_lengths=lengths_all.tolist(), group_size=G,
+                confidence=None if conf_all is None else conf_all.tolist(),
+                ref_logprob=None if l_all is None else l_all.tolist(), baseline=baseline,
+                prompts=prompts if len(prompts) == B_total else None,
+                completions=completions if len(completions) == B_total else None,
+                generation_s=gen_s, scoring_s=score_s)
+        return output
+
+    # ---------------------------------------------------------------------------- loss
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                           *args, **kwargs):
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+        if self._capture_logps:
+            self._captured_logps = logps.detach()
+        return logps, entropies, aux
+
+    def _compute_loss(self, model, inputs):
+        self._capture_logps, self._captured_logps = True, None
+        try:
+            if self._weighted:
+                loss = self._weighted_compute_loss(model, inputs)
+            else:
+                loss = super()._compute_loss(model, inputs)
+        finally:
+            self._capture_logps = False
+        if self.model.training:
+            self._record_loss_diagnostics(inputs)
+        return loss
+
+    def _weighted_compute_loss(self, model, inputs) -> torch.Tensor:
+        """method.md step 6 on this process's micro-batch: ``(1/N_local) sum_i w_i L_i``.
+
+        ``L_i`` is TRL 1.16's per-token loss for ``loss_type="grpo"`` (clipped surrogate with the
+        HARGO advantage ``M_i``, plus ``beta`` times the k3 KL), averaged over response i's own
+        tokens by ``hargo.advantages.weighted_loss``. ``N_local = B_local / G`` groups' worth of
+        responses: with the gradient averaging across processes this is exactly the global
+        ``(1/N) sum w_i L_i`` (the sum is linear, so groups split across processes or micro-batches
+        still add up). With uniform weights 1/G it equals TRL's ``grpo`` loss.
+        """
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, compute_entropy=True)
+
+        advantages = inputs["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)
+        old = inputs.get("old_per_token_logps")
+        old = per_token_logps.detach() if old is None else old
+        coef_1 = torch.exp(per_token_logps - old)
+        coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)
+        if self.args.delta is not None:
+            coef_1 = torch.clamp(coef_1, max=self.args.delta)
+        per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
+        per_token_kl = None
+        if self.beta != 0.0:
+            ref = inputs["ref_per_token_logps"]
+            per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
+            if self.args.use_bias_correction_kl:
+                per_token_kl = per_token_kl * coef_1
+            per_token_loss = per_token_loss + self.beta * per_token_kl
+
+        B_local = per_token_loss.size(0)
+        G = self.num_generations
+        loss = weighted_loss(per_token_loss, mask, inputs["hargo_weights"], num_groups=1) * (G / B_local)
+        mode = "train" if self.model.training else "eval"
+        if mode == "train":
+            loss = loss / self.current_gradient_accumulation_steps
+
+        # The metrics TRL's own loss logs (same names), so its log lines stay comparable.
+        def global_masked_mean(x):
+            totals = self.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum().float()]),
+                                             reduction="sum")
+            return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+        if per_token_kl is not None:
+            self._metrics[mode]["kl"].append(global_masked_mean(per_token_kl))
+        self._metrics[mode]["entropy"].append(global_masked_mean(entropies))
+        is_low = (coef_1 < 1 - self.epsilon_low) & (advantages < 0)
+        is_high = (coef_1 > 1 + self.epsilon_high) & (advantages > 0)
+        self._metrics[mode]["clip_ratio/low_mean"].append(global_masked_mean(is_low.float()))
+        self._metrics[mode]["clip_ratio/high_mean"].append(global_masked_mean(is_high.float()))
+        self._metrics[mode]["clip_ratio/region_mean"].append(
+            global_masked_mean((is_low | is_high).float()))
+        return loss
+
+    def _record_loss_diagnostics(self, inputs) -> None:
+        """Per-response KL (k3, token-averaged) and clip fraction of this micro-batch, gathered
+        from all processes and handed to the recorder with the responses' tasks."""
+        logps = self._captured_logps
+        if logps is None or "task_ids" not in inputs:
+            return
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        maskf = mask.float()
+        ref = inputs.get("ref_per_token_logps")
+        kl = None
+        if ref is not None:
+            d = ref - logps
+            kl = masked_mean(torch.exp(d) - d - 1, maskf)
+        old = inputs.get("old_per_token_logps")
+        old = logps if old is None else old
+        coef = torch.exp(logps - old)
+        adv = inputs["advantages"]
+        adv = adv.unsqueeze(1) if adv.dim() == 1 else adv
+        clipped = ((coef < 1 - self.epsilon_low) & (adv < 0)) | ((coef > 1 + self.epsilon_high) & (adv > 0))
+        clip = masked_mean(clipped.float(), maskf)
+        task_ids = self.accelerator.gather(inputs["task_ids"])
+        clip = self.accelerator.gather(clip)
+        if kl is not None:
+            kl = self.accelerator.gather(kl)
+        if self.recorder is not None:
+            self.recorder.add_loss(tasks=[self.task_names[i] for i in task_ids.tolist()],
+                                   kl=None if kl is None else kl.tolist(),
+                                   clip_fraction=clip.tolist())
+
+    # -------------------------------------------------------------------- checkpoints
+
+    def hargo_state_dict(self) -> dict:
+        """What ``hargo_state.json`` holds: method, EMA state, global step, recorder history."""
+        state = {"method": self.method, "ema": self.ema.state_dict(),
+                 "global_step": int(self.state.global_step)}
+        if self.recorder is not None and hasattr(self.recorder, "state_dict"):
+            state["recorder"] = self.recorder.state_dict()
+        return state
+
+    def load_hargo_state(self, state: dict) -> None:
+        """Restore from :meth:`hargo_state_dict` output.
+
+        Raises:
+            ValueError: the checkpoint belongs to another method.
+        """
+        if state.get("method") != self.method:
+            raise ValueError(f"checkpoint is for method {state.get('method')!r}, not {self.method!r}")
+        self.ema.load_state_dict(state["ema"])
+        if self.recorder is not None and "recorder" in state and hasattr(self.recorder,
+                                                                          "load_state_dict"):
+            self.recorder.load_state_dict(state["recorder"])
+
+    def _save_checkpoint(self, model, trial):
+        # hargo_state.json goes in first; transformers writes trainer_state.json last, so a folder
+        # with both files is complete (see ``is_complete_checkpoint``).
+        if self.args.should_save:
+            folder = Path(self._get_output_dir(trial=trial)) / \
+                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(folder / HARGO_STATE_NAME, self.hargo_state_dict())
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self.load_hargo_state(read_hargo_state(checkpoint))

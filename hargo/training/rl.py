@@ -1,0 +1,337 @@
+"""Stage ``rl``: RL post-training from the SFT model with one method, on TRL 1.16's GRPO trainer.
+
+``run(params, method)`` (called by ``hargo rl --method M`` and the Prefect flow):
+
+1. validates params and method, reads ``data/prepared/train.jsonl`` and draws
+   ``rl.samples_per_task`` prompts per task (prompts over ``train.max_prompt_tokens`` tokens are
+   skipped and counted, never truncated; ``hargo.training.common.select_subset``);
+2. builds :class:`hargo.training.grpo.HargoGRPOTrainer` on the SFT model (``sft.out_dir``, also
+   the frozen reference model) with the task rewards (``hargo.rewards.TaskReward``) through
+   TRL's ``reward_funcs``; LoRA (``rl.lora``) or full fine-tuning;
+3. trains ``rl.steps`` steps of ``rl.prompts_per_step`` prompts x ``rl.num_generations``
+   completions, checkpointing (weights/adapter, optimizer, scheduler, RNG, EMA baseline, step
+   history) every ``rl.save_steps`` steps into ``checkpoints/rl/<method>/``. Re-running after an
+   interruption resumes from the last complete checkpoint, provided the run's inputs (params
+   that shape training, SFT model, train data) are unchanged; otherwise the stale checkpoints are
+   removed and training starts over;
+4. writes ``models/rl/<method>/`` (adapter merged; whole or not at all) and
+   ``metrics/rl/<method>.json`` (final reward statistics, steps, wall time and its split), and
+   logs per-step per-task metrics, completion tables and plots to the MLflow child run
+   ``rl-<method>`` (see ``hargo.training.rl_logging``).
+
+Rollouts are sampled by TRL's own transformers generation, or with ``rl.generation_backend:
+vllm`` by TRL's colocated vLLM engine (``use_vllm=True, vllm_mode="colocate"``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from hargo.io import HargoInputError, atomic_write_json, read_jsonl
+from hargo.params import RL_METHODS, TASKS, ParamsError, validate_params
+
+__all__ = ["run", "build_grpo_config", "load_rl_records", "to_dataset", "build_trainer",
+           "run_fingerprint", "CHECKPOINT_ROOT", "METRICS_ROOT"]
+
+#: ``checkpoints/rl/<method>`` and ``metrics/rl/<method>.json`` (dvc.yaml outputs).
+CHECKPOINT_ROOT = Path("checkpoints") / "rl"
+METRICS_ROOT = Path("metrics") / "rl"
+FINGERPRINT_NAME = "run_fingerprint.json"
+#: rl.* keys that do not change what training computes (so a checkpoint stays resumable).
+_NON_TRAINING_KEYS = ("methods", "out_dir", "save_steps", "log_completions_steps")
+#: Completions-table rows logged per table.
+TABLE_ROWS = 32
+
+
+def _check_method(method: str) -> None:
+    if method not in RL_METHODS:
+        raise ParamsError(f"rl method: unknown method {method!r}; valid: {', '.join(RL_METHODS)}")
+
+
+def load_rl_records(path: str | os.PathLike) -> list[dict]:
+    """Read prepared records for RL and check the fields RL uses.
+
+    Raises:
+        HargoInputError: missing file, or a record without a non-empty conversational ``prompt``,
+            with an unknown ``task``, or a non-string ``answer`` (names file, record, field).
+    """
+    records = read_jsonl(path)
+    for i, r in enumerate(records):
+        p = r.get("prompt")
+        if not isinstance(p, list) or not p or not all(isinstance(m, dict) and "content" in m
+                                                        for m in p):
+            raise HargoInputError(path, "expected a non-empty list of {role, content} messages",
+                                  record=i, field="prompt")
+        if r.get("task") not in TASKS:
+            raise HargoInputError(path, f"unknown task {r.get('task')!r}; valid: {', '.join(TASKS)}",
+                                  record=i, field="task")
+        if not isinstance(r.get("answer"), str):
+            raise HargoInputError(path, "expected a string", record=i, field="answer")
+        if r["task"].startswith("race") and r.get("label") not in ("yes", "no"):
+            raise HargoInputError(path, f"race record needs label yes/no, got {r.get('label')!r}",
+                                  record=i, field="label")
+    return records
+
+
+def to_dataset(records: list[dict]):
+    """A ``datasets.Dataset`` with TRL's ``prompt`` column plus ``task``, ``answer``, ``label``
+    (forwarded by TRL to the reward function as keyword lists)."""
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": r["prompt"], "task": r["task"], "answer": r["answer"],
+                               "label": r.get("label")} for r in records])
+
+
+def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLike,
+                      world_size: int = 1, **overrides):
+    """The ``trl.GRPOConfig`` of one RL run from params.yaml.
+
+    Mapping: ``num_generations=G``, ``per_device_train_batch_size = prompts_per_step * G /
+    world_size`` (TRL counts completions), ``max_completion_length=max_new_tokens``,
+    ``epsilon=clip_range``, ``max_steps=steps``, ``beta``, ``temperature``, ``learning_rate``
+    (constant schedule), ``bf16`` autocast (``train.bf16`` where the CPU/GPU supports it),
+    ``gradient_checkpointing`` (``train``), checkpoints every ``save_steps``. The loss settings
+    come from :func:`hargo.training.grpo.trl_loss_settings`. ``overrides`` replace any field.
+
+    Raises:
+        ParamsError: unknown method, or prompts_per_step * G not divisible by ``world_size``.
+    """
+    import torch
+    from trl import GRPOConfig
+
+    from hargo.training.common import use_bf16
+    from hargo.training.grpo import trl_loss_settings
+
+    _check_method(method)
+    rl = params["rl"]
+    G = int(rl["num_generations"])
+    completions = int(rl["prompts_per_step"]) * G
+    if completions % world_size:
+        raise ParamsError(f"rl.prompts_per_step: {rl['prompts_per_step']} prompts x G={G} "
+                          f"completions do not split over {world_size} processes")
+    on_cpu = not torch.cuda.is_available()
+    kw: dict[str, Any] = dict(
+        output_dir=str(output_dir), seed=int(params["seed"]), use_cpu=on_cpu,
+        bf16=use_bf16(params), fp16=False,
+        gradient_checkpointing=bool(params["train"]["gradient_checkpointing"]),
+        per_device_train_batch_size=completions // world_size, gradient_accumulation_steps=1,
+        num_generations=G, max_completion_length=int(rl["max_new_tokens"]),
+        temperature=float(rl["temperature"]), beta=float(rl["beta"]),
+        epsilon=float(rl["clip_range"]), learning_rate=float(rl["learning_rate"]),
+        lr_scheduler_type="constant", warmup_steps=0, max_steps=int(rl["steps"]),
+        num_iterations=1, shuffle_dataset=True, disable_dropout=True,
+        logging_steps=1, report_to="none", disable_tqdm=True, log_completions=False,
+        save_strategy="steps", save_steps=int(rl["save_steps"]), save_total_limit=2,
+        save_only_model=False, dataloader_num_workers=0, remove_unused_columns=False,
+        **trl_loss_settings(method),
+    )
+    if rl["generation_backend"] == "vllm":
+        max_len = int(params["train"]["max_prompt_tokens"]) + int(rl["max_new_tokens"]) + 8
+        kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=max_len,
+                  vllm_gpu_memory_utilization=float(params.get("evaluate", {}).get(
+                      "gpu_memory_utilization", 0.3)), vllm_enable_sleep_mode=False)
+    kw.update(overrides)
+    return GRPOConfig(**kw)
+
+
+def _check_vllm_usable() -> None:
+    """Fail early, with the reason, when TRL's colocated vLLM cannot run here."""
+    from trl.import_utils import is_vllm_available
+
+    if not is_vllm_available():
+        raise RuntimeError("rl.generation_backend is 'vllm' but vLLM is not importable in this "
+                           "environment (install the cpu or gpu extra); use 'transformers'")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")       # GiB (stack.md: default ~21 GiB)
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine
+
+
+def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, records: list[dict],
+                  output_dir: str | os.PathLike, recorder=None, callbacks=(), tokenizer=None,
+                  reward_funcs=None, trainer_kwargs: Mapping | None = None, **config_overrides):
+    """A ready :class:`~hargo.training.grpo.HargoGRPOTrainer` for ``method`` on ``records``.
+
+    ``model_dir``: a complete model folder (the SFT model), loaded in float32 as the policy;
+    with ``rl.lora.enabled`` a fresh LoRA adapter is trained and the reference model is the
+    folder's weights with the adapter switched off. ``reward_funcs`` defaults to
+    ``[TaskReward(RewardConfig.from_params(params["rewards"]))]``. ``trainer_kwargs`` go to the
+    trainer (e.g. TRL's ``rollout_func``); ``config_overrides`` to :func:`build_grpo_config`.
+    """
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from hargo.advantages import HargoConfig
+    from hargo.rewards import RewardConfig, TaskReward
+    from hargo.training.common import load_model, load_tokenizer, lora_config
+    from hargo.training.grpo import HargoGRPOTrainer
+
+    rl = params["rl"]
+    if tokenizer is None:
+        tokenizer = load_tokenizer(model_dir)
+    tokenizer.padding_side = "left"
+    if reward_funcs is None:
+        reward_funcs = [TaskReward(RewardConfig.from_params(params.get("rewards")))]
+    args = build_grpo_config(params, method, output_dir, **config_overrides)
+    if args.use_vllm:
+        _check_vllm_usable()
+    model = load_model(model_dir, dtype="float32",
+                       trust_remote_code=bool(params["model"].get("trust_remote_code", False)))
+    trainer = HargoGRPOTrainer(
+        model=model, reward_funcs=reward_funcs, args=args, train_dataset=to_dataset(records),
+        processing_class=tokenizer, peft_config=lora_config(rl["lora"]), callbacks=list(callbacks),
+        method=method, hargo_config=HargoConfig.from_params(rl), recorder=recorder,
+        **dict(trainer_kwargs or {}))
+    # One concise line per step comes from RLLoggingCallback; drop transformers' dict printer.
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return trainer
+
+
+def _digest_files(paths) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(p.name.encode())
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
+                    data_path: str | os.PathLike) -> dict:
+    """What a checkpoint must agree with to be resumed: the method, the params that shape
+    training (seed, train.*, rewards.*, rl.* except methods/out_dir/save_steps/
+    log_completions_steps) and digests of the SFT model's files and of the train data."""
+    rl = {k: v for k, v in params["rl"].items() if k not in _NON_TRAINING_KEYS}
+    model_files = [p for p in Path(model_dir).iterdir()
+                   if p.is_file() and p.suffix in (".safetensors", ".json", ".bin")]
+    return {"method": method, "seed": params["seed"], "train": params["train"],
+            "rewards": params.get("rewards"), "rl": rl,
+            "model_sha256": _digest_files(model_files),
+            "data_sha256": _digest_files([Path(data_path)])}
+
+
+def _prepare_checkpoint_dir(ckpt_dir: Path, fingerprint: dict, log=print):
+    """Return the checkpoint to resume from (or None), after clearing stale checkpoints."""
+    from hargo.training.grpo import last_checkpoint
+
+    fp_path = ckpt_dir / FINGERPRINT_NAME
+    old = None
+    if fp_path.is_file():
+        try:
+            old = json.loads(fp_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            old = None
+    ckpt = last_checkpoint(ckpt_dir) if old == json.loads(json.dumps(fingerprint)) else None
+    if ckpt is None:
+        if ckpt_dir.exists() and any(ckpt_dir.iterdir()):
+            log(f"[rl] {ckpt_dir}: no resumable checkpoint for these inputs; starting over")
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(fp_path, fingerprint)
+    else:
+        log(f"[rl] resuming from {ckpt}")
+    return ckpt
+
+
+def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
+    """Run the ``rl`` stage for ``method``; returns the summary written to
+    ``metrics/rl/<method>.json``.
+
+    Raises:
+        ParamsError: bad params or unknown method (before any work).
+        FileNotFoundError: the SFT model folder is missing or incomplete.
+        HargoInputError: bad or too few train records.
+        RuntimeError: ``generation_backend: vllm`` where vLLM cannot run.
+    """
+    t_start = time.perf_counter()
+    _check_method(method)
+    validate_params(params)
+    import mlflow
+
+    from hargo import tracking
+    from hargo.training.common import (load_tokenizer, resolve_model_dir, save_merged,
+                                       select_subset, setup_torch)
+    from hargo.training.rl_logging import (RLLoggingCallback, StepRecorder, plot_history,
+                                           summarize_history)
+
+    root = Path(root)
+    rl = params["rl"]
+    model_dir = resolve_model_dir(root / params["sft"]["out_dir"])
+    data_path = root / params["data"]["out_dir"] / "train.jsonl"
+    out_dir = root / rl["out_dir"] / method
+    ckpt_dir = root / CHECKPOINT_ROOT / method
+    metrics_path = root / METRICS_ROOT / f"{method}.json"
+
+    setup_torch(params)
+    tok = load_tokenizer(model_dir)
+    records, skipped = select_subset(load_rl_records(data_path), rl["samples_per_task"],
+                                     int(params["seed"]), tok,
+                                     int(params["train"]["max_prompt_tokens"]))
+    if len(records) < int(rl["prompts_per_step"]):
+        raise HargoInputError(data_path, f"only {len(records)} prompts left for RL after skipping "
+                              f"{sum(skipped.values())} over train.max_prompt_tokens; "
+                              f"rl.prompts_per_step needs {rl['prompts_per_step']}")
+    fingerprint = run_fingerprint(params, method, model_dir, data_path)
+    resume = _prepare_checkpoint_dir(ckpt_dir, fingerprint)
+
+    recorder = StepRecorder(max_table_rows=TABLE_ROWS)
+    callback = RLLoggingCallback(recorder, method, int(rl.get("log_completions_steps", 0) or 0))
+    with tracking.stage_run("rl", params, root=root, extra_tags={"hargo.method": method}):
+        mlflow.log_params({"rl.method": method, "rl.prompts_used": len(records)})
+        t0 = time.perf_counter()
+        trainer = build_trainer(params, method, model_dir, records, ckpt_dir, recorder=recorder,
+                                callbacks=[callback], tokenizer=tok)
+        load_s = time.perf_counter() - t0
+        resumed_step = int(json.loads((resume / "trainer_state.json").read_text())["global_step"]) \
+            if resume is not None else 0
+        print(f"[rl {method}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
+              f"{rl['steps']} steps x {rl['prompts_per_step']} prompts x G={rl['num_generations']}"
+              f", backend {rl['generation_backend']}, bf16 {trainer.args.bf16}"
+              + (f", resuming at step {resumed_step}" if resume else ""), flush=True)
+        t0 = time.perf_counter()
+        trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+        train_s = time.perf_counter() - t0
+        steps_run = int(trainer.state.global_step) - resumed_step
+
+        t0 = time.perf_counter()
+        save_merged(trainer.model, tok, out_dir, dtype=params["model"]["dtype"])
+        save_s = time.perf_counter() - t0
+
+        history = recorder.history
+        summary = summarize_history(history)
+        result = {
+            "method": method, "steps": int(trainer.state.global_step), "max_steps": int(rl["steps"]),
+            "resumed_from_step": resumed_step if resume is not None else None,
+            "steps_this_run": steps_run, "prompts": len(records), "skipped_prompts": skipped,
+            "completions_per_step": int(rl["prompts_per_step"]) * int(rl["num_generations"]),
+            "generation_backend": rl["generation_backend"], "bf16": bool(trainer.args.bf16),
+            "lora": bool(rl["lora"]["enabled"]),
+            "ema_baseline": trainer.ema.value,
+            "rewards": summary.get("rewards", {}),
+            "time": {"total_s": round(time.perf_counter() - t_start, 3),
+                     "load_s": round(load_s, 3), "train_s": round(train_s, 3),
+                     "save_s": round(save_s, 3),
+                     "s_per_step": round(train_s / steps_run, 3) if steps_run else None,
+                     "steps_split_s": {k: round(v, 3) for k, v in summary.get("time", {}).items()}},
+        }
+        atomic_write_json(metrics_path, result)
+        with tempfile.TemporaryDirectory() as tmp:
+            for p in plot_history(history, tmp, title=method):
+                mlflow.log_artifact(str(p), artifact_path="plots")
+        mlflow.log_dict(recorder.state_dict(), "rl_history.json")
+        mlflow.log_artifact(str(metrics_path))
+        final = {f"final/{scope}_reward_mean": float(v["final_reward_mean"])
+                 for scope, v in result["rewards"].items()
+                 if v.get("final_reward_mean") is not None
+                 and not math.isnan(float(v["final_reward_mean"]))}
+        final.update({"time/total_s": result["time"]["total_s"], "time/train_s": train_s})
+        mlflow.log_metrics(final)
+    print(f"[rl {method}] done: {result['steps']} steps, {train_s:.1f}s training, model -> {out_dir}",
+          flush=True)
+    return result

@@ -1,0 +1,410 @@
+"""Per-step, per-task diagnostics of an RL run: collected from the trainer, logged to MLflow,
+printed as one line per step, and drawn as plots at the end.
+
+The trainer (``hargo.training.grpo.HargoGRPOTrainer``) hands the :class:`StepRecorder` the
+gathered per-response values of each step together with each response's task; the task is used
+here, for splitting the diagnostics, and never by the weighting. :class:`RLLoggingCallback` turns
+each finished step into MLflow metrics named ``<scope>/<metric>`` where scope is a task
+(``race_c``, ``race_fortran``, ``mlperf``, ``plp``) or ``all``:
+
+=========================  ================================================================
+metric                     meaning (per step, over that scope's completions)
+=========================  ================================================================
+reward_mean, reward_std    task reward, population std
+accuracy                   share of completions counted correct (:func:`is_correct`)
+completion_length          completion tokens (padding excluded)
+advantage_mean             advantage put into the surrogate (HARGO: ``M_i``)
+weight_mean, weight_max    per-response loss weight ``w_i`` (GRPO family: 1/G)
+confidence_mean            reference confidence ``c_i`` (hargo, hargo_b2)
+ref_logprob_mean           ``l_i``, reference log-prob per token (when the reference ran)
+kl                         k3 KL(policy || reference) per token, averaged per response
+clip_fraction              share of tokens whose ratio was clipped
+zero_variance_groups       share of groups (prompts) whose G rewards were all equal
+n_completions              completions in the scope
+=========================  ================================================================
+
+plus ``ema_baseline`` (``g``), ``time/generation_s`` (sampling the rollouts), ``time/scoring_s``
+(reference/old log-probs, rewards, advantages), ``time/update_s`` (policy forward, backward,
+optimizer step) and ``time/step_s``. TRL's own log values go to MLflow as ``trl/<name>``.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from transformers import TrainerCallback
+
+__all__ = ["PLP_ACCURACY_THRESHOLD", "is_correct", "StepRecorder", "RLLoggingCallback",
+           "plot_history", "summarize_history", "prompt_text", "completion_text"]
+
+#: plp has no exact answer: a completion counts as correct when its reward (MiniLM cosine plus
+#: the format bonus minus the length penalty) reaches this value.
+PLP_ACCURACY_THRESHOLD = 0.5
+#: race and mlperf: correct means the full reward 1.0 (within this tolerance).
+_FULL_REWARD_TOL = 1e-6
+
+
+def is_correct(task: str, reward: float) -> bool:
+    """Accuracy rule: ``plp``: ``reward >= PLP_ACCURACY_THRESHOLD``; every other task (race_c,
+    race_fortran, mlperf): ``reward == 1`` (the reward of an exact/label match)."""
+    if reward is None or (isinstance(reward, float) and math.isnan(reward)):
+        return False
+    if task == "plp":
+        return reward >= PLP_ACCURACY_THRESHOLD
+    return reward >= 1.0 - _FULL_REWARD_TOL
+
+
+def prompt_text(prompt: Any, limit: int = 400) -> str:
+    """The last user message of a conversational prompt (or the prompt string), cut to ``limit``
+    characters with a trailing ``...``."""
+    if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[-1], dict):
+        prompt = prompt[-1].get("content", "")
+    text = prompt if isinstance(prompt, str) else str(prompt)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def completion_text(completion: Any) -> str:
+    """Text of a completion as TRL logs it (a string or ``[{"role": "assistant", ...}]``)."""
+    if isinstance(completion, (list, tuple)) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    return completion if isinstance(completion, str) else str(completion)
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else float("nan")
+
+
+def _std(xs: Sequence[float]) -> float:
+    if not xs:
+        return float("nan")
+    m = _mean(xs)
+    return float(math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs)))
+
+
+class StepRecorder:
+    """Collects the raw per-response values of one RL step and turns them into metrics.
+
+    The trainer calls :meth:`add_generation` once per generated batch (with values gathered from
+    all processes, in TRL's group-major order) and :meth:`add_loss` once per loss micro-batch;
+    :meth:`finish_step` then computes the step's metrics and appends them to :attr:`history`.
+
+    Attributes:
+        history: one dict per finished step: ``{"step": int, "<scope>/<metric>": float, ...}``.
+            Part of the trainer state (saved in checkpoints through :meth:`state_dict`), so plots
+            drawn after a resume cover the whole run.
+    """
+
+    def __init__(self, max_table_rows: int = 64):
+        self.max_table_rows = int(max_table_rows)
+        self.history: list[dict] = []
+        self._gen: list[dict] = []
+        self._loss: list[dict] = []
+        self._last_gen: dict | None = None
+
+    # ----------------------------------------------------------------- collection
+
+    def add_generation(self, *, tasks: Sequence[str], rewards: Sequence[float],
+                       advantages: Sequence[float], weights: Sequence[float],
+                       completion_lengths: Sequence[float], group_size: int,
+                       confidence: Sequence[float] | None = None,
+                       ref_logprob: Sequence[float] | None = None, baseline: float | None = None,
+                       prompts: Sequence[Any] | None = None,
+                       completions: Sequence[Any] | None = None,
+                       generation_s: float = 0.0, scoring_s: float = 0.0) -> None:
+        """Record one generated batch of ``B`` completions (``B`` a multiple of ``group_size``).
+
+        All sequences have length ``B`` and are in TRL's order (the ``group_size`` completions
+        of one prompt are consecutive). ``generation_s``/``scoring_s``: seconds spent sampling and
+        scoring this batch.
+
+        Raises:
+            ValueError: lengths differ or ``B`` is not a multiple of ``group_size``.
+        """
+        B = len(tasks)
+        named = {"rewards": rewards, "advantages": advantages, "weights": weights,
+                 "completion_lengths": completion_lengths, "confidence": confidence,
+                 "ref_logprob": ref_logprob, "prompts": prompts, "completions": completions}
+        for name, seq in named.items():
+            if seq is not None and len(seq) != B:
+                raise ValueError(f"StepRecorder.add_generation: {name} has {len(seq)} values for "
+                                 f"{B} tasks")
+        if group_size < 1 or B % group_size:
+            raise ValueError(f"StepRecorder.add_generation: {B} completions do not form groups of "
+                             f"{group_size}")
+        rec = {"tasks": list(tasks), "group_size": int(group_size), "baseline": baseline,
+               "generation_s": float(generation_s), "scoring_s": float(scoring_s)}
+        for name, seq in named.items():
+            rec[name] = None if seq is None else list(seq)
+        self._gen.append(rec)
+        self._last_gen = rec
+
+    def add_loss(self, *, tasks: Sequence[str], kl: Sequence[float] | None,
+                 clip_fraction: Sequence[float]) -> None:
+        """Record one loss micro-batch: per response, its task, token-averaged KL (None when no
+        reference ran) and clipped-token share."""
+        if len(clip_fraction) != len(tasks) or (kl is not None and len(kl) != len(tasks)):
+            raise ValueError("StepRecorder.add_loss: tasks, kl and clip_fraction differ in length")
+        self._loss.append({"tasks": list(tasks), "kl": None if kl is None else list(kl),
+                           "clip_fraction": list(clip_fraction)})
+
+    # ---------------------------------------------------------------- step metrics
+
+    def finish_step(self, step: int, step_s: float | None = None) -> dict[str, float]:
+        """Metrics of the step just finished (see the module docstring), appended to
+        :attr:`history` and returned. Buffers are cleared. A step without any generation record
+        (e.g. the optimizer step of a resumed, already finished run) gives only ``step``."""
+        metrics: dict[str, float] = {"step": int(step)}
+        gens, losses = self._gen, self._loss
+        self._gen, self._loss = [], []
+        if gens:
+            cat = lambda key: [v for g in gens if g[key] is not None for v in g[key]]  # noqa: E731
+            tasks = cat("tasks")
+            cols = {k: (cat(k) if all(g[k] is not None for g in gens) else None)
+                    for k in ("rewards", "advantages", "weights", "completion_lengths",
+                              "confidence", "ref_logprob")}
+            # groups: (task, [rewards])
+            groups = []
+            for g in gens:
+                G = g["group_size"]
+                for i in range(0, len(g["tasks"]), G):
+                    groups.append((g["tasks"][i], g["rewards"][i:i + G]))
+            scopes = sorted(set(tasks)) + (["all"] if "all" not in tasks else [])
+            for scope in scopes:
+                idx = [i for i, t in enumerate(tasks) if scope == "all" or t == scope]
+                pick = lambda col: [col[i] for i in idx]  # noqa: E731
+                r = pick(cols["rewards"])
+                metrics[f"{scope}/n_completions"] = float(len(idx))
+                metrics[f"{scope}/reward_mean"] = _mean(r)
+                metrics[f"{scope}/reward_std"] = _std(r)
+                metrics[f"{scope}/accuracy"] = _mean([float(is_correct(tasks[i], cols["rewards"][i]))
+                                                      for i in idx])
+                metrics[f"{scope}/completion_length"] = _mean(pick(cols["completion_lengths"]))
+                metrics[f"{scope}/advantage_mean"] = _mean(pick(cols["advantages"]))
+                w = pick(cols["weights"])
+                metrics[f"{scope}/weight_mean"] = _mean(w)
+                metrics[f"{scope}/weight_max"] = float(max(w)) if w else float("nan")
+                if cols["confidence"] is not None:
+                    metrics[f"{scope}/confidence_mean"] = _mean(pick(cols["confidence"]))
+                if cols["ref_logprob"] is not None:
+                    metrics[f"{scope}/ref_logprob_mean"] = _mean(pick(cols["ref_logprob"]))
+                sg = [rs for t, rs in groups if scope == "all" or t == scope]
+                metrics[f"{scope}/zero_variance_groups"] = _mean(
+                    [float(max(rs) == min(rs)) for rs in sg])
+            baselines = [g["baseline"] for g in gens if g["baseline"] is not None]
+            if baselines:
+                metrics["ema_baseline"] = float(baselines[-1])
+            metrics["time/generation_s"] = float(sum(g["generation_s"] for g in gens))
+            metrics["time/scoring_s"] = float(sum(g["scoring_s"] for g in gens))
+        if losses:
+            ltasks = [t for l in losses for t in l["tasks"]]
+            clip = [v for l in losses for v in l["clip_fraction"]]
+            kl = [v for l in losses for v in l["kl"]] if all(l["kl"] is not None for l in losses) \
+                else None
+            for scope in sorted(set(ltasks)) + (["all"] if "all" not in ltasks else []):
+                idx = [i for i, t in enumerate(ltasks) if scope == "all" or t == scope]
+                metrics[f"{scope}/clip_fraction"] = _mean([clip[i] for i in idx])
+                if kl is not None:
+                    metrics[f"{scope}/kl"] = _mean([kl[i] for i in idx])
+        if step_s is not None:
+            metrics["time/step_s"] = float(step_s)
+            if gens:
+                metrics["time/update_s"] = max(0.0, float(step_s) - metrics["time/generation_s"]
+                                               - metrics["time/scoring_s"])
+        self.history.append(metrics)
+        return metrics
+
+    def completion_table(self, step: int, max_rows: int | None = None) -> dict[str, list] | None:
+        """Sample completions of the latest generated batch, whole groups first-come, as columns
+        ``step, task, group, prompt, completion, reward, advantage, weight, confidence`` (up to
+        ``max_rows`` rows, default ``max_table_rows``). None when no texts were recorded."""
+        g = self._last_gen
+        if g is None or g["completions"] is None:
+            return None
+        n = min(len(g["tasks"]), max_rows or self.max_table_rows)
+        G = g["group_size"]
+        conf = g["confidence"]
+        return {
+            "step": [int(step)] * n,
+            "task": g["tasks"][:n],
+            "group": [i // G for i in range(n)],
+            "prompt": [prompt_text(g["prompts"][i]) if g["prompts"] else "" for i in range(n)],
+            "completion": [completion_text(c) for c in g["completions"][:n]],
+            "reward": [float(x) for x in g["rewards"][:n]],
+            "advantage": [float(x) for x in g["advantages"][:n]],
+            "weight": [float(x) for x in g["weights"][:n]],
+            "confidence": [None if conf is None else float(conf[i]) for i in range(n)],
+        }
+
+    # ------------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        """``{"history": [...]}`` (JSON-ready; NaN values become None)."""
+        clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in h.items()}
+                 for h in self.history]
+        return {"history": clean}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :attr:`history` from :meth:`state_dict` output."""
+        hist = state.get("history", [])
+        if not isinstance(hist, list):
+            raise ValueError("StepRecorder.load_state_dict: 'history' must be a list")
+        self.history = [{k: (float("nan") if v is None else v) for k, v in h.items()} for h in hist]
+
+
+def summarize_history(history: Sequence[dict]) -> dict[str, Any]:
+    """Final reward statistics of a run: per scope (task or ``all``), the last step's reward
+    mean/std/accuracy, and the mean reward over all steps; plus the summed time split."""
+    out: dict[str, Any] = {"steps_logged": len(history)}
+    if not history:
+        return out
+    scopes = sorted({k.split("/")[0] for h in history for k in h if k.endswith("/reward_mean")})
+    per = {}
+    for s in scopes:
+        vals = [h[f"{s}/reward_mean"] for h in history
+                if f"{s}/reward_mean" in h and not _isnan(h[f"{s}/reward_mean"])]
+        last = next((h for h in reversed(history) if f"{s}/reward_mean" in h), {})
+        per[s] = {"final_reward_mean": last.get(f"{s}/reward_mean"),
+                  "final_reward_std": last.get(f"{s}/reward_std"),
+                  "final_accuracy": last.get(f"{s}/accuracy"),
+                  "mean_reward_over_steps": _mean(vals) if vals else None,
+                  "first_reward_mean": vals[0] if vals else None}
+    out["rewards"] = {s: {k: (None if _isnan(v) else v) for k, v in d.items()}
+                      for s, d in per.items()}
+    out["time"] = {k.split("/", 1)[1]: float(sum(h.get(k, 0.0) or 0.0 for h in history))
+                   for k in ("time/generation_s", "time/scoring_s", "time/update_s", "time/step_s")}
+    return out
+
+
+def _isnan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def plot_history(history: Sequence[dict], out_dir: str | Path, title: str = "") -> list[Path]:
+    """Draw ``reward_per_task.png`` (reward mean per task over steps) and ``weight_per_task.png``
+    (loss weight mean, solid, and max, dashed, per task) into ``out_dir``; returns the paths.
+    Empty history: no files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not history:
+        return []
+    scopes = sorted({k.split("/")[0] for h in history for k in h if k.endswith("/reward_mean")})
+    paths = []
+
+    def series(key):
+        pts = [(h["step"], h[key]) for h in history if key in h and not _isnan(h[key])]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for s in scopes:
+        x, y = series(f"{s}/reward_mean")
+        ax.plot(x, y, marker="o", label=s, linewidth=2.5 if s == "all" else 1.5)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("mean reward")
+    ax.set_title(f"{title} reward per task".strip())
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = out_dir / "reward_per_task.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, s in enumerate(scopes):
+        color = f"C{i % 10}"
+        x, y = series(f"{s}/weight_mean")
+        ax.plot(x, y, marker="o", color=color, label=f"{s} mean")
+        x, y = series(f"{s}/weight_max")
+        ax.plot(x, y, linestyle="--", color=color, label=f"{s} max")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("per-response loss weight w")
+    ax.set_title(f"{title} loss weight per task".strip())
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    p = out_dir / "weight_per_task.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+    return paths
+
+
+def _active_mlflow():
+    try:
+        import mlflow
+    except ImportError:  # pragma: no cover - mlflow is a dependency
+        return None
+    return mlflow if mlflow.active_run() is not None else None
+
+
+class RLLoggingCallback(TrainerCallback):
+    """Finishes each step in the :class:`StepRecorder`, logs it to the active MLflow run (if any),
+    prints one progress line, and every ``log_completions_steps`` steps logs a completions table
+    as the MLflow artifact ``completions/step_NNNNN.json``.
+
+    Args:
+        recorder: the trainer's recorder.
+        method: RL method name, for the progress line.
+        log_completions_steps: table period in steps (0: never).
+        print_fn: where progress lines go (default ``print``, flushed).
+    """
+
+    def __init__(self, recorder: StepRecorder, method: str, log_completions_steps: int = 0,
+                 print_fn: Callable[[str], None] | None = None):
+        self.recorder = recorder
+        self.method = method
+        self.log_completions_steps = int(log_completions_steps or 0)
+        self.print_fn = print_fn or (lambda s: print(s, flush=True))
+        self._t0: float | None = None
+        self.tables: list[str] = []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step_s = None if self._t0 is None else time.perf_counter() - self._t0
+        m = self.recorder.finish_step(state.global_step, step_s)
+        if not state.is_world_process_zero:
+            return
+        mlflow = _active_mlflow()
+        if mlflow is not None:
+            mlflow.log_metrics({k: float(v) for k, v in m.items()
+                                if k != "step" and not _isnan(v)}, step=state.global_step)
+            if self.log_completions_steps and state.global_step % self.log_completions_steps == 0:
+                table = self.recorder.completion_table(state.global_step)
+                if table is not None:
+                    name = f"completions/step_{state.global_step:05d}.json"
+                    mlflow.log_table(data=table, artifact_file=name)
+                    self.tables.append(name)
+        parts = [f"[rl {self.method}] step {state.global_step}/{state.max_steps}"]
+        if "all/reward_mean" in m:
+            parts.append(f"reward {m['all/reward_mean']:.3f}")
+            parts.append(f"acc {m['all/accuracy']:.2f}")
+            parts.append(f"w_max {m['all/weight_max']:.3f}")
+        if "ema_baseline" in m:
+            parts.append(f"g {m['ema_baseline']:.3f}")
+        if "all/kl" in m:
+            parts.append(f"kl {m['all/kl']:.4f}")
+        for k in ("generation_s", "scoring_s", "update_s"):
+            if f"time/{k}" in m:
+                parts.append(f"{k[:-2]} {m[f'time/{k}']:.1f}s")
+        self.print_fn("  ".join(parts))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        mlflow = _active_mlflow()
+        if mlflow is None:
+            return
+        vals = {f"trl/{k}": float(v) for k, v in logs.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and not _isnan(float(v))
+                and math.isfinite(float(v))}
+        if vals:
+            mlflow.log_metrics(vals, step=state.global_step)

@@ -1,0 +1,103 @@
+"""Crafted RL inputs shared by tests/test_rl.py and tests/test_rl_distributed.py.
+
+A small prepared train split with all four tasks, a params builder for a tiny RL run, and a
+fixed batch of three prompt groups whose completions are given (not sampled), fed through TRL's
+``rollout_func`` hook so that the batch is the same on 1 process or N.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL
+
+TASKS = ("race_c", "race_fortran", "mlperf", "plp")
+
+
+def _rec(i: int, task: str, content: str, answer: str, label=None) -> dict:
+    return {"id": f"{task}-{i:05d}", "task": task,
+            "prompt": [{"role": "user", "content": content}], "answer": answer, "label": label,
+            "alt_answers": [], "source": {"file": "crafted.json", "index": i}}
+
+
+def crafted_records(per_task: int = 2) -> list[dict]:
+    """``per_task`` short prepared records for each of the four tasks (prepared-data schema)."""
+    out = []
+    for i in range(per_task):
+        yes = "yes" if i % 2 == 0 else "no"
+        out.append(_rec(i, "race_c", f"Is there a data race? for (i = 0; i < n; i++) a[i] = "
+                        f"a[i + {i + 1}];", yes, yes))
+        no = "no" if i % 2 == 0 else "yes"
+        out.append(_rec(i, "race_fortran", f"Is there a data race? do i = 1, n\n a(i) = b(i) + {i}"
+                        f"\nend do", no, no))
+        out.append(_rec(i, "mlperf", f"What is the quality target of MLPerf benchmark {i}?",
+                        f"{75 + i}.9%"))
+        out.append(_rec(i, "plp", f"Explain what '#pragma omp parallel for' does ({i}).",
+                        "It splits the loop iterations across the threads of a team."))
+    return out
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def rl_params(base: dict, model_dir, data_dir, **rl) -> dict:
+    """A copy of ``base`` (committed params) set up for a tiny, fast RL run."""
+    p = copy.deepcopy(base)
+    p["sft"]["out_dir"] = str(model_dir)
+    p["data"]["out_dir"] = str(data_dir)
+    p["train"].update(max_prompt_tokens=128, threads=1, gradient_checkpointing=False)
+    p["rl"].update(samples_per_task=1, steps=2, prompts_per_step=4, num_generations=2,
+                   max_new_tokens=4, save_steps=2, log_completions_steps=2, beta=0.02,
+                   generation_backend="transformers", out_dir="models/rl")
+    p["rl"]["lora"]["enabled"] = True
+    p["rl"].update(rl)
+    return p
+
+
+# --------------------------------------------------------------- a fixed batch of 3 groups
+
+#: (record, G=4 completions). Group 0: one correct of four (method.md's worked check);
+#: group 1: mixed mlperf answers; group 2: all correct (no contrast).
+FIXED_GROUPS = [
+    (_rec(100, "race_c", "Is there a data race? for (i = 1; i < n; i++) a[i] = a[i - 1] + 1;",
+          "yes", "yes"), ["yes", "no", "No, there is no race.", "no"]),
+    (_rec(101, "mlperf", "What is the quality target of MLPerf ResNet-50?", "75.9%"),
+     ["75.9%", "The target is 75.9%", "80%", "I do not know"]),
+    (_rec(102, "race_fortran", "Is there a data race? do i = 1, n\n a(i) = 2 * a(i)\nend do",
+          "no", "no"), ["no", "No.", "no", "no race: no"]),
+]
+G_FIXED = 4
+
+
+def fixed_inputs() -> list[dict]:
+    """The 12 per-completion inputs of the fixed batch in TRL's order (each prompt G times)."""
+    return [dict(rec) for rec, comps in FIXED_GROUPS for _ in comps]
+
+
+def fixed_completions() -> list[str]:
+    return [c for _, comps in FIXED_GROUPS for c in comps]
+
+
+def prompt_token_ids(tokenizer, prompt) -> list[int]:
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def completion_token_ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+
+def fixed_rollout(prompts, trainer) -> dict:
+    """TRL ``rollout_func``: the fixed completions, looked up by the global index of each prompt
+    (this process's slice starts at ``process_index * len(prompts)``)."""
+    tok = trainer.processing_class
+    start = trainer.accelerator.process_index * len(prompts)
+    texts = fixed_completions()[start:start + len(prompts)]
+    return {"prompt_ids": [prompt_token_ids(tok, p) for p in prompts],
+            "completion_ids": [completion_token_ids(tok, t) for t in texts],
+            "logprobs": None}

@@ -1,0 +1,375 @@
+"""RL stage on a tiny random Llama: every method runs and logs per-task metrics to MLflow; the
+HARGO trainer's weights equal the pure functions'; the GRPO path equals TRL's stock loss; an
+interrupted run resumes to the same result; bad input fails before training."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, completion_token_ids, crafted_records,
+                        fixed_completions, fixed_inputs, fixed_rollout, prompt_token_ids,
+                        rl_params, write_jsonl)
+
+METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
+PER_TASK_METRICS = ("reward_mean", "reward_std", "accuracy", "completion_length",
+                    "advantage_mean", "weight_mean", "weight_max", "kl", "clip_fraction",
+                    "zero_variance_groups", "n_completions")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("prepared")
+    write_jsonl(d / "train.jsonl", crafted_records(per_task=1))
+    return d
+
+
+@pytest.fixture(scope="module")
+def fixed_params(committed_params, tiny_model_dir, tmp_path_factory):
+    """Params for the fixed 3-group batch (G=4, 12 completions), fp32, beta 0.02."""
+    d = tmp_path_factory.mktemp("fixed")
+    write_jsonl(d / "train.jsonl", [rec for rec, _ in FIXED_GROUPS])
+    p = rl_params(committed_params, tiny_model_dir, d, num_generations=G_FIXED,
+                  prompts_per_step=len(FIXED_GROUPS), max_new_tokens=8)
+    p["train"]["bf16"] = False
+    return p
+
+
+def _fixed_trainer(params, method, tmp_path, **config):
+    from hargo.training.rl import build_trainer
+
+    trainer = build_trainer(params, method, params["sft"]["out_dir"],
+                            [rec for rec, _ in FIXED_GROUPS], tmp_path / f"ckpt-{method}",
+                            trainer_kwargs={"rollout_func": fixed_rollout}, **config)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer
+
+
+def _expected_rewards(params) -> torch.Tensor:
+    from hargo.rewards import RewardConfig, TaskReward
+
+    inputs = fixed_inputs()
+    r = TaskReward(RewardConfig.from_params(params["rewards"]))(
+        completions=fixed_completions(), task=[x["task"] for x in inputs],
+        answer=[x["answer"] for x in inputs], label=[x["label"] for x in inputs])
+    return torch.tensor(r, dtype=torch.float32).reshape(len(FIXED_GROUPS), G_FIXED)
+
+
+@torch.no_grad()
+def _reference_logprob(model_dir, tokenizer, temperature) -> torch.Tensor:
+    """l_i by a plain forward of the reference (the model folder), one sequence at a time:
+    mean over completion tokens of log softmax(logits / T)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    out = []
+    for rec, comps in FIXED_GROUPS:
+        p = prompt_token_ids(tokenizer, rec["prompt"])
+        for text in comps:
+            c = completion_token_ids(tokenizer, text)
+            ids = torch.tensor([p + c])
+            logits = model(input_ids=ids).logits[0, len(p) - 1:-1].float() / temperature
+            lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c)[:, None])[:, 0]
+            out.append(lp.mean())
+    return torch.stack(out).reshape(len(FIXED_GROUPS), G_FIXED)
+
+
+# --------------------------------------------------------------------------- every method
+
+def test_rl_runs_every_method_and_logs_per_task_metrics(committed_params, tiny_model_dir,
+                                                        data_dir, mlflow_uri, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from hargo.training import rl
+
+    G = 2
+    params = rl_params(committed_params, tiny_model_dir, data_dir, steps=2, num_generations=G,
+                       prompts_per_step=4, save_steps=2, log_completions_steps=2)
+    results = {m: rl.run(params, m, root=tmp_path) for m in METHODS}
+
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    exp = client.get_experiment_by_name(params["mlflow"]["experiment"])
+    for method in METHODS:
+        res = results[method]
+        assert res["steps"] == 2 and res["steps_this_run"] == 2
+        assert (tmp_path / "models" / "rl" / method / ".complete").is_file()
+        assert (tmp_path / "models" / "rl" / method / "model.safetensors").is_file()
+        on_disk = json.loads((tmp_path / "metrics" / "rl" / f"{method}.json").read_text())
+        assert on_disk["steps"] == 2 and set(on_disk["time"]) >= {"total_s", "train_s",
+                                                                  "s_per_step", "steps_split_s"}
+        assert set(on_disk["rewards"]) == set(TASKS) | {"all"}
+
+        runs = client.search_runs([exp.experiment_id],
+                                  filter_string=f"tags.`hargo.method` = '{method}'")
+        assert len(runs) == 1, method
+        run = runs[0]
+        assert run.data.tags["hargo.stage"] == "rl" and "mlflow.parentRunId" in run.data.tags
+        assert run.data.params["rl.method"] == method
+        hist = lambda key: client.get_metric_history(run.info.run_id, key)  # noqa: E731
+        for scope in TASKS + ("all",):
+            for m in PER_TASK_METRICS:
+                h = hist(f"{scope}/{m}")
+                assert [x.step for x in h] == [1, 2], (method, scope, m)
+            for x in hist(f"{scope}/weight_mean"):
+                # each group's weights sum to 1 and a task holds whole groups: mean is 1/G
+                assert x.value == pytest.approx(1 / G, abs=1e-6)
+            for x in hist(f"{scope}/weight_max"):
+                if method in ("grpo", "dr_grpo"):
+                    assert x.value == pytest.approx(1 / G, abs=1e-6)
+                else:
+                    assert 1 / G - 1e-6 <= x.value <= 1 + 1e-6
+            for x in hist(f"{scope}/reward_mean"):
+                assert 0.0 <= x.value <= 1.1
+            for x in hist(f"{scope}/accuracy"):
+                assert 0.0 <= x.value <= 1.0
+            for x in hist(f"{scope}/completion_length"):
+                assert 1 <= x.value <= params["rl"]["max_new_tokens"]
+            for x in hist(f"{scope}/kl"):
+                assert x.value >= -1e-7
+            for x in hist(f"{scope}/clip_fraction"):  # one update per rollout: ratio 1, no clip
+                assert x.value == 0.0
+        for task in TASKS:  # one prompt (one group) per task per step
+            assert [x.value for x in hist(f"{task}/n_completions")] == [G, G]
+            assert all(x.value in (0.0, 1.0) for x in hist(f"{task}/zero_variance_groups"))
+        uses_c = method in ("hargo", "hargo_b2")
+        assert bool(hist("all/confidence_mean")) is uses_c
+        assert bool(hist("ema_baseline")) is uses_c
+        if uses_c:
+            assert hist("ema_baseline")[-1].value == pytest.approx(res["ema_baseline"], rel=1e-6)
+            assert all(0.0 < x.value < 1.0 for x in hist("all/confidence_mean"))
+        for key in ("time/generation_s", "time/scoring_s", "time/update_s", "time/step_s"):
+            assert [x.step for x in hist(key)] == [1, 2]
+        assert hist("time/generation_s")[0].value > 0
+        assert hist("trl/loss"), "TRL's own log values are forwarded"
+
+        arts = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+        assert arts == {"plots/reward_per_task.png", "plots/weight_per_task.png"}
+        top = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"rl_history.json", f"{method}.json", "completions"} <= top
+        table_path = client.download_artifacts(run.info.run_id, "completions/step_00002.json",
+                                               str(tmp_path / f"dl-{method}"))
+        table = json.loads(open(table_path).read())
+        cols = table["columns"]
+        rows = [dict(zip(cols, r)) for r in table["data"]]
+        assert {"step", "task", "group", "prompt", "completion", "reward", "advantage",
+                "weight"} <= set(cols)
+        assert len(rows) == 4 * G
+        for g in range(4):
+            assert sum(r["weight"] for r in rows if r["group"] == g) == pytest.approx(1.0, abs=1e-5)
+
+
+# ------------------------------------------------------------- weights = pure functions
+
+@pytest.mark.parametrize("method", ["hargo", "hargo_b1", "hargo_b2"])
+def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_path):
+    """beta = 0: the trainer still computes the reference log-probs HARGO needs."""
+    from hargo.advantages import EMABaseline, HargoConfig, estimate
+
+    params = {**fixed_params, "rl": {**fixed_params["rl"], "beta": 0.0}}
+    trainer = _fixed_trainer(params, method, tmp_path)
+    out = trainer._generate_and_score_completions(fixed_inputs())
+
+    rewards = _expected_rewards(params)
+    assert rewards[0].tolist() == [1.0, 0.0, 0.0, 0.0]   # the worked check's group
+    assert rewards[2].tolist() == [1.0, 1.0, 1.0, 1.0]   # no contrast
+    l = _reference_logprob(params["sft"]["out_dir"], trainer.processing_class,
+                           params["rl"]["temperature"])
+    exp = estimate(method, rewards, l, EMABaseline(params["rl"]["rho"]),
+                   HargoConfig.from_params(params["rl"]))
+    torch.testing.assert_close(out["hargo_weights"], exp.weights.reshape(-1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out["advantages"], exp.advantages.reshape(-1), atol=1e-5, rtol=0)
+    assert out["hargo_weights"][8:].tolist() == [0.25] * 4
+    if method == "hargo_b1":  # method.md worked check: w = (0.5, 1/6, 1/6, 1/6)
+        torch.testing.assert_close(out["hargo_weights"][:4],
+                                   torch.tensor([0.5, 1 / 6, 1 / 6, 1 / 6]), atol=1e-5, rtol=0)
+        assert trainer.ema.value is None   # B1 never touches the reference model
+    else:
+        assert trainer.ema.value == pytest.approx(float(l.mean()), abs=1e-5)
+        assert "ref_per_token_logps" in out
+
+
+# --------------------------------------------------------- GRPO path = TRL's stock loss
+
+def _perturb_lora(model, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+
+
+def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
+    from trl import GRPOTrainer
+
+    from hargo.rewards import RewardConfig, TaskReward
+    from hargo.training.common import load_model, load_tokenizer, lora_config
+    from hargo.training.rl import build_grpo_config, to_dataset
+
+    params = fixed_params
+    tok = load_tokenizer(params["sft"]["out_dir"])
+    tok.padding_side = "left"
+    stock = GRPOTrainer(model=load_model(params["sft"]["out_dir"]),
+                        reward_funcs=[TaskReward(RewardConfig.from_params(params["rewards"]))],
+                        args=build_grpo_config(params, "grpo", tmp_path / "stock"),
+                        train_dataset=to_dataset([rec for rec, _ in FIXED_GROUPS]),
+                        processing_class=tok, peft_config=lora_config(params["rl"]["lora"]),
+                        rollout_func=fixed_rollout)
+    stock.model.train()
+    stock.current_gradient_accumulation_steps = 1
+    ext = _fixed_trainer(params, "grpo", tmp_path)
+    assert stock.loss_type == ext.loss_type == "grpo"
+    losses = {}
+    for name, tr in (("stock", stock), ("ext", ext)):
+        _perturb_lora(tr.model)   # policy != reference: a non-zero KL term
+        inputs = tr._generate_and_score_completions(fixed_inputs())
+        # an "old" policy 0.3 nats away per token: the clipping is active
+        gen = torch.Generator().manual_seed(1)
+        inputs["old_per_token_logps"] = inputs["ref_per_token_logps"] + \
+            0.3 * torch.randn(inputs["ref_per_token_logps"].shape, generator=gen)
+        losses[name] = (tr.compute_loss(tr.model, inputs), inputs)
+    (loss_s, in_s), (loss_e, in_e) = losses["stock"], losses["ext"]
+    torch.testing.assert_close(in_e["advantages"], in_s["advantages"], atol=1e-7, rtol=0)
+    assert abs(loss_s.item() - loss_e.item()) < 1e-6
+    assert abs(loss_s.item()) > 1e-3
+    assert ext._metrics["train"]["clip_ratio/region_mean"][-1] > 0
+
+    # The weighted (HARGO) loss with uniform weights 1/G is TRL's grpo loss.
+    in_e["hargo_weights"] = torch.full_like(in_e["hargo_weights"], 1 / G_FIXED)
+    loss_w = ext._weighted_compute_loss(ext.model, in_e)
+    assert abs(loss_w.item() - loss_s.item()) < 1e-6
+
+    # The weight multiplies the KL term too: zero advantages leave beta * KL, weighted.
+    w = torch.tensor([0.7, 0.1, 0.1, 0.1, 0.4, 0.3, 0.2, 0.1, 0.25, 0.25, 0.25, 0.25])
+    in_e["advantages"] = torch.zeros_like(in_e["advantages"])
+    in_e["hargo_weights"] = w
+    ext._capture_logps = True
+    loss_kl = ext._weighted_compute_loss(ext.model, in_e)
+    ext._capture_logps = False
+    logp = ext._captured_logps
+    d = in_e["ref_per_token_logps"] - logp
+    ratio = torch.exp(logp - in_e["old_per_token_logps"])  # TRL 1.16 use_bias_correction_kl=True
+    mask = in_e["completion_mask"].float()
+    kl_i = ((torch.exp(d) - d - 1) * ratio * mask).sum(1) / mask.sum(1)
+    expected = (w * params["rl"]["beta"] * kl_i).sum() / len(FIXED_GROUPS)
+    assert kl_i.min() > 0
+    assert abs(loss_kl.item() - expected.item()) < 1e-7
+
+
+def test_dr_grpo_uses_trl_dr_grpo_settings(fixed_params, tmp_path):
+    from hargo.training.rl import build_grpo_config
+
+    c = build_grpo_config(fixed_params, "dr_grpo", tmp_path)
+    assert (c.loss_type, c.scale_rewards) == ("dr_grpo", "none")
+    c = build_grpo_config(fixed_params, "hargo", tmp_path)
+    assert (c.loss_type, c.num_generations, c.per_device_train_batch_size) == ("grpo", 4, 12)
+    assert (c.max_completion_length, c.epsilon, c.beta) == (8, 0.2, 0.02)
+
+
+# ------------------------------------------------------------------------------- resume
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, tiny_model_dir,
+                                                              data_dir, mlflow_uri, tmp_path,
+                                                              monkeypatch):
+    """4 steps straight vs 2 steps, interruption right after the step-2 checkpoint, re-run.
+    Tolerance: parameters within 1e-6 (the same float32 ops in the same order), EMA within 1e-9."""
+    from safetensors.torch import load_file
+
+    from hargo.training import rl
+    from hargo.training.grpo import HargoGRPOTrainer, read_hargo_state
+
+    # 1 prompt x G=2 per step, 4 prompts: the interruption falls mid-epoch (data skip path)
+    params = rl_params(committed_params, tiny_model_dir, data_dir, steps=4, save_steps=2,
+                       prompts_per_step=1, num_generations=2, log_completions_steps=0,
+                       learning_rate=5e-3)
+    straight = rl.run(params, "hargo", root=tmp_path / "a")
+
+    original = HargoGRPOTrainer._save_checkpoint
+
+    def save_then_die(self, model, trial):
+        original(self, model, trial)
+        if self.state.global_step == 2:
+            raise _Interrupted()
+
+    monkeypatch.setattr(HargoGRPOTrainer, "_save_checkpoint", save_then_die)
+    with pytest.raises(_Interrupted):
+        rl.run(params, "hargo", root=tmp_path / "b")
+    monkeypatch.setattr(HargoGRPOTrainer, "_save_checkpoint", original)
+    ckpt = tmp_path / "b" / "checkpoints" / "rl" / "hargo" / "checkpoint-2"
+    assert not (tmp_path / "b" / "models" / "rl" / "hargo").exists()   # nothing half-written
+    state2 = read_hargo_state(ckpt)
+    assert state2["global_step"] == 2 and state2["ema"]["value"] is not None
+    assert len(state2["recorder"]["history"]) == 2
+
+    resumed = rl.run(params, "hargo", root=tmp_path / "b")
+    assert resumed["resumed_from_step"] == 2 and resumed["steps_this_run"] == 2
+    assert resumed["steps"] == straight["steps"] == 4
+    assert resumed["ema_baseline"] == pytest.approx(straight["ema_baseline"], abs=1e-9)
+    assert straight["ema_baseline"] != pytest.approx(state2["ema"]["value"], abs=1e-9)
+    assert resumed["rewards"]["all"] == pytest.approx(straight["rewards"]["all"], abs=1e-9)
+    wa = load_file(tmp_path / "a" / "models" / "rl" / "hargo" / "model.safetensors")
+    wb = load_file(tmp_path / "b" / "models" / "rl" / "hargo" / "model.safetensors")
+    w0 = load_file(tiny_model_dir / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= 1e-6
+    assert max((wa[k] - w0[k]).abs().max().item() for k in wa if k in w0) > 1e-4   # it trained
+
+    # A finished run re-run with the same inputs trains nothing and still writes the model.
+    import shutil
+
+    shutil.rmtree(tmp_path / "b" / "models" / "rl" / "hargo")
+    again = rl.run(params, "hargo", root=tmp_path / "b")
+    assert again["steps_this_run"] == 0 and again["resumed_from_step"] == 4
+    assert (tmp_path / "b" / "models" / "rl" / "hargo" / ".complete").is_file()
+
+
+# ---------------------------------------------------------------------------- bad input
+
+def test_bad_params_and_inputs_fail_before_training(committed_params, tiny_model_dir, data_dir,
+                                                    tmp_path):
+    from hargo.io import HargoInputError
+    from hargo.params import ParamsError
+    from hargo.training import rl
+
+    base = rl_params(committed_params, tiny_model_dir, data_dir)
+    with pytest.raises(ParamsError, match="rl.num_generations"):
+        rl.run(rl_params(base, tiny_model_dir, data_dir, num_generations=1), "hargo", root=tmp_path)
+    with pytest.raises(ParamsError, match="rl.alpha"):
+        rl.run(rl_params(base, tiny_model_dir, data_dir, alpha=-0.1), "hargo", root=tmp_path)
+    with pytest.raises(ParamsError, match="unknown method 'ppo'"):
+        rl.run(base, "ppo", root=tmp_path)
+    bad = rl_params(base, tmp_path / "no-such-model", data_dir)
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        rl.run(bad, "grpo", root=tmp_path)
+    recs = crafted_records(1)
+    recs[2]["task"] = "fft"
+    write_jsonl(tmp_path / "bad" / "train.jsonl", recs)
+    with pytest.raises(HargoInputError, match=r"record 2, field 'task'"):
+        rl.run(rl_params(base, tiny_model_dir, tmp_path / "bad"), "grpo", root=tmp_path)
+    assert not (tmp_path / "models").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_reward_of_wrong_length_is_a_clear_error(fixed_params, tmp_path):
+    from hargo.training.rl import build_trainer
+
+    def short_reward(completions, **kwargs):
+        return [0.0] * (len(completions) - 1)
+
+    trainer = build_trainer(fixed_params, "hargo", fixed_params["sft"]["out_dir"],
+                            [rec for rec, _ in FIXED_GROUPS], tmp_path / "ckpt",
+                            reward_funcs=[short_reward],
+                            trainer_kwargs={"rollout_func": fixed_rollout})
+    trainer.model.train()
+    with pytest.raises(ValueError, match="'short_reward' returned 11 rewards, but 12"):
+        trainer._generate_and_score_completions(fixed_inputs())
+
+
+def test_unsupported_trl_option_is_rejected_for_hargo(fixed_params, tmp_path):
+    with pytest.raises(ValueError, match="top_entropy_quantile"):
+        _fixed_trainer(fixed_params, "hargo", tmp_path, top_entropy_quantile=0.5)
