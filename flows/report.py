@@ -8,23 +8,22 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-# Columns shown first when present (the README's headline metrics); any other scalar metric
-# of the evaluated models follows in name order.
-PREFERRED_COLUMNS = ("dr_f1", "plp_similarity", "mlperf_em", "avg_score", "win_rate")
+# The report's columns, in this order, when present: the README's headline metrics, the
+# pooled data-race precision/recall, the wall time of the model's evaluation (seconds).
+REPORT_COLUMNS = ("dr_f1", "dr_precision", "dr_recall", "plp_similarity", "mlperf_em",
+                  "avg_score", "win_rate", "wall_s")
+# metrics/eval.json's entry that describes the evaluation run, not a model.
+RUN_ENTRY = "run"
+SFT = "sft"
 
 
 def per_model_metrics(eval_metrics: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """``metrics/eval.json`` -> ``{model: {metric: value}}`` with scalar numeric metrics only.
-
-    Accepts ``{"models": {model: {...}}}`` or ``{model: {...}}`` at the top level; nested
-    mappings inside a model (per-task breakdowns, confusion counts) are left out of the table.
-    """
-    models = eval_metrics.get("models", eval_metrics)
+    """``metrics/eval.json`` (``{model: {metric: value}, "run": {...}}``, written by
+    ``hargo.evaluation.evaluate``) -> ``{model: {metric: value}}``, scalar numbers only
+    (``None``, strings and nested mappings such as ``dr_confusion`` left out)."""
     out: dict[str, dict[str, float]] = {}
-    if not isinstance(models, Mapping):
-        return out
-    for name, metrics in models.items():
-        if not isinstance(metrics, Mapping):
+    for name, metrics in eval_metrics.items():
+        if name == RUN_ENTRY or not isinstance(metrics, Mapping):
             continue
         row = {k: v for k, v in metrics.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -42,15 +41,15 @@ def _fmt(v: Any) -> str:
 
 
 def metrics_table(eval_metrics: Mapping[str, Any]) -> str:
-    """A markdown table, one row per evaluated model; empty string when there is nothing."""
+    """A markdown table, one row per evaluated model, columns :data:`REPORT_COLUMNS` that any
+    model has (``—`` where a model lacks one, e.g. SFT's win rate); ``""`` when no model."""
     rows = per_model_metrics(eval_metrics)
     if not rows:
         return ""
     present = {k for r in rows.values() for k in r}
-    cols = [c for c in PREFERRED_COLUMNS if c in present] + \
-        sorted(present - set(PREFERRED_COLUMNS))
+    cols = [c for c in REPORT_COLUMNS if c in present]
     lines = ["| model | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
-    for name, r in rows.items():
+    for name, r in sorted(rows.items(), key=lambda kv: kv[0] != SFT):  # SFT, the baseline, first
         lines.append(f"| {name} | " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
     return "\n".join(lines)
 
@@ -79,8 +78,9 @@ def render_report(*, status: str, params_path: str, overrides: Mapping[str, Any]
     out = [f"# hargo pipeline: {status}", ""]
     if failure:
         out += [f"**{failure}**", ""]
-    out += [f"params: `{params_path}`" + (f", overrides: `{dict(overrides)}`" if overrides else ""),
-            ""]
+    out += [f"params: `{params_path}`" + (", overrides:" if overrides else ""), ""]
+    if overrides:
+        out += [f"- `{k}`: `{v!r}`" for k, v in overrides.items()] + [""]
     if steps:
         out += ["## Steps", "", "| step | state |", "|---|---|"]
         out += [f"| {s['step']} | {s['state']} |" for s in steps]

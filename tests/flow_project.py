@@ -57,11 +57,9 @@ def tiny_overrides(model_dir: Path, n: int = 40) -> dict[str, Any]:
         "data.split.eval_fraction": 0.25,
         "model.source": str(model_dir),
         "train.bf16": False,
-        "train.max_prompt_tokens": 256,
         "sft.samples_per_task": 2,
         "sft.max_steps": 1,
         "sft.batch_size": 2,
-        "sft.max_length": 320,
         "rl.methods": ["hargo"],
         "rl.samples_per_task": 1,
         "rl.steps": 1,
@@ -72,5 +70,4 @@ def tiny_overrides(model_dir: Path, n: int = 40) -> dict[str, Any]:
         "evaluate.backend": "transformers",
         "evaluate.samples_per_task": 2,
         "evaluate.max_new_tokens": 4,
-        "evaluate.max_prompt_tokens": 256,
     }

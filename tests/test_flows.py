@@ -242,17 +242,23 @@ def test_is_transient_classification():
 
 # ------------------------------------------------------------------------------- report
 def test_metrics_table_and_report():
-    from flows.report import metrics_table, render_report, run_link
+    from flows.report import metrics_table, per_model_metrics, render_report, run_link
 
-    metrics = {"models": {
-        "sft": {"dr_f1": 0.5, "plp_similarity": 0.25, "n_eval": 8, "per_task": {"x": 1}},
-        "hargo": {"dr_f1": 0.75, "plp_similarity": 0.125, "win_rate": 0.5, "n_eval": 8}}}
+    metrics = {  # the layout hargo.evaluation.evaluate writes (keys sorted)
+        "hargo": {"dr_f1": 0.75, "plp_similarity": 0.125, "win_rate": 0.5, "n": 8,
+                  "wall_s": 10},
+        "run": {"judge": "reward", "n_prompts": 8},
+        "sft": {"dr_f1": 0.5, "plp_similarity": 0.25, "n": 8, "mlperf_em": None,
+                "dr_confusion": {"tp": 1, "fp": 0, "fn": 1, "tn": 2}, "wall_s": 12.5}}
+    assert per_model_metrics(metrics) == {
+        "sft": {"dr_f1": 0.5, "plp_similarity": 0.25, "n": 8, "wall_s": 12.5},
+        "hargo": {"dr_f1": 0.75, "plp_similarity": 0.125, "win_rate": 0.5, "n": 8, "wall_s": 10}}
     assert metrics_table(metrics) == (
-        "| model | dr_f1 | plp_similarity | win_rate | n_eval |\n"
+        "| model | dr_f1 | plp_similarity | win_rate | wall_s |\n"
         "|---|---:|---:|---:|---:|\n"
-        "| sft | 0.5000 | 0.2500 | — | 8 |\n"
-        "| hargo | 0.7500 | 0.1250 | 0.5000 | 8 |")
-    assert metrics_table({}) == ""
+        "| sft | 0.5000 | 0.2500 | — | 12.5000 |\n"
+        "| hargo | 0.7500 | 0.1250 | 0.5000 | 10 |")
+    assert metrics_table({"run": {"n_prompts": 3}}) == ""
     assert run_link("http://mlflow:5000/", "3", "r1") == "http://mlflow:5000/#/experiments/3/runs/r1"
     assert run_link("sqlite:///m.db", "3", "r1") == "http://127.0.0.1:5000/#/experiments/3/runs/r1"
     text = render_report(status="Failed", params_path="params.yaml", overrides={"rl.steps": 1},
@@ -263,6 +269,7 @@ def test_metrics_table_and_report():
     assert "# hargo pipeline: Failed" in text
     assert "**step sft failed: RuntimeError: boom**" in text
     assert "| sft | Failed |" in text and "_no evaluation yet_" in text
+    assert "- `rl.steps`: `1`" in text
     assert "[p9](http://127.0.0.1:5000/#/experiments/3/runs/p9)" in text
     assert "| sft | [r1](http://127.0.0.1:5000/#/experiments/3/runs/r1) | FINISHED |" in text
 
@@ -350,6 +357,14 @@ def _dvc(args: list[str], cwd: Path, env: dict, timeout: int) -> None:
     assert proc.returncode == 0, f"dvc {' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
+TIMINGS = {"wall_s", "load_s", "generate_s", "gen_tokens_per_s"}
+
+
+def _without_timings(doc: dict) -> dict:
+    return {m: {k: v for k, v in e.items() if k not in TIMINGS} if isinstance(e, dict) else e
+            for m, e in doc.items()}
+
+
 @pytest.mark.timeout(900)
 def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_model_dir,
                                          monkeypatch, mlflow_uri):
@@ -381,8 +396,10 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     flow_metrics = json.loads((flow_root / "metrics" / "eval.json").read_text())
 
     models = per_model_metrics(flow_metrics)
-    assert set(models) >= {"sft", "hargo"} or len(models) >= 2, flow_metrics
-    assert models == per_model_metrics(dvc_metrics)
+    assert set(models) == {"sft", "hargo"}, flow_metrics
+    assert models["hargo"]["n"] == models["sft"]["n"] > 0
+    # every metric, count and confusion cell equal; only the timings differ
+    assert _without_timings(flow_metrics) == _without_timings(dvc_metrics)
 
     # MLflow: one experiment; the Prefect parent run and its stage runs marked door=prefect
     client = MlflowClient(tracking_uri=mlflow_uri)
