@@ -58,10 +58,10 @@ def _run_and_check(workdir: Path, params: dict, margin: float) -> dict:
     from transformers import AutoModelForCausalLM
 
     metrics = sft.run(params)
-    # the loss on the fixed set of 8 examples falls by a real margin (random init: ~10.87 nats
-    # ~ ln 49152; measured: full 10.87 -> 8.11, LoRA 10.87 -> 9.97 at step 10)
+    # the loss on the fixed set of 8 examples falls by a real margin (a random init starts near
+    # ln 49152 = 10.80 nats; measured at step 10: full 10.92 -> 8.46, LoRA 10.92 -> 10.01)
     assert metrics["steps"] == 10
-    assert metrics["initial_loss"] == pytest.approx(10.87, abs=0.05)
+    assert metrics["initial_loss"] == pytest.approx(10.80, abs=0.2)
     assert metrics["final_loss"] < metrics["initial_loss"] - margin
     assert metrics["examples"] == 8
     assert metrics["examples_per_task"] == {t: 2 for t in sorted(TASKS)}
@@ -152,3 +152,30 @@ def test_lora_config_and_bf16_flag(committed_params):
     assert common.use_bf16(p) is False
     p["train"]["bf16"] = True
     assert common.use_bf16(p) is common.autocast_bf16_supported()
+
+
+def test_bucketed_order_groups_similar_lengths_in_random_batch_order():
+    import random
+
+    lengths = [5, 50, 6, 51, 7, 52, 8, 53, 100, 9]  # 10 samples, batches of 2, buckets of 2 batches
+    order = sft.bucketed_order(lengths, batch_size=2, bucket_batches=2, rng=random.Random(3))
+    assert sorted(order) == list(range(10))
+    batches = [order[i:i + 2] for i in range(0, 10, 2)]
+    # the shuffled indices are cut into buckets of 4 and sorted: each batch pairs neighbours in
+    # length within its bucket, so a batch's spread is below the overall spread
+    shuffled = list(range(10))
+    random.Random(3).shuffle(shuffled)
+    buckets = [sorted(shuffled[i:i + 4], key=lambda j: lengths[j]) for i in (0, 4, 8)]
+    expected = {tuple(b[k:k + 2]) for b in buckets for k in range(0, len(b), 2)}
+    assert {tuple(b) for b in batches} == expected
+    assert order == sft.bucketed_order(lengths, 2, 2, random.Random(3))
+    assert sft.bucketed_order(lengths, 2, 0, random.Random(3)) == shuffled
+    # an odd count: the one short batch comes last, so loader batches align with ours
+    odd = sft.bucketed_order(lengths[:9], batch_size=2, bucket_batches=2, rng=random.Random(1))
+    assert len(odd) == 9 and sorted(odd) == list(range(9))
+    sampler = sft.LengthBucketSampler(lengths, 2, 2, seed=42)
+    first, second = list(sampler), list(sampler)
+    assert first == sft.bucketed_order(lengths, 2, 2, random.Random("42:0"))
+    assert second == sft.bucketed_order(lengths, 2, 2, random.Random("42:1"))
+    sampler.set_epoch(0)
+    assert list(sampler) == first

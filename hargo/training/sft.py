@@ -15,10 +15,12 @@ start of every RL method) and ``metrics/sft.json``. The trainer logs every step 
 loss curve is logged there as ``sft_loss.png``.
 
 The paper's recipe (2 epochs, lr 2e-5, batch 4, full data) is ``sft.epochs=2 sft.max_steps=-1
-sft.learning_rate=2e-5 sft.batch_size=4 sft.samples_per_task=null`` (params-paper.yaml).
+sft.learning_rate=2e-5 sft.batch_size=4 sft.samples_per_task=null sft.lora.enabled=false``
+(scripts/paper_recipe.sh).
 """
 from __future__ import annotations
 
+import random
 import resource
 import shutil
 import sys
@@ -62,13 +64,14 @@ def to_prompt_completion(records: Sequence[dict]) -> list[dict]:
              "completion": [{"role": "assistant", "content": r["answer"]}]} for r in records]
 
 
-def sft_config(params: Mapping, output_dir: str | Path):
+def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str] = ("mlflow",)):
     """The ``trl.SFTConfig`` expressing ``params.sft`` / ``params.train``.
 
     TRL's own defaults that differ from what we mean are set explicitly: ``bf16`` (TRL: True) is
     :func:`hargo.training.common.use_bf16`, ``gradient_checkpointing`` (TRL: True) is
     ``train.gradient_checkpointing``, ``logging_steps`` (TRL: 10) is 1. No checkpoints are
-    saved (the stage is short; its output is the merged model), no evaluation.
+    saved (the stage is short; its output is the merged model), no evaluation. ``report_to``:
+    the trainer's trackers (the stage: MLflow; the benchmark: none).
     """
     import torch
     from trl import SFTConfig
@@ -89,9 +92,75 @@ def sft_config(params: Mapping, output_dir: str | Path):
         gradient_checkpointing=gc,
         gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
         logging_steps=1, logging_first_step=True, disable_tqdm=False,
-        save_strategy="no", eval_strategy="no", report_to=["mlflow"], run_name="sft",
+        save_strategy="no", eval_strategy="no", report_to=list(report_to) or "none", run_name="sft",
         dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available(),
     )
+
+
+def bucketed_order(lengths: Sequence[int], batch_size: int, bucket_batches: int,
+                   rng: random.Random) -> list[int]:
+    """A seeded sample order whose consecutive ``batch_size`` slices are batches of similar
+    length (less padding), still in random order.
+
+    Shuffle all indices; cut them into buckets of ``bucket_batches * batch_size``; sort each
+    bucket by length and cut it into batches; shuffle the full batches and put the one short
+    batch (if any) last, so the data loader's batches are exactly these. ``bucket_batches <= 1``
+    gives a plain shuffle. With the split's length mix, 8 batches per bucket raised the share of
+    real (non-padding) tokens in a batch of 4 from ~60% to ~90%.
+    """
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    if bucket_batches <= 1:
+        return order
+    size = bucket_batches * batch_size
+    batches: list[list[int]] = []
+    for start in range(0, len(order), size):
+        bucket = sorted(order[start:start + size], key=lambda i: lengths[i])
+        batches += [bucket[k:k + batch_size] for k in range(0, len(bucket), batch_size)]
+    full = [b for b in batches if len(b) == batch_size]
+    rng.shuffle(full)
+    return [i for b in full + [b for b in batches if len(b) < batch_size] for i in b]
+
+
+class LengthBucketSampler:
+    """Torch sampler yielding :func:`bucketed_order`, reseeded per epoch with
+    ``random.Random(f"{seed}:{epoch}")`` (the epoch advances on each iteration, or is set by
+    ``set_epoch``). Single process (the SFT stage runs on one)."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, bucket_batches: int, seed: int):
+        self.lengths, self.batch_size = list(lengths), batch_size
+        self.bucket_batches, self.seed, self.epoch = bucket_batches, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        rng = random.Random(f"{self.seed}:{self.epoch}")
+        self.epoch += 1
+        return iter(bucketed_order(self.lengths, self.batch_size, self.bucket_batches, rng))
+
+
+def _bucketed_trainer_class():
+    from trl import SFTTrainer
+
+    class BucketedSFTTrainer(SFTTrainer):
+        """TRL's SFTTrainer drawing training batches from :class:`LengthBucketSampler`
+        (overrides ``transformers.Trainer._get_train_sampler``, transformers 5.19)."""
+
+        bucket_batches: int = 0
+
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = train_dataset if train_dataset is not None else self.train_dataset
+            if self.bucket_batches <= 1 or self.args.world_size > 1:
+                return super()._get_train_sampler(train_dataset)
+            return LengthBucketSampler([len(x) for x in dataset["input_ids"]],
+                                       self.args.per_device_train_batch_size,
+                                       self.bucket_batches, self.args.seed)
+
+    return BucketedSFTTrainer
 
 
 def loss_curve(log_history: Sequence[Mapping]) -> list[tuple[int, float]]:
@@ -127,17 +196,17 @@ def peak_rss_mb() -> float:
 
 
 def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
-          out_dir: str | Path | None) -> dict[str, Any]:
+          out_dir: str | Path | None, report_to: Sequence[str] = ("mlflow",)) -> dict[str, Any]:
     """Fine-tune the model in ``model_dir`` on ``records`` (already selected) with TRL.
 
-    Logs into the active MLflow run when there is one (otherwise the trainer's callback opens its
-    own). Writes the merged model to ``out_dir`` unless it is None (the benchmark). Returns the
+    With ``report_to=("mlflow",)`` it logs into the active MLflow run (otherwise the trainer's
+    callback opens its own); ``report_to=()`` logs nowhere. Writes the merged model to ``out_dir`` unless it is None (the benchmark). Returns the
     metrics dict: ``initial_loss``, ``final_loss`` (first/last logged step's train loss),
-    ``steps``, ``train_seconds``, ``tokens`` (prompt + completion tokens processed, padding
+    ``steps``, ``train_seconds`` (wall), ``train_cpu_seconds`` (CPU time of the process: with one
+    thread, the wall time it would take on an otherwise idle machine), ``tokens`` (prompt + completion tokens processed, padding
     excluded), ``tokens_per_s``, ``truncated``, ``examples``, ``trainable_parameters``,
     ``bf16``, ``peak_rss_mb``, ``loss_curve``.
     """
-    from trl import SFTTrainer
     from datasets import Dataset
 
     common.setup_torch(params)
@@ -147,15 +216,17 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
     dataset = Dataset.from_list(to_prompt_completion(records))
     work = Path(tempfile.mkdtemp(prefix="hargo-sft-"))
     try:
-        args = sft_config(params, work / "trainer")
-        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                             peft_config=common.lora_config(params["sft"]["lora"]))
+        args = sft_config(params, work / "trainer", report_to)
+        trainer = _bucketed_trainer_class()(
+            model=model, args=args, train_dataset=dataset, processing_class=tok,
+            peft_config=common.lora_config(params["sft"]["lora"]))
+        trainer.bucket_batches = int(params["sft"]["length_bucket_batches"])  # read by the sampler
         max_length = int(params["sft"]["max_length"])
         truncated = sum(1 for ids in trainer.train_dataset["input_ids"] if len(ids) >= max_length)
         counts = common.describe(trainer.model)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = trainer.train()
-        seconds = time.perf_counter() - t0
+        seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
         curve = loss_curve(trainer.state.log_history)
         # TRL logs the running count of non-padding tokens seen as `num_tokens`
         tokens = int(max((e.get("num_tokens", 0) for e in trainer.state.log_history), default=0))
@@ -165,6 +236,7 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
             "mean_train_loss": float(out.training_loss),
             "steps": int(trainer.state.global_step),
             "train_seconds": round(seconds, 2),
+            "train_cpu_seconds": round(cpu_seconds, 2),
             "tokens": tokens,
             "tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else None,
             "examples": len(records),

@@ -1,0 +1,135 @@
+"""Training throughput on the real SmolLM2-135M-Instruct with the committed params.
+
+    .venv/bin/python benchmarks/bench_training.py [--steps 6] [--only sft] [--params params.yaml]
+
+Each benchmark runs in its own fresh Python process (so ``ru_maxrss``, the peak resident memory,
+is that benchmark's own) and returns one table row; the rows are printed as a Markdown table
+(the README carries the latest). Benchmarks register in ``BENCHMARKS``: ``name -> function(params,
+base_dir, train_path, steps) -> dict``.
+
+- ``sft``: TRL SFTTrainer with the committed ``sft.*`` / ``train.*`` params (LoRA or full, bf16
+  if the CPU has native bf16) on the committed subset of ``data/prepared/train.jsonl``, for
+  ``--steps`` optimizer steps. tokens/s counts non-padding prompt + completion tokens through
+  forward, backward and optimizer step, over the training loop's wall time.
+
+The real model folder is converted once from the embedded GGUF into ``--cache``
+(default ``/tmp/hargo-bench``) and reused.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def real_base_dir(cache: Path) -> Path:
+    """The converted real SmolLM2 folder under ``cache`` (converted on first use)."""
+    from hargo.io import atomic_dir
+    from hargo.models import smollm2
+
+    out = cache / "smollm2-base"
+    if not (out / ".complete").exists():
+        with atomic_dir(out) as tmp:
+            smollm2.convert(tmp, dtype="float32")
+    return out
+
+
+def bench_sft(params: Mapping, base_dir: Path, train_path: Path, steps: int) -> dict[str, Any]:
+    """SFT tokens/s, s/step and peak memory for ``steps`` steps with the committed params."""
+    from hargo.io import read_jsonl
+    from hargo.training import common, sft
+
+    p = copy.deepcopy(dict(params))
+    p["sft"]["max_steps"] = steps
+    tok = common.load_tokenizer(base_dir)
+    subset, skipped = common.select_subset(read_jsonl(train_path), p["sft"]["samples_per_task"],
+                                           int(p["seed"]), tok, int(p["train"]["max_prompt_tokens"]))
+    m = sft.train(p, base_dir, subset, out_dir=None, report_to=())
+    s = p["sft"]
+    return {
+        "benchmark": "SFT step (fwd+bwd+opt)",
+        "mode": f"LoRA r={s['lora']['r']}" if s["lora"]["enabled"] else "full",
+        "batch": f"{s['batch_size']}x{s['grad_accum']}",
+        "bf16": m["bf16"], "threads": p["train"]["threads"],
+        "steps": m["steps"],
+        "s/step": round(m["train_seconds"] / max(m["steps"], 1), 2),
+        "cpu s/step": round(m["train_cpu_seconds"] / max(m["steps"], 1), 2),
+        "tokens/s": m["tokens_per_s"],
+        "gen tokens/s": "-",
+        "peak RSS MiB": m["peak_rss_mb"],
+        "loss first->last": f"{m['initial_loss']:.3f}->{m['final_loss']:.3f}",
+    }
+
+
+BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {"sft": bench_sft}
+
+
+def print_table(rows: list[dict[str, Any]]) -> str:
+    """Print ``rows`` as one Markdown table (columns: the union of keys, in first-seen order)."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def _run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run benchmark ``name`` in a fresh process; returns its row (its last stdout line, JSON)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", name, "--steps",
+           str(args.steps), "--params", str(args.params), "--cache", str(args.cache),
+           "--train", str(args.train)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        return {"benchmark": name, "error": f"exit {proc.returncode}"}
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    row["process s"] = round(time.perf_counter() - t0, 1)
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    ap.add_argument("--train", type=Path, default=None,
+                    help="prepared train split (default: <data.out_dir>/train.jsonl)")
+    ap.add_argument("--steps", type=int, default=6, help="optimizer steps per benchmark")
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/hargo-bench"))
+    ap.add_argument("--only", action="append", choices=sorted(BENCHMARKS), default=None)
+    ap.add_argument("--one", choices=sorted(BENCHMARKS), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from hargo.params import load_params
+
+    params = load_params(args.params)
+    if args.train is None:
+        args.train = ROOT / params["data"]["out_dir"] / "train.jsonl"
+    if args.one:
+        from hargo.training import common
+
+        common.setup_torch(params)
+        row = BENCHMARKS[args.one](params, real_base_dir(args.cache), args.train, args.steps)
+        sys.stdout.flush()
+        print("\n" + json.dumps(row))
+        return
+    real_base_dir(args.cache)  # convert once, outside the timed processes
+    rows = [_run_one(name, args) for name in (args.only or list(BENCHMARKS))]
+    print()
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
