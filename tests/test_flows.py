@@ -259,7 +259,8 @@ def test_metrics_table_and_report():
         "| sft | 0.5000 | 0.2500 | — | 12.5000 |\n"
         "| hargo | 0.7500 | 0.1250 | 0.5000 | 10 |")
     assert metrics_table({"run": {"n_prompts": 3}}) == ""
-    assert run_link("http://mlflow:5000/", "3", "r1") == "http://mlflow:5000/#/experiments/3/runs/r1"
+    assert run_link("http://mlflow:5000/", "3", "r1") == \
+        "http://mlflow:5000/#/experiments/3/runs/r1"
     assert run_link("sqlite:///m.db", "3", "r1") == "http://127.0.0.1:5000/#/experiments/3/runs/r1"
     text = render_report(status="Failed", params_path="params.yaml", overrides={"rl.steps": 1},
                          tracking_uri="sqlite:///m.db", experiment_id="3", parent_run_id="p9",
@@ -354,7 +355,8 @@ def test_transient_failures_are_retried_others_are_not(harness, project, monkeyp
 def _dvc(args: list[str], cwd: Path, env: dict, timeout: int) -> None:
     proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"dvc {' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, \
+        f"dvc {' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
 TIMINGS = {"wall_s", "load_s", "generate_s", "gen_tokens_per_s"}
@@ -376,6 +378,7 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
 
     from flows.pipeline import REPORT_KEY, hargo_pipeline
     from flows.report import per_model_metrics
+    from hargo.io import read_jsonl
 
     overrides = tiny_overrides(tiny_model_dir, N_RAW)
     # the DVC door: overrides written into params.yaml (as `dvc exp run -S` does)
@@ -400,6 +403,13 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     assert models["hargo"]["n"] == models["sft"]["n"] > 0
     # every metric, count and confusion cell equal; only the timings differ
     assert _without_timings(flow_metrics) == _without_timings(dvc_metrics)
+    # and the models wrote the same completions for the same prompts
+    def completions(root: Path, name: str) -> list[tuple[str, str]]:
+        return [(r["id"], r["completion"])
+                for r in read_jsonl(root / "data" / "eval" / f"{name}.jsonl")]
+
+    for name in models:
+        assert completions(flow_root, name) == completions(dvc_root, name) != []
 
     # MLflow: one experiment; the Prefect parent run and its stage runs marked door=prefect
     client = MlflowClient(tracking_uri=mlflow_uri)
@@ -413,8 +423,9 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
                                   f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
     assert children and all(r.data.tags["hargo.door"] == "prefect" for r in children)
     dvc_runs = client.search_runs([exp.experiment_id], "tags.`hargo.door` = 'dvc'")
-    assert {r.data.tags.get("hargo.stage") for r in children} == \
-        {r.data.tags.get("hargo.stage") for r in dvc_runs if r.data.tags.get("hargo.kind") == "stage"}
+    dvc_stages = {r.data.tags.get("hargo.stage") for r in dvc_runs
+                  if r.data.tags.get("hargo.kind") == "stage"}
+    assert {r.data.tags.get("hargo.stage") for r in children} == dvc_stages
 
     # the report artifact: the metrics table and the MLflow runs
     with get_client(sync_client=True) as pc:
