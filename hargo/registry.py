@@ -1,0 +1,396 @@
+"""The ``register`` stage: evaluated RL models into the MLflow model registry, with a gate that
+decides whether the ``champion`` alias moves.
+
+For each method of ``rl.methods`` (in that order) the merged model folder
+``rl.out_dir/<method>`` is logged to the stage's MLflow run as a transformers model
+(``mlflow.transformers.log_model`` from the folder path, task ``text-generation``, explicit
+``pip_requirements`` so MLflow skips its ~9 s requirement inference), with the method's eval
+metrics (linked to the logged model), the params, and the data version, git commit and pipeline
+key as tags; it is registered as a new version of ``register.model_name`` and gets the alias
+``candidate`` (with several methods the alias ends on the last one; every version keeps its
+``hargo.method`` tag).
+
+The gate (:func:`gate`): a candidate beats a reference when, on every metric of
+``register.gate_metrics`` (all higher-is-better, from ``metrics/eval.json``), it is no worse than
+the reference minus ``register.tolerance``, and on at least one it is strictly better. The
+reference is the current ``champion`` (its metrics are read from its version's
+``hargo.metric.<name>`` tags); with no champion yet, the SFT model's metrics from the same
+``metrics/eval.json`` (SFT's ``win_rate`` against itself is 0.5). Candidates are judged in
+``rl.methods`` order, and a candidate that passes becomes the reference for the next: the
+champion ends on the last one that beat everything before it. The decision and its reason are
+set as tags on each version (``hargo.gate``, ``hargo.gate_reason``, ``hargo.gate_reference``),
+on the run, and written to ``metrics/register.json``.
+
+Failure handling: every check (metrics present for SFT and each method, gate metrics known and
+numeric, model folders complete, the store usable, the current champion's metrics readable)
+runs before anything is registered. If logging, registering or moving an alias fails midway,
+the versions created by this run are deleted (and the registered model too when this run
+created it) and the champion alias is put back: nothing partial stays registered.
+"""
+from __future__ import annotations
+
+import json
+import math
+from importlib import metadata
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
+
+__all__ = ["GATE_METRICS", "REGISTER_FILE", "CANDIDATE", "CHAMPION", "METRIC_TAG", "gate",
+           "check_gate_params", "read_eval_metrics", "run", "load_registered", "ask"]
+
+# Metrics of metrics/eval.json that can gate the champion: all are higher-is-better.
+GATE_METRICS = ("dr_f1", "dr_precision", "dr_recall", "dr_f1_race_c", "dr_f1_race_fortran",
+                "plp_similarity", "mlperf_em", "avg_score", "win_rate", "accuracy_race_c",
+                "accuracy_race_fortran", "accuracy_mlperf", "accuracy_plp")
+REGISTER_FILE = "metrics/register.json"
+EVAL_FILE = "metrics/eval.json"
+CANDIDATE = "candidate"
+CHAMPION = "champion"
+METRIC_TAG = "hargo.metric."
+SFT = "sft"
+SFT_WIN_RATE = 0.5  # SFT against itself: all ties
+
+
+def gate(candidate: Mapping[str, float], reference: Mapping[str, float],
+         gate_metrics: Sequence[str], tolerance: float) -> tuple[bool, str]:
+    """Does ``candidate`` beat ``reference``?
+
+    Rule: ``candidate[g] >= reference[g] - tolerance`` for every ``g`` in ``gate_metrics``, and
+    ``candidate[g] > reference[g]`` for at least one ``g``.
+
+    Returns:
+        ``(passed, reason)``; the reason lists each metric as ``name cand vs ref (+delta)`` and
+        says which rule decided.
+
+    Raises:
+        KeyError: a gate metric is missing from either mapping (callers check first).
+    """
+    worse, better, parts = [], [], []
+    for g in gate_metrics:
+        c, r = float(candidate[g]), float(reference[g])
+        d = c - r
+        parts.append(f"{g} {c:.4f} vs {r:.4f} ({d:+.4f})")
+        if c < r - tolerance:
+            worse.append(g)
+        elif c > r:
+            better.append(g)
+    detail = "; ".join(parts)
+    if worse:
+        return False, (f"worse than the reference by more than the tolerance {tolerance:g} on "
+                       f"{', '.join(worse)}: {detail}")
+    if not better:
+        return False, f"not strictly better on any gate metric: {detail}"
+    return True, f"better on {', '.join(better)}, none worse beyond {tolerance:g}: {detail}"
+
+
+def check_gate_params(params_register: Mapping) -> tuple[str, list[str], float]:
+    """``(model_name, gate_metrics, tolerance)`` from params.yaml ``register``.
+
+    Raises:
+        ValueError: empty model name, unknown gate metric (names it and the valid ones), a
+            negative or non-numeric tolerance.
+    """
+    name = params_register.get("model_name")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"register.model_name: expected a non-empty name, got {name!r}")
+    gates = params_register.get("gate_metrics")
+    if not isinstance(gates, list) or not gates:
+        raise ValueError(f"register.gate_metrics: expected a non-empty list, got {gates!r}")
+    for g in gates:
+        if g not in GATE_METRICS:
+            raise ValueError(f"register.gate_metrics: unknown gate metric {g!r}; valid "
+                             f"(higher is better): {', '.join(GATE_METRICS)}")
+    tol = params_register.get("tolerance", 0.0)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or math.isnan(tol) or tol < 0:
+        raise ValueError(f"register.tolerance: expected a number >= 0, got {tol!r}")
+    return name, list(gates), float(tol)
+
+
+def _numeric(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def read_eval_metrics(path: str | Path, models: Sequence[str], gate_metrics: Sequence[str]) -> dict:
+    """The eval metrics of ``models`` from ``metrics/eval.json``, checked.
+
+    Returns ``{model: {metric: value}}`` (SFT gets ``win_rate`` 0.5 when absent).
+
+    Raises:
+        FileNotFoundError: no eval metrics (run the evaluate stage).
+        HargoInputError: not JSON, a model missing, or a gate metric missing or not a number for
+            a model (names the file and ``<model>.<metric>``).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run the evaluate stage first (hargo evaluate)")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise HargoInputError(path, f"not valid JSON: {e}") from None
+    out = {}
+    for m in models:
+        entry = doc.get(m) if isinstance(doc, dict) else None
+        if not isinstance(entry, dict):
+            raise HargoInputError(path, f"no metrics for model {m!r} (models present: "
+                                  f"{sorted(k for k in doc if k != 'run')}); re-run hargo "
+                                  "evaluate with the same rl.methods", field=m)
+        entry = dict(entry)
+        if m == SFT:
+            entry.setdefault("win_rate", SFT_WIN_RATE)
+        for g in gate_metrics:
+            if not _numeric(entry.get(g)):
+                raise HargoInputError(path, f"model {m!r} has no numeric gate metric {g!r} "
+                                      f"(got {entry.get(g)!r})", field=f"{m}.{g}")
+        out[m] = entry
+    return out
+
+
+def _pip_requirements() -> list[str]:
+    reqs = []
+    for pkg in ("transformers", "torch", "accelerate", "safetensors"):
+        try:
+            reqs.append(f"{pkg}=={metadata.version(pkg).split('+')[0]}")
+        except metadata.PackageNotFoundError:
+            reqs.append(pkg)
+    return reqs
+
+
+def _not_found(e) -> bool:
+    return getattr(e, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
+
+
+def _champion(client, name: str):
+    """The version holding ``@champion``, or None (no registered model or no alias yet)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException as e:
+        if _not_found(e):
+            return None
+        raise RuntimeError(f"MLflow registry: cannot read {name}@{CHAMPION}: {e}") from e
+
+
+def _version_metrics(mv, gate_metrics: Sequence[str], name: str) -> dict[str, float]:
+    out = {}
+    for g in gate_metrics:
+        v = mv.tags.get(METRIC_TAG + g)
+        try:
+            out[g] = float(v)
+        except (TypeError, ValueError):
+            raise RuntimeError(f"{name} version {mv.version} ({CHAMPION}) has no recorded "
+                               f"{METRIC_TAG}{g} tag, so the gate cannot compare with it; "
+                               "remove the gate metric or move the champion alias by hand") \
+                from None
+    return out
+
+
+def _metric_tags(entry: Mapping) -> dict[str, str]:
+    return {METRIC_TAG + k: repr(float(v)) for k, v in entry.items() if _numeric(v)}
+
+
+def run(params: dict, root: str | Path = ".") -> dict:
+    """Run the register stage (see the module docstring).
+
+    Args:
+        params: the loaded params.yaml (``register``, ``rl.methods``, ``rl.out_dir``,
+            ``mlflow``, ``seed``).
+        root: the repository root that relative paths start from.
+
+    Returns:
+        The ``metrics/register.json`` document: ``model_name``, ``gate_metrics``, ``tolerance``,
+        ``previous_champion``, ``versions`` (per method: version, gate, reason, reference),
+        ``candidate``, ``champion`` (``moved``), ``decision``, ``run_id``.
+
+    Raises:
+        ValueError: bad ``register`` params (unknown gate metric, ...).
+        FileNotFoundError: no ``metrics/eval.json``, or a model folder missing/half-written.
+        HargoInputError: metrics missing for a model or gate metric.
+        RuntimeError: the MLflow store cannot be used or written (nothing stays registered and
+            no alias moves), or the champion's metrics cannot be read.
+    """
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from hargo import tracking
+
+    root = Path(root)
+    name, gates, tol = check_gate_params(params["register"])
+    methods = list(params["rl"]["methods"])
+    metrics = read_eval_metrics(root / EVAL_FILE, [SFT, *methods], gates)
+    dirs = {m: require_complete_dir(root / params["rl"]["out_dir"] / m, f"model folder of '{m}'")
+            for m in methods}
+    uri = tracking.tracking_uri(root)
+    try:
+        tracking.setup(params, root)
+        tracking.parent_run_id(params, root)  # the first write: fails here on a read-only store
+    except Exception as e:  # e.g. the store's folder cannot be created
+        if isinstance(e, RuntimeError):
+            raise
+        raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
+    client = MlflowClient()
+    old = _champion(client, name)
+    if old is not None:
+        reference, ref_label = _version_metrics(old, gates, name), \
+            f"{CHAMPION} v{old.version} ({old.tags.get('hargo.method', '?')})"
+    else:
+        reference, ref_label = {g: metrics[SFT][g] for g in gates}, SFT
+    common = tracking.common_tags(params, root)
+    key = tracking.pipeline_key(params, root)
+    judge = _eval_judge(root / EVAL_FILE)
+
+    with tracking.stage_run("register", params, root) as mlrun:
+        run_id = mlrun.info.run_id
+        created: list[tuple[str, object]] = []
+        made_model = False
+        moved_champion = False
+        try:
+            try:
+                client.get_registered_model(name)
+            except Exception as e:
+                if not _not_found(e):
+                    raise
+                client.create_registered_model(
+                    name, description="hargo: RL post-trained models on the HPC-GPT tasks; "
+                    "@champion passed the register gate, @candidate is the newest version")
+                made_model = True
+            for m in methods:
+                entry = metrics[m]
+                info = mlflow.transformers.log_model(
+                    transformers_model=str(dirs[m]), name=f"model-{m}", task="text-generation",
+                    pip_requirements=_pip_requirements(),
+                    params={k: str(v)[:500] for k, v in tracking.flatten(
+                        {"seed": params.get("seed"), "rl": params["rl"],
+                         "sft": params.get("sft", {}), "evaluate": params.get("evaluate", {}),
+                         "rewards": params.get("rewards", {})}).items()},
+                    tags={"hargo.method": m, **common})
+                mlflow.log_metrics({k: float(v) for k, v in entry.items() if _numeric(v)},
+                                   model_id=info.model_id)
+                tags = {"hargo.method": m, "hargo.run_id": run_id, "hargo.pipeline_key": key,
+                        "hargo.judge": judge, **common, **_metric_tags(entry)}
+                mv = mlflow.register_model(info.model_uri, name, tags=tags)
+                created.append((m, mv))
+
+            versions, ref, new_champ = [], dict(reference), None
+            ref_now = ref_label
+            for m, mv in created:
+                passed, reason = gate(metrics[m], ref, gates, tol)
+                versions.append({"method": m, "version": str(mv.version),
+                                 "gate": "passed" if passed else "failed",
+                                 "reference": ref_now, "reason": reason,
+                                 "metrics": {g: metrics[m][g] for g in gates}})
+                for k, v in (("hargo.gate", "passed" if passed else "failed"),
+                             ("hargo.gate_reason", reason), ("hargo.gate_reference", ref_now)):
+                    client.set_model_version_tag(name, mv.version, k, v)
+                if passed:
+                    ref, new_champ = {g: float(metrics[m][g]) for g in gates}, (m, mv)
+                    ref_now = f"candidate v{mv.version} ({m})"
+            for m, mv in created:
+                client.set_registered_model_alias(name, CANDIDATE, mv.version)
+            if new_champ is not None:
+                moved_champion = True
+                client.set_registered_model_alias(name, CHAMPION, new_champ[1].version)
+                decision = (f"{CHAMPION} moved to v{new_champ[1].version} ({new_champ[0]}) "
+                            f"from {ref_label}")
+            else:
+                decision = (f"{CHAMPION} stays "
+                            + (f"v{old.version} ({old.tags.get('hargo.method', '?')})"
+                               if old is not None else "unset (no candidate beat sft)"))
+            last_m, last_mv = created[-1]
+            doc = {
+                "model_name": name, "gate_metrics": gates, "tolerance": tol,
+                "run_id": run_id, "judge": judge,
+                "previous_champion": None if old is None else
+                {"version": str(old.version), "method": old.tags.get("hargo.method")},
+                "versions": versions,
+                "candidate": {"version": str(last_mv.version), "method": last_m},
+                "champion": ({"version": str(new_champ[1].version), "method": new_champ[0],
+                              "moved": True} if new_champ else
+                             ({"version": str(old.version), "method": old.tags.get("hargo.method"),
+                               "moved": False} if old is not None else None)),
+                "decision": decision,
+            }
+            mlflow.set_tags({"hargo.register_decision": decision,
+                             "hargo.champion_version": doc["champion"]["version"]
+                             if doc["champion"] else "none"})
+            mlflow.log_dict(doc, "register/register.json")
+            atomic_write_json(root / REGISTER_FILE, doc)
+        except Exception as e:
+            _rollback(client, name, created, made_model, old, moved_champion)
+            raise RuntimeError(f"registering {name} in the MLflow store {uri} failed, so "
+                               "nothing was registered and no alias moved: "
+                               f"{type(e).__name__}: {e}") from e
+        except BaseException:  # KeyboardInterrupt and the like: undo, then let it through
+            _rollback(client, name, created, made_model, old, moved_champion)
+            raise
+    print(f"[register] {name}: " + "; ".join(
+        f"v{v['version']} ({v['method']}) gate {v['gate']}" for v in versions)
+        + f"; {decision}", flush=True)
+    return doc
+
+
+def _rollback(client, name: str, created, made_model: bool, old, moved_champion: bool) -> None:
+    """Undo a failed registration: champion back, created versions (and model) deleted."""
+    errors = []
+    if moved_champion:
+        try:
+            if old is not None:
+                client.set_registered_model_alias(name, CHAMPION, old.version)
+            else:
+                client.delete_registered_model_alias(name, CHAMPION)
+        except Exception as e:  # keep rolling back the rest
+            errors.append(f"restore {CHAMPION}: {e}")
+    for _, mv in created:
+        try:
+            client.delete_model_version(name, mv.version)
+        except Exception as e:
+            errors.append(f"delete version {mv.version}: {e}")
+    if made_model:
+        try:
+            client.delete_registered_model(name)
+        except Exception as e:
+            errors.append(f"delete registered model {name}: {e}")
+    if errors:
+        print(f"[register] rollback incomplete: {'; '.join(errors)}", flush=True)
+
+
+def _eval_judge(path: Path) -> str:
+    try:
+        return str(json.loads(path.read_text())["run"]["judge"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown"
+
+
+def load_registered(model_name: str = "hargo-hpc", alias: str = CHAMPION,
+                    root: str | Path = "."):
+    """Load ``models:/<model_name>@<alias>`` from the project's MLflow store as a transformers
+    text-generation pipeline (``mlflow.transformers.load_model``).
+
+    Raises:
+        mlflow.exceptions.MlflowException: no such model or alias.
+    """
+    import mlflow
+
+    from hargo.tracking import tracking_uri
+
+    mlflow.set_tracking_uri(tracking_uri(root))
+    return mlflow.transformers.load_model(f"models:/{model_name}@{alias}")
+
+
+def ask(prompt: str, model_name: str = "hargo-hpc", alias: str = CHAMPION,
+        max_new_tokens: int = 48, root: str | Path = ".", pipeline=None) -> str:
+    """Answer one user prompt with the registered model (greedy), e.g.
+    ``python -c "from hargo.registry import ask; print(ask('Is there a data race ...?'))"``.
+
+    ``pipeline``: an already loaded :func:`load_registered` pipeline (else it is loaded).
+    Returns the assistant's reply text.
+    """
+    pipe = pipeline or load_registered(model_name, alias, root)
+    out = pipe([{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens,
+               do_sample=False, return_full_text=False)
+    gen = out[0]["generated_text"]
+    if isinstance(gen, list):  # chat output: the appended assistant message
+        return str(gen[-1].get("content", ""))
+    return str(gen)

@@ -1,0 +1,282 @@
+"""The register stage: MLflow model versions, the candidate/champion aliases and the gate, on
+tiny random models and crafted eval metrics, each test with its own SQLite MLflow store."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hargo.io import HargoInputError
+from hargo.params import apply_overrides
+
+pytestmark = pytest.mark.timeout(600)
+
+SFT = {"dr_f1": 0.60, "plp_similarity": 0.40, "mlperf_em": 0.10, "avg_score": 0.35}
+
+
+def eval_doc(**models) -> dict:
+    doc = {"sft": dict(SFT), "run": {"judge": "task-reward", "n_prompts": 8}}
+    for name, over in models.items():
+        doc[name] = {**SFT, "win_rate": 0.5, **over}
+    return doc
+
+
+def write_eval(root: Path, doc: dict) -> None:
+    (root / "metrics").mkdir(parents=True, exist_ok=True)
+    (root / "metrics" / "eval.json").write_text(json.dumps(doc))
+
+
+@pytest.fixture()
+def reg_root(tmp_path, tiny_model_dir) -> Path:
+    for m in ("grpo", "hargo"):
+        shutil.copytree(tiny_model_dir, tmp_path / "models" / "rl" / m)
+    return tmp_path
+
+
+def reg_params(committed_params, methods=("grpo",), **over) -> dict:
+    return apply_overrides(committed_params, {"rl.methods": list(methods),
+                                              "register.model_name": "hargo-hpc",
+                                              "register.gate_metrics": ["dr_f1", "plp_similarity"],
+                                              "register.tolerance": 0.0, **over})
+
+
+def _client(uri):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def _aliases(uri, name="hargo-hpc") -> dict[str, str]:
+    return {k: str(v) for k, v in _client(uri).get_registered_model(name).aliases.items()}
+
+
+def _versions(uri, name="hargo-hpc") -> list[str]:
+    return sorted(str(v.version) for v in _client(uri).search_model_versions(f"name='{name}'"))
+
+
+def _registered_names(uri) -> list[str]:
+    return [m.name for m in _client(uri).search_registered_models()]
+
+
+# --------------------------------------------------------------------------------------------
+# the gate, by hand
+
+
+def test_gate_rule_by_hand():
+    from hargo.registry import gate
+
+    ref = {"dr_f1": 0.80, "plp_similarity": 0.50}
+    ok, why = gate({"dr_f1": 0.85, "plp_similarity": 0.50}, ref, ["dr_f1", "plp_similarity"], 0.0)
+    assert ok and "better on dr_f1" in why and "dr_f1 0.8500 vs 0.8000 (+0.0500)" in why
+    ok, why = gate(dict(ref), ref, ["dr_f1", "plp_similarity"], 0.0)
+    assert not ok and "not strictly better" in why
+    worse = {"dr_f1": 0.90, "plp_similarity": 0.49}
+    ok, why = gate(worse, ref, ["dr_f1", "plp_similarity"], 0.0)
+    assert not ok and "by more than the tolerance 0 on plp_similarity" in why
+    ok, why = gate(worse, ref, ["dr_f1", "plp_similarity"], 0.02)  # -0.01 is within 0.02
+    assert ok
+    ok, _ = gate(worse, ref, ["dr_f1", "plp_similarity"], 0.005)
+    assert not ok
+    # tolerance never makes an equal-or-worse candidate pass
+    ok, _ = gate({"dr_f1": 0.79, "plp_similarity": 0.49}, ref, ["dr_f1", "plp_similarity"], 0.5)
+    assert not ok
+
+
+# --------------------------------------------------------------------------------------------
+# registration, aliases, and the champion loading back
+
+
+def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
+        reg_root, committed_params, mlflow_uri, tiny_model_dir):
+    from hargo.evaluation.generate import generate
+    from hargo.registry import ask, load_registered, run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70, "plp_similarity": 0.40}))
+    doc = run(reg_params(committed_params), root=reg_root)
+
+    assert doc["previous_champion"] is None
+    assert doc["versions"][0]["gate"] == "passed" and doc["versions"][0]["reference"] == "sft"
+    assert doc["champion"] == {"version": "1", "method": "grpo", "moved": True}
+    assert doc["candidate"] == {"version": "1", "method": "grpo"}
+    assert doc["decision"] == "champion moved to v1 (grpo) from sft"
+    assert json.loads((reg_root / "metrics" / "register.json").read_text()) == doc
+    assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
+
+    mv = _client(mlflow_uri).get_model_version("hargo-hpc", "1")
+    assert mv.tags["hargo.method"] == "grpo"
+    assert float(mv.tags["hargo.metric.dr_f1"]) == 0.70
+    assert float(mv.tags["hargo.metric.win_rate"]) == 0.5
+    assert mv.tags["hargo.gate"] == "passed" and "better on dr_f1" in mv.tags["hargo.gate_reason"]
+    assert {"hargo.git_commit", "hargo.data_version", "hargo.judge", "hargo.run_id"} <= set(mv.tags)
+    run_ = _client(mlflow_uri).get_run(doc["run_id"])
+    assert run_.data.tags["hargo.stage"] == "register"
+    assert run_.data.params["register.model_name"] == "hargo-hpc"
+
+    # models:/hargo-hpc@champion loads and answers, exactly as the folder does (greedy)
+    pipe = load_registered("hargo-hpc", "champion", root=reg_root)
+    prompt = "Is there a data race? #pragma omp parallel for\nfor(i=0;i<n;i++) a[i]=a[i+1];"
+    answer = ask(prompt, max_new_tokens=8, pipeline=pipe)
+    want = generate(tiny_model_dir, [[{"role": "user", "content": prompt}]],
+                    {"max_new_tokens": 8, "temperature": 0.0, "dtype": "float32",
+                     "batch_size": 1}, "transformers")[0]
+    assert isinstance(answer, str) and answer == want
+
+
+def test_champion_stays_when_the_gate_fails_then_moves_when_it_passes(
+        reg_root, committed_params, mlflow_uri):
+    from hargo.registry import run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70, "plp_similarity": 0.45}))
+    run(reg_params(committed_params), root=reg_root)
+    assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
+
+    # better DR-F1 but worse PLP than the champion (0.45): candidate only
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.90, "plp_similarity": 0.44}))
+    doc = run(reg_params(committed_params), root=reg_root)
+    assert _aliases(mlflow_uri) == {"candidate": "2", "champion": "1"}
+    v = doc["versions"][0]
+    assert v["gate"] == "failed" and v["reference"] == "champion v1 (grpo)"
+    assert "plp_similarity 0.4400 vs 0.4500" in v["reason"]
+    assert doc["champion"] == {"version": "1", "method": "grpo", "moved": False}
+    assert doc["decision"] == "champion stays v1 (grpo)"
+    mv2 = _client(mlflow_uri).get_model_version("hargo-hpc", "2")
+    assert mv2.tags["hargo.gate"] == "failed"
+
+    # the same loss on PLP within a tolerance of 0.02: it passes and takes the champion alias
+    doc = run(reg_params(committed_params, **{"register.tolerance": 0.02}), root=reg_root)
+    assert _aliases(mlflow_uri) == {"candidate": "3", "champion": "3"}
+    assert doc["champion"] == {"version": "3", "method": "grpo", "moved": True}
+    assert doc["previous_champion"] == {"version": "1", "method": "grpo"}
+
+
+def test_no_champion_when_no_candidate_beats_sft_and_two_methods_are_judged_in_order(
+        reg_root, committed_params, mlflow_uri):
+    from hargo.registry import run
+
+    # grpo ties SFT (not strictly better): no champion; hargo beats SFT: champion
+    write_eval(reg_root, eval_doc(grpo={}, hargo={"plp_similarity": 0.41}))
+    doc = run(reg_params(committed_params, methods=("grpo", "hargo")), root=reg_root)
+    assert [(v["method"], v["version"], v["gate"]) for v in doc["versions"]] == [
+        ("grpo", "1", "failed"), ("hargo", "2", "passed")]
+    assert _aliases(mlflow_uri) == {"candidate": "2", "champion": "2"}
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.59}))
+    doc = run(reg_params(committed_params, methods=("grpo",)), root=reg_root)
+    assert doc["versions"][0]["reference"] == "champion v2 (hargo)"
+    assert _aliases(mlflow_uri) == {"candidate": "3", "champion": "2"}
+
+
+def test_no_candidate_beats_sft_leaves_champion_unset(reg_root, committed_params, mlflow_uri):
+    from hargo.registry import run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.5}))
+    doc = run(reg_params(committed_params), root=reg_root)
+    assert doc["champion"] is None
+    assert doc["decision"] == "champion stays unset (no candidate beat sft)"
+    assert _aliases(mlflow_uri) == {"candidate": "1"}
+
+
+# --------------------------------------------------------------------------------------------
+# bad input and failures: a clear error, no alias moved, nothing partial registered
+
+
+def test_missing_metrics_for_a_model_is_a_clear_error(reg_root, committed_params, mlflow_uri):
+    from hargo.registry import run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}))
+    with pytest.raises(HargoInputError, match=r"eval.json, field 'hargo': no metrics for model"):
+        run(reg_params(committed_params, methods=("grpo", "hargo")), root=reg_root)
+    doc = eval_doc(grpo={"dr_f1": 0.7})
+    doc["grpo"]["plp_similarity"] = None
+    write_eval(reg_root, doc)
+    with pytest.raises(HargoInputError, match=r"field 'grpo.plp_similarity'"):
+        run(reg_params(committed_params), root=reg_root)
+    (reg_root / "metrics" / "eval.json").unlink()
+    with pytest.raises(FileNotFoundError, match="hargo evaluate"):
+        run(reg_params(committed_params), root=reg_root)
+    assert _registered_names(mlflow_uri) == []
+
+
+def test_unknown_gate_metric_is_a_clear_error(reg_root, committed_params, mlflow_uri):
+    from hargo.registry import run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}))
+    with pytest.raises(ValueError, match=r"unknown gate metric 'mean_completion_chars_plp'"):
+        run(reg_params(committed_params,
+                       **{"register.gate_metrics": ["dr_f1", "mean_completion_chars_plp"]}),
+            root=reg_root)
+    assert _registered_names(mlflow_uri) == []
+
+
+@pytest.mark.parametrize("damage", ["missing", "half-written"])
+def test_missing_or_half_written_model_folder(reg_root, committed_params, mlflow_uri, damage):
+    from hargo.registry import run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}, hargo={"dr_f1": 0.8}))
+    folder = reg_root / "models" / "rl" / "hargo"
+    if damage == "missing":
+        shutil.rmtree(folder)
+    else:
+        (folder / ".complete").unlink()
+    with pytest.raises(FileNotFoundError, match="does not exist" if damage == "missing"
+                       else "incomplete"):
+        run(reg_params(committed_params, methods=("grpo", "hargo")), root=reg_root)
+    assert _registered_names(mlflow_uri) == []  # grpo, though fine, was not registered either
+
+
+def test_store_that_cannot_be_opened_is_a_clear_error(reg_root, committed_params, monkeypatch):
+    from hargo.registry import run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}))
+    blocker = reg_root / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{blocker}/mlflow.db")
+    monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
+    with pytest.raises(RuntimeError, match=r"MLflow store sqlite:///.*not-a-folder.* cannot be used"):
+        run(reg_params(committed_params), root=reg_root)
+    assert not (reg_root / "metrics" / "register.json").exists()
+
+
+def test_unwritable_artifact_store_keeps_the_champion_and_registers_nothing(
+        reg_root, committed_params, mlflow_uri):
+    from hargo.registry import run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70}))
+    first = run(reg_params(committed_params), root=reg_root)
+    before = (reg_root / "metrics" / "register.json").read_text()
+    # the artifact store becomes unwritable: its folder is replaced by a file
+    artifacts = reg_root / "mlruns" / "artifacts"
+    shutil.rmtree(artifacts)
+    artifacts.write_text("not a folder")
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.95}))  # would win the gate
+    with pytest.raises(RuntimeError, match="nothing was registered and no alias moved"):
+        run(reg_params(committed_params), root=reg_root)
+    assert _versions(mlflow_uri) == ["1"]
+    assert _aliases(mlflow_uri) == {"candidate": "1", "champion": first["champion"]["version"]}
+    assert (reg_root / "metrics" / "register.json").read_text() == before
+
+
+def test_failure_midway_deletes_the_versions_already_created(reg_root, committed_params,
+                                                             mlflow_uri, monkeypatch):
+    import mlflow
+
+    from hargo.registry import run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}, hargo={"dr_f1": 0.8}))
+    real = mlflow.register_model
+    calls = []
+
+    def flaky(*a, **k):
+        calls.append(a)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(*a, **k)
+
+    monkeypatch.setattr(mlflow, "register_model", flaky)
+    with pytest.raises(RuntimeError, match="OSError: disk full"):
+        run(reg_params(committed_params, methods=("grpo", "hargo")), root=reg_root)
+    assert len(calls) == 2
+    assert _registered_names(mlflow_uri) == []  # grpo's version 1 and the model were removed
+    assert not (reg_root / "metrics" / "register.json").exists()
