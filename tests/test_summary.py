@@ -1,0 +1,82 @@
+"""``hargo summary``: metrics per model from metrics/eval.json, stage wall times from the child
+runs under the pipeline's parent run in MLflow (stages without a run: cached), and the
+champion decision from metrics/register.json."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hargo.params import apply_overrides
+
+
+def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, committed_params,
+                                                                   mlflow_uri, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from hargo import summary, tracking
+
+    params = apply_overrides(committed_params, {"rl.methods": ["grpo", "hargo"]})
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "eval.json").write_text(json.dumps({
+        "sft": {"dr_f1": 0.5, "plp_similarity": 0.25, "mlperf_em": 0.125, "avg_score": 0.375,
+                "gen_tokens_per_s": 400.0},
+        "grpo": {"dr_f1": 0.75, "plp_similarity": 0.5, "mlperf_em": 0.25, "avg_score": 0.5,
+                 "win_rate": 0.625, "gen_tokens_per_s": 410.0},
+        "run": {"judge": "task-reward"}}))
+    (tmp_path / "metrics" / "register.json").write_text(json.dumps({
+        "model_name": "hargo-hpc", "decision": "champion moved to v1 (grpo) from sft",
+        "champion": {"version": "1", "method": "grpo", "moved": True},
+        "candidate": {"version": "1", "method": "grpo"},
+        "versions": [{"method": "grpo", "version": "1", "gate": "passed", "reference": "sft"}]}))
+
+    # this pipeline ran sft, rl@grpo and evaluate; the rest were cached by DVC
+    for stage, tags in (("sft", None), ("rl", {"hargo.method": "grpo"}), ("evaluate", None)):
+        with tracking.stage_run(stage, params, tmp_path, extra_tags=tags):
+            pass
+    # a run under another pipeline (other params) must not count
+    other = apply_overrides(params, {"seed": 7})
+    with tracking.stage_run("prepare", other, tmp_path):
+        pass
+
+    data = summary.run(params, root=tmp_path)
+
+    assert data["judge"] == "task-reward"
+    assert data["models"]["sft"] == {"dr_f1": 0.5, "plp_similarity": 0.25, "mlperf_em": 0.125,
+                                     "avg_score": 0.375, "win_rate": None,
+                                     "gen_tokens_per_s": 400.0, "alias": ""}
+    assert data["models"]["grpo"]["win_rate"] == 0.625
+    assert data["models"]["grpo"]["alias"] == "@champion v1, @candidate v1"
+    assert data["models"]["hargo"] is None
+    st = data["stages"]
+    assert list(st) == ["prepare", "validate", "base_model", "sft", "rl@grpo", "rl@hargo",
+                        "evaluate", "register"]
+    assert [st[s]["status"] for s in st] == ["cached", "cached", "cached", "ran", "ran",
+                                             "cached", "ran", "cached"]
+    client = MlflowClient(mlflow_uri)
+    parent = tracking.parent_run_id(params, tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name("hargo").experiment_id],
+                              filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
+    want = {r.data.tags["hargo.stage"]: (r.info.end_time - r.info.start_time) / 1000 for r in runs}
+    assert st["sft"]["seconds"] == pytest.approx(want["sft"])
+    assert st["evaluate"]["seconds"] == pytest.approx(want["evaluate"])
+    assert data["total_s"] == pytest.approx(sum(want.values()))
+    assert data["stages_note"] is None
+
+    out = capsys.readouterr().out
+    assert "champion moved to v1 (grpo) from sft" in out
+    assert "task-reward" in out and "cached" in out and "rl@grpo" in out
+    assert "0.750" in out and "0.625" in out
+
+
+def test_summary_without_a_pipeline_run_or_eval_metrics(tmp_path, committed_params, mlflow_uri):
+    from hargo import summary
+
+    with pytest.raises(FileNotFoundError, match="run the pipeline first"):
+        summary.run(committed_params, root=tmp_path)
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "eval.json").write_text(json.dumps({"run": {"judge": "llm:judge"}}))
+    data = summary.collect(committed_params, root=tmp_path)
+    assert all(v["status"] == "cached" for v in data["stages"].values())
+    assert "no MLflow experiment" in data["stages_note"]
+    assert data["register"] is None and data["judge"] == "llm:judge"
