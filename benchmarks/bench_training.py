@@ -10,7 +10,8 @@ base_dir, train_path, steps) -> dict``.
 - ``sft``: TRL SFTTrainer with the committed ``sft.*`` / ``train.*`` params (LoRA or full, bf16
   if the CPU has native bf16) on the committed subset of ``data/prepared/train.jsonl``, for
   ``--steps`` optimizer steps. tokens/s counts non-padding prompt + completion tokens through
-  forward, backward and optimizer step, over the training loop's wall time.
+  forward, backward and optimizer step, over the training loop's wall time; tokens/cpu-s over
+  its CPU time (with one thread: the rate on an otherwise idle machine; this machine is shared).
 
 The real model folder is converted once from the embedded GGUF into ``--cache``
 (default ``/tmp/hargo-bench``) and reused.
@@ -64,6 +65,7 @@ def bench_sft(params: Mapping, base_dir: Path, train_path: Path, steps: int) -> 
         "s/step": round(m["train_seconds"] / max(m["steps"], 1), 2),
         "cpu s/step": round(m["train_cpu_seconds"] / max(m["steps"], 1), 2),
         "tokens/s": m["tokens_per_s"],
+        "tokens/cpu-s": round(m["tokens"] / m["train_cpu_seconds"], 1),
         "gen tokens/s": "-",
         "peak RSS MiB": m["peak_rss_mb"],
         "loss first->last": f"{m['initial_loss']:.3f}->{m['final_loss']:.3f}",
