@@ -100,7 +100,8 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
 
     from hargo.evaluation import evaluate
 
-    params = eval_params(committed_params)
+    # a 0.5 GiB KV cache: were the first engine not freed, the second would add >= 512 MiB
+    params = eval_params(committed_params, **{"evaluate.kv_cache_gib": 0.5})
     out = evaluate.run(params, root=eval_root)
 
     assert out["models"] == ["sft", "grpo"]
@@ -166,6 +167,8 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
     assert r.data.metrics["sft/avg_score"] == pytest.approx(doc["sft"]["avg_score"])
     assert r.data.metrics["grpo/win_rate"] == pytest.approx(g["win_rate"])
     assert r.data.metrics["grpo/dr_confusion_tp"] == g["dr_confusion"]["tp"]
+    # engines are freed between models: resident memory does not grow by a KV cache per model
+    assert r.data.metrics["grpo/rss_mib_after"] - r.data.metrics["sft/rss_mib_after"] < 384
     arts = {a.path for a in client.list_artifacts(out["run_id"], "eval")}
     assert {"eval/generations.json", "eval/plots", "eval/eval.json"} <= arts
     table = mlflow.artifacts.load_dict(f"runs:/{out['run_id']}/eval/generations.json")
