@@ -137,6 +137,7 @@ def validate_params(params: Mapping) -> None:
     _num(params, "sft.epochs", 0, lo_open=True)
     _num(params, "sft.max_steps", -1, integer=True)
     _num(params, "sft.max_length", 16, integer=True)
+    _num(params, "sft.length_bucket_batches", 0, integer=True)
     methods = get(params, "rl.methods")
     if not isinstance(methods, list) or not methods:
         raise ParamsError(f"rl.methods: expected a non-empty list, got {methods!r}")
