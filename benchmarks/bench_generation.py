@@ -12,7 +12,7 @@ eval prompts and the same model, with the evaluate stage's code path
   subset of ``--per-task`` per task drawn exactly as the evaluate stage does.
 - Decoding: greedy, ``--max-new-tokens`` (default params ``evaluate.max_new_tokens``), the same
   weights' dtype for both backends (default params ``evaluate.dtype``; ``auto`` is bf16 on a CPU
-  with native bf16, else fp32); torch threads ``train.threads``.
+  with native bf16, else fp32); torch threads ``train.threads`` (``--threads``).
 - Each backend runs in its own fresh Python process (nothing shared, and vLLM's process-wide
   settings cannot touch the transformers run). tokens/s = generated tokens (EOS included when
   hit) / generation wall time, model load excluded.
@@ -79,6 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default=None, help="auto | float32 | bfloat16 (both backends)")
     ap.add_argument("--batch-size", type=int, default=None, help="transformers batch size")
     ap.add_argument("--backends", default="vllm,transformers")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default params train.threads)")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/hargo-bench"))
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
         return 2
     subset, skipped = select_prompts(load_eval_records(args.eval), ev, int(params["seed"]),
                                      load_tokenizer(model))
-    threads = int(params["train"]["threads"])
+    threads = int(params["train"]["threads"] if args.threads is None else args.threads)
     print(f"[bench] model {model}; {len(subset)} prompts ({args.per_task} per task, skipped as "
           f"too long: {skipped}); greedy, max_new_tokens {ev['max_new_tokens']}, dtype "
           f"{ev['dtype']}, torch threads {threads}", flush=True)
