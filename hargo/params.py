@@ -164,6 +164,7 @@ def validate_params(params: Mapping) -> None:
     _num(params, "evaluate.max_new_tokens", 1, integer=True)
     _num(params, "evaluate.temperature", 0)
     _num(params, "evaluate.max_prompt_tokens", 1, integer=True)
+    _choice(params, "evaluate.dtype", ("auto", "float32", "bfloat16", "float16"))
     _choice(params, "evaluate.judge", ("reward", "llm"))
     if get(params, "evaluate.judge") == "llm" and not get(params, "evaluate.judge_endpoint"):
         raise ParamsError("evaluate.judge_endpoint: required when evaluate.judge is 'llm'")

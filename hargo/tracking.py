@@ -69,8 +69,12 @@ def flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
 
 
 def pipeline_key(params: Mapping, root: str | Path = ".") -> str:
-    """16 hex chars identifying (git commit, params): the parent run's key."""
-    blob = json.dumps(params, sort_keys=True, default=str) + git_commit(root)
+    """16 hex chars identifying (git commit, params): the parent run's key.
+
+    The commit is taken without its ``-dirty`` mark: ``dvc repro`` itself rewrites tracked files
+    (``dvc.lock``, metrics) between stages, and that must not split one pipeline run in two.
+    """
+    blob = json.dumps(params, sort_keys=True, default=str) + git_commit(root).removesuffix("-dirty")
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -41,6 +41,17 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", tiny_tokenizer_dir)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_mlflow_store(tmp_path_factory):
+    """No test writes into the project's own mlruns/: every test logs to a throwaway store
+    unless it asks for a fresh one of its own (``mlflow_uri``)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI",
+              f"sqlite:///{tmp_path_factory.mktemp('mlflow-session') / 'mlflow.db'}")
+    yield
+    mp.undo()
+
+
 @pytest.fixture()
 def mlflow_uri(tmp_path, monkeypatch) -> str:
     """A fresh SQLite MLflow store for one test (MLFLOW_TRACKING_URI points at it)."""

@@ -535,6 +535,21 @@ def _print_table(stats: dict) -> None:
 
 
 def run(params: dict) -> dict:
+    """Run the ``prepare`` stage inside its MLflow child run (counts logged as metrics); see
+    :func:`prepare`."""
+    import mlflow
+
+    from hargo import tracking
+
+    with tracking.stage_run("prepare", params):
+        out = prepare(params)
+        mlflow.log_metrics({"train": out["train"], "eval": out["eval"], "rejects": out["rejects"],
+                            **{f"{s}_{t}": n for t, c in out["per_task"].items()
+                               for s, n in c.items() if isinstance(n, (int, float))}})
+        return out
+
+
+def prepare(params: dict) -> dict:
     """Run the ``prepare`` stage.
 
     Args:

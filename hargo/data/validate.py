@@ -287,6 +287,20 @@ def run_suites(tables: dict[str, list[dict]], specs: list[dict], docs_dir: Path 
 # ----------------------------------------------------------------------------- the stage
 
 def run(params: dict) -> dict:
+    """Run the ``validate`` stage inside its MLflow child run (a failed validation marks the run
+    FAILED); see :func:`validate`."""
+    import mlflow
+
+    from hargo import tracking
+
+    with tracking.stage_run("validate", params):
+        out = validate(params)
+        mlflow.log_metrics({k: v for k, v in out.items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        return out
+
+
+def validate(params: dict) -> dict:
     """Run the ``validate`` stage.
 
     Args:
