@@ -133,5 +133,67 @@ def main(argv: list[str] | None = None) -> None:
     print_table(rows)
 
 
+def bench_rl(params: Mapping, base_dir: Path, train_path: Path, steps: int,
+             backend: str = "transformers", method: str = "hargo") -> dict[str, Any]:
+    """One RL run of ``steps`` steps with the committed ``rl.*``/``train.*`` params (method
+    ``hargo``: the reference forward always runs), no MLflow. Reports s/step split into rollout
+    generation, scoring (reference log-probs + rewards + weights) and update (policy forward,
+    backward, optimizer), generated tokens/s, prompt+completion tokens/s through the update, and
+    the process's peak RSS. The real SmolLM2 base stands in for the SFT model (same size)."""
+    import resource
+
+    from hargo.io import read_jsonl
+    from hargo.training import common
+    from hargo.training.rl import build_trainer, load_rl_records, prompt_cap
+    from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
+
+    p = copy.deepcopy(dict(params))
+    p["rl"].update(steps=steps, generation_backend=backend, save_steps=10 ** 6)
+    rl = p["rl"]
+    tok = common.load_tokenizer(base_dir)
+    subset, _ = common.select_subset(load_rl_records(train_path), rl["samples_per_task"],
+                                     int(p["seed"]), tok, prompt_cap(p))
+    rec = StepRecorder()
+    cache = Path(os.environ.get("TMPDIR", "/tmp")) / "hargo-bench-rl"
+    t0 = time.perf_counter()
+    trainer = build_trainer(p, method, base_dir, subset, cache / f"{method}-{backend}",
+                            recorder=rec, callbacks=[RLLoggingCallback(rec, method)],
+                            tokenizer=tok)
+    setup_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - t0
+    hist = rec.history
+    n = max(len(hist), 1)
+    tot = lambda k: sum(h.get(k, 0.0) for h in hist)  # noqa: E731
+    gen_tokens = sum(h["all/completion_length"] * h["all/n_completions"] for h in hist)
+    # steady state: without the first step (allocator and engine warm-up)
+    steady = hist[1:] or hist
+    return {
+        "benchmark": f"RL step ({method}, {backend})",
+        "mode": f"LoRA r={rl['lora']['r']}" if rl["lora"]["enabled"] else "full",
+        "batch": f"{rl['prompts_per_step']}x{rl['num_generations']}, {rl['max_new_tokens']} new,"
+                 f" prompts<={prompt_cap(p)}",
+        "bf16": bool(trainer.args.bf16), "threads": p["train"]["threads"],
+        "steps": len(hist),
+        "s/step": round(train_s / n, 2),
+        "steady s/step": round(sum(h["time/step_s"] for h in steady) / len(steady), 2),
+        "gen s/step": round(tot("time/generation_s") / n, 2),
+        "score s/step": round(tot("time/scoring_s") / n, 2),
+        "update s/step": round(tot("time/update_s") / n, 2),
+        "tokens/s": round(trainer.state.num_input_tokens_seen / max(tot("time/update_s"), 1e-9), 1),
+        "gen tokens/s": round(gen_tokens / max(tot("time/generation_s"), 1e-9), 1),
+        "setup s": round(setup_s, 1),
+        "peak RSS MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
+BENCHMARKS.update({
+    "rl": bench_rl,
+    "rl_vllm": lambda params, base_dir, train_path, steps: bench_rl(params, base_dir, train_path,
+                                                                    steps, backend="vllm"),
+})
+
+
 if __name__ == "__main__":
     main()

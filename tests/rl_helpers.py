@@ -53,7 +53,7 @@ def rl_params(base: dict, model_dir, data_dir, **rl) -> dict:
     p["train"].update(max_prompt_tokens=128, threads=1, gradient_checkpointing=False)
     p["rl"].update(samples_per_task=1, steps=2, prompts_per_step=4, num_generations=2,
                    max_new_tokens=4, save_steps=2, log_completions_steps=2, beta=0.02,
-                   generation_backend="transformers", out_dir="models/rl")
+                   generation_backend="transformers", out_dir="models/rl", max_prompt_tokens=None)
     p["rl"]["lora"]["enabled"] = True
     p["rl"].update(rl)
     return p

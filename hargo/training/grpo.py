@@ -67,7 +67,7 @@ from hargo.advantages import (EMABaseline, HargoConfig, estimate, group_rewards,
                               needs_reference, weighted_loss)
 from hargo.io import atomic_write_json
 
-__all__ = ["HargoGRPOTrainer", "HARGO_METHODS", "STOCK_METHODS", "RL_METHODS", "HARGO_STATE_NAME",
+__all__ = ["HargoGRPOTrainer", "TRL_VERSION", "HARGO_METHODS", "STOCK_METHODS", "RL_METHODS", "HARGO_STATE_NAME",
            "trl_loss_settings", "read_hargo_state", "is_complete_checkpoint", "last_checkpoint"]
 
 #: TRL's own loss path (unchanged semantics).
@@ -75,6 +75,8 @@ STOCK_METHODS = ("grpo", "dr_grpo")
 #: Per-response weighted loss (method.md step 6).
 HARGO_METHODS = ("hargo", "hargo_b1", "hargo_b2")
 RL_METHODS = STOCK_METHODS + HARGO_METHODS
+#: The TRL release whose private methods this module overrides (pyproject pins it exactly).
+TRL_VERSION = "1.16.0"
 #: File written into every checkpoint folder next to TRL's/transformers' files.
 HARGO_STATE_NAME = "hargo_state.json"
 TRAINER_STATE_NAME = "trainer_state.json"
@@ -159,12 +161,19 @@ class HargoGRPOTrainer(GRPOTrainer):
 
     Raises:
         ValueError: unknown method, or a TRL option the HARGO loss does not implement.
+        RuntimeError: the installed TRL is not the pinned ``TRL_VERSION``.
     """
 
     def __init__(self, *args, method: str, hargo_config: HargoConfig | None = None,
                  recorder: Any = None, task_column: str = "task", **kwargs):
         if method not in RL_METHODS:
             raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(RL_METHODS)}")
+        import trl
+
+        if trl.__version__ != TRL_VERSION:
+            raise RuntimeError(f"HargoGRPOTrainer overrides private methods of TRL {TRL_VERSION}; "
+                               f"TRL {trl.__version__} is installed. Re-check the overrides "
+                               "(hargo/training/grpo.py) and tests/test_rl.py before moving the pin")
         self.method = method
         self.hargo_config = hargo_config or HargoConfig()
         self.ema = EMABaseline(self.hargo_config.rho)
@@ -368,7 +377,8 @@ class HargoGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         self._capture_logps, self._captured_logps = True, None
         try:
-            if self._weighted:
+            # Batches scored outside training (TRL's eval path) carry no group weights: TRL's loss.
+            if self._weighted and "hargo_weights" in inputs:
                 loss = self._weighted_compute_loss(model, inputs)
             else:
                 loss = super()._compute_loss(model, inputs)

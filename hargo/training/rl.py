@@ -3,8 +3,10 @@
 ``run(params, method)`` (called by ``hargo rl --method M`` and the Prefect flow):
 
 1. validates params and method, reads ``data/prepared/train.jsonl`` and draws
-   ``rl.samples_per_task`` prompts per task (prompts over ``train.max_prompt_tokens`` tokens are
-   skipped and counted, never truncated; ``hargo.training.common.select_subset``);
+   ``rl.samples_per_task`` prompts per task (prompts over :func:`prompt_cap` tokens --
+   ``rl.max_prompt_tokens``, or ``train.max_prompt_tokens`` when that is absent or null -- are
+   skipped and counted, never truncated; ``hargo.training.common.select_subset``). RL pads every
+   prompt of a step to the longest one, so this cap bounds the cost of a step;
 2. builds :class:`hargo.training.grpo.HargoGRPOTrainer` on the SFT model (``sft.out_dir``, also
    the frozen reference model) with the task rewards (``hargo.rewards.TaskReward``) through
    TRL's ``reward_funcs``; LoRA (``rl.lora``) or full fine-tuning;
@@ -37,8 +39,8 @@ from typing import Any, Mapping
 from hargo.io import HargoInputError, atomic_write_json, read_jsonl
 from hargo.params import RL_METHODS, TASKS, ParamsError, validate_params
 
-__all__ = ["run", "build_grpo_config", "load_rl_records", "to_dataset", "build_trainer",
-           "run_fingerprint", "CHECKPOINT_ROOT", "METRICS_ROOT"]
+__all__ = ["run", "prompt_cap", "build_grpo_config", "load_rl_records", "to_dataset",
+           "build_trainer", "run_fingerprint", "CHECKPOINT_ROOT", "METRICS_ROOT"]
 
 #: ``checkpoints/rl/<method>`` and ``metrics/rl/<method>.json`` (dvc.yaml outputs).
 CHECKPOINT_ROOT = Path("checkpoints") / "rl"
@@ -46,6 +48,9 @@ METRICS_ROOT = Path("metrics") / "rl"
 FINGERPRINT_NAME = "run_fingerprint.json"
 #: rl.* keys that do not change what training computes (so a checkpoint stays resumable).
 _NON_TRAINING_KEYS = ("methods", "out_dir", "save_steps", "log_completions_steps")
+#: GPU share of TRL's colocated vLLM engine (GPU only; on CPU the KV cache is
+#: ``VLLM_CPU_KVCACHE_SPACE`` GiB, default 1 here).
+VLLM_GPU_MEMORY_UTILIZATION = 0.3
 #: Completions-table rows logged per table.
 TABLE_ROWS = 32
 
@@ -53,6 +58,13 @@ TABLE_ROWS = 32
 def _check_method(method: str) -> None:
     if method not in RL_METHODS:
         raise ParamsError(f"rl method: unknown method {method!r}; valid: {', '.join(RL_METHODS)}")
+
+
+def prompt_cap(params: Mapping) -> int:
+    """Longest prompt (chat-templated tokens) RL trains on: ``rl.max_prompt_tokens`` when set,
+    else ``train.max_prompt_tokens``."""
+    cap = params["rl"].get("max_prompt_tokens")
+    return int(cap if cap is not None else params["train"]["max_prompt_tokens"])
 
 
 def load_rl_records(path: str | os.PathLike) -> list[dict]:
@@ -133,10 +145,10 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
         **trl_loss_settings(method),
     )
     if rl["generation_backend"] == "vllm":
-        max_len = int(params["train"]["max_prompt_tokens"]) + int(rl["max_new_tokens"]) + 8
+        max_len = prompt_cap(params) + int(rl["max_new_tokens"]) + 8
         kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=max_len,
-                  vllm_gpu_memory_utilization=float(params.get("evaluate", {}).get(
-                      "gpu_memory_utilization", 0.3)), vllm_enable_sleep_mode=False)
+                  vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
+                  vllm_enable_sleep_mode=False)
     kw.update(overrides)
     return GRPOConfig(**kw)
 
@@ -272,10 +284,10 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
     tok = load_tokenizer(model_dir)
     records, skipped = select_subset(load_rl_records(data_path), rl["samples_per_task"],
                                      int(params["seed"]), tok,
-                                     int(params["train"]["max_prompt_tokens"]))
+                                     prompt_cap(params))
     if len(records) < int(rl["prompts_per_step"]):
         raise HargoInputError(data_path, f"only {len(records)} prompts left for RL after skipping "
-                              f"{sum(skipped.values())} over train.max_prompt_tokens; "
+                              f"{sum(skipped.values())} over {prompt_cap(params)} prompt tokens; "
                               f"rl.prompts_per_step needs {rl['prompts_per_step']}")
     fingerprint = run_fingerprint(params, method, model_dir, data_path)
     resume = _prepare_checkpoint_dir(ckpt_dir, fingerprint)

@@ -289,6 +289,7 @@ def plot_history(history: Sequence[dict], out_dir: str | Path, title: str = "") 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -305,6 +306,7 @@ def plot_history(history: Sequence[dict], out_dir: str | Path, title: str = "") 
     for s in scopes:
         x, y = series(f"{s}/reward_mean")
         ax.plot(x, y, marker="o", label=s, linewidth=2.5 if s == "all" else 1.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("RL step")
     ax.set_ylabel("mean reward")
     ax.set_title(f"{title} reward per task".strip())
@@ -323,8 +325,9 @@ def plot_history(history: Sequence[dict], out_dir: str | Path, title: str = "") 
         ax.plot(x, y, marker="o", color=color, label=f"{s} mean")
         x, y = series(f"{s}/weight_max")
         ax.plot(x, y, linestyle="--", color=color, label=f"{s} max")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("RL step")
-    ax.set_ylabel("per-response loss weight w")
+    ax.set_ylabel("per-response loss weight w (mean is 1/G by construction)")
     ax.set_title(f"{title} loss weight per task".strip())
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
@@ -364,6 +367,19 @@ class RLLoggingCallback(TrainerCallback):
         self.print_fn = print_fn or (lambda s: print(s, flush=True))
         self._t0: float | None = None
         self.tables: list[str] = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # A resumed run starts a new MLflow run: replay the steps restored from the checkpoint,
+        # so this run's charts cover the whole training.
+        mlflow = _active_mlflow() if state.is_world_process_zero else None
+        if mlflow is None:
+            return
+        for m in self.recorder.history:
+            vals = {k: float(v) for k, v in m.items() if k != "step" and not _isnan(v)}
+            if vals:
+                mlflow.log_metrics(vals, step=int(m["step"]))
+        if self.recorder.history:
+            mlflow.set_tag("hargo.resumed_from_step", str(int(self.recorder.history[-1]["step"])))
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._t0 = time.perf_counter()
