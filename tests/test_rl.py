@@ -4,7 +4,6 @@ interrupted run resumes to the same result; bad input fails before training."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import torch

@@ -53,7 +53,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from accelerate.utils import gather_object
@@ -67,7 +67,8 @@ from hargo.advantages import (EMABaseline, HargoConfig, estimate, group_rewards,
                               needs_reference, weighted_loss)
 from hargo.io import atomic_write_json
 
-__all__ = ["HargoGRPOTrainer", "TRL_VERSION", "HARGO_METHODS", "STOCK_METHODS", "RL_METHODS", "HARGO_STATE_NAME",
+__all__ = ["HargoGRPOTrainer", "TRL_VERSION", "HARGO_METHODS", "STOCK_METHODS", "RL_METHODS",
+           "HARGO_STATE_NAME",
            "trl_loss_settings", "read_hargo_state", "is_complete_checkpoint", "last_checkpoint"]
 
 #: TRL's own loss path (unchanged semantics).
@@ -173,7 +174,8 @@ class HargoGRPOTrainer(GRPOTrainer):
         if trl.__version__ != TRL_VERSION:
             raise RuntimeError(f"HargoGRPOTrainer overrides private methods of TRL {TRL_VERSION}; "
                                f"TRL {trl.__version__} is installed. Re-check the overrides "
-                               "(hargo/training/grpo.py) and tests/test_rl.py before moving the pin")
+                               "(hargo/training/grpo.py) and tests/test_rl.py before moving "
+                               "the pin")
         self.method = method
         self.hargo_config = hargo_config or HargoConfig()
         self.ema = EMABaseline(self.hargo_config.rho)
@@ -208,7 +210,8 @@ class HargoGRPOTrainer(GRPOTrainer):
         a = self.args
         problems = []
         if a.importance_sampling_level != "token":
-            problems.append(f"importance_sampling_level={a.importance_sampling_level!r} (need 'token')")
+            problems.append(f"importance_sampling_level={a.importance_sampling_level!r} "
+                            "(need 'token')")
         if self.off_policy_mask_threshold is not None:
             problems.append("off_policy_mask_threshold")
         if self.top_entropy_quantile < 1.0:
@@ -220,7 +223,8 @@ class HargoGRPOTrainer(GRPOTrainer):
         if self.multi_objective_aggregation != "sum_then_normalize":
             problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
         if self.loss_type != "grpo":
-            problems.append(f"loss_type={self.loss_type!r} (HARGO uses its own weighted loss; set 'grpo')")
+            problems.append(f"loss_type={self.loss_type!r} (HARGO uses its own weighted loss; "
+                            "set 'grpo')")
         if problems:
             raise ValueError(f"method {self.method}: the weighted HARGO loss does not implement "
                              f"these TRL options: {', '.join(problems)}")
@@ -403,7 +407,9 @@ class HargoGRPOTrainer(GRPOTrainer):
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         logits_to_keep = completion_ids.size(1)
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        mask = completion_mask
+        if "tool_mask" in inputs:
+            mask = completion_mask * inputs["tool_mask"]
         per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, compute_entropy=True)
 
@@ -429,7 +435,8 @@ class HargoGRPOTrainer(GRPOTrainer):
 
         B_local = per_token_loss.size(0)
         G = self.num_generations
-        loss = weighted_loss(per_token_loss, mask, inputs["hargo_weights"], num_groups=1) * (G / B_local)
+        loss = weighted_loss(per_token_loss, mask, inputs["hargo_weights"], num_groups=1)
+        loss = loss * (G / B_local)   # / N_local (may be fractional: a group split over processes)
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
@@ -471,7 +478,8 @@ class HargoGRPOTrainer(GRPOTrainer):
         coef = torch.exp(logps - old)
         adv = inputs["advantages"]
         adv = adv.unsqueeze(1) if adv.dim() == 1 else adv
-        clipped = ((coef < 1 - self.epsilon_low) & (adv < 0)) | ((coef > 1 + self.epsilon_high) & (adv > 0))
+        clipped = ((coef < 1 - self.epsilon_low) & (adv < 0)) | \
+            ((coef > 1 + self.epsilon_high) & (adv > 0))
         clip = masked_mean(clipped.float(), maskf)
         task_ids = self.accelerator.gather(inputs["task_ids"])
         clip = self.accelerator.gather(clip)
@@ -499,7 +507,8 @@ class HargoGRPOTrainer(GRPOTrainer):
             ValueError: the checkpoint belongs to another method.
         """
         if state.get("method") != self.method:
-            raise ValueError(f"checkpoint is for method {state.get('method')!r}, not {self.method!r}")
+            raise ValueError(f"checkpoint is for method {state.get('method')!r}, "
+                             f"not {self.method!r}")
         self.ema.load_state_dict(state["ema"])
         if self.recorder is not None and "recorder" in state and hasattr(self.recorder,
                                                                           "load_state_dict"):

@@ -82,8 +82,8 @@ def load_rl_records(path: str | os.PathLike) -> list[dict]:
             raise HargoInputError(path, "expected a non-empty list of {role, content} messages",
                                   record=i, field="prompt")
         if r.get("task") not in TASKS:
-            raise HargoInputError(path, f"unknown task {r.get('task')!r}; valid: {', '.join(TASKS)}",
-                                  record=i, field="task")
+            raise HargoInputError(path, f"unknown task {r.get('task')!r}; valid: "
+                                  f"{', '.join(TASKS)}", record=i, field="task")
         if not isinstance(r.get("answer"), str):
             raise HargoInputError(path, "expected a string", record=i, field="answer")
         if r["task"].startswith("race") and r.get("label") not in ("yes", "no"):
@@ -318,7 +318,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
         history = recorder.history
         summary = summarize_history(history)
         result = {
-            "method": method, "steps": int(trainer.state.global_step), "max_steps": int(rl["steps"]),
+            "method": method, "steps": int(trainer.state.global_step),
+            "max_steps": int(rl["steps"]),
             "resumed_from_step": resumed_step if resume is not None else None,
             "steps_this_run": steps_run, "prompts": len(records), "skipped_prompts": skipped,
             "completions_per_step": int(rl["prompts_per_step"]) * int(rl["num_generations"]),
@@ -344,6 +345,6 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
                  and not math.isnan(float(v["final_reward_mean"]))}
         final.update({"time/total_s": result["time"]["total_s"], "time/train_s": train_s})
         mlflow.log_metrics(final)
-    print(f"[rl {method}] done: {result['steps']} steps, {train_s:.1f}s training, model -> {out_dir}",
-          flush=True)
+    print(f"[rl {method}] done: {result['steps']} steps, {train_s:.1f}s training, "
+          f"model -> {out_dir}", flush=True)
     return result

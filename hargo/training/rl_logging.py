@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from transformers import TrainerCallback
 
@@ -178,8 +178,8 @@ class StepRecorder:
                 metrics[f"{scope}/n_completions"] = float(len(idx))
                 metrics[f"{scope}/reward_mean"] = _mean(r)
                 metrics[f"{scope}/reward_std"] = _std(r)
-                metrics[f"{scope}/accuracy"] = _mean([float(is_correct(tasks[i], cols["rewards"][i]))
-                                                      for i in idx])
+                metrics[f"{scope}/accuracy"] = _mean(
+                    [float(is_correct(tasks[i], cols["rewards"][i])) for i in idx])
                 metrics[f"{scope}/completion_length"] = _mean(pick(cols["completion_lengths"]))
                 metrics[f"{scope}/advantage_mean"] = _mean(pick(cols["advantages"]))
                 w = pick(cols["weights"])
