@@ -150,6 +150,8 @@ def validate_params(params: Mapping) -> None:
     _num(params, "rl.steps", 1, integer=True)
     _num(params, "rl.prompts_per_step", 1, integer=True)
     _num(params, "rl.max_new_tokens", 1, integer=True)
+    if get(params, "rl").get("max_prompt_tokens") is not None:
+        _num(params, "rl.max_prompt_tokens", 1, integer=True)
     _num(params, "rl.temperature", 0, lo_open=True)
     _num(params, "rl.beta", 0)
     _num(params, "rl.alpha", 0)
