@@ -13,6 +13,8 @@ sample and returns ``1`` (a wins), ``0`` (tie) or ``-1`` (b wins).
 """
 from __future__ import annotations
 
+import abc
+
 import json
 import re
 import urllib.error
@@ -37,13 +39,14 @@ class Judge(Protocol):
         ...
 
 
-class BaseJudge:
-    """Judge base class: ``compare_batch`` loops over ``compare``."""
+class BaseJudge(abc.ABC):
+    """Judge base class: subclasses implement ``compare``; ``compare_batch`` loops over it."""
 
     name = "base"
 
-    def compare(self, sample: dict, a: str, b: str) -> int:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def compare(self, sample: dict, a: str, b: str) -> int:
+        """1 if ``a`` is better than ``b`` for ``sample``, -1 if worse, 0 for a tie."""
 
     def compare_batch(self, samples: list[dict], a: list[str], b: list[str]) -> list[int]:
         if not len(samples) == len(a) == len(b):
