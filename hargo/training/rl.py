@@ -21,11 +21,19 @@
    logs per-step per-task metrics, completion tables and plots to the MLflow child run
    ``rl-<method>`` (see ``hargo.training.rl_logging``).
 
+Several processes (``accelerate launch --num_processes N -m hargo.cli rl --method M``, or
+torchrun): every process trains; ``rl.prompts_per_step * rl.num_generations`` stays the *global*
+batch of a step (each process holds ``1/N`` of it, which must divide evenly), so a step means the
+same on 1 process or N. Only the main process prepares the checkpoint folder (the others wait,
+then read it), opens the MLflow run, merges and saves the model (after all processes finished
+training), writes the metrics file and prints; see :mod:`hargo.training.launch`.
+
 Rollouts are sampled by TRL's own transformers generation, or with ``rl.generation_backend:
 vllm`` by TRL's colocated vLLM engine (``use_vllm=True, vllm_mode="colocate"``).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -228,8 +236,9 @@ def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
             "data_sha256": _digest_files([Path(data_path)])}
 
 
-def _prepare_checkpoint_dir(ckpt_dir: Path, fingerprint: dict, log=print):
-    """Return the checkpoint to resume from (or None), after clearing stale checkpoints."""
+def _resumable_checkpoint(ckpt_dir: Path, fingerprint: dict) -> Path | None:
+    """The last complete checkpoint in ``ckpt_dir`` when its fingerprint file equals
+    ``fingerprint``, else None (reads only)."""
     from hargo.training.grpo import last_checkpoint
 
     fp_path = ckpt_dir / FINGERPRINT_NAME
@@ -239,7 +248,14 @@ def _prepare_checkpoint_dir(ckpt_dir: Path, fingerprint: dict, log=print):
             old = json.loads(fp_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
             old = None
-    ckpt = last_checkpoint(ckpt_dir) if old == json.loads(json.dumps(fingerprint)) else None
+    return last_checkpoint(ckpt_dir) if old == json.loads(json.dumps(fingerprint)) else None
+
+
+def _prepare_checkpoint_dir(ckpt_dir: Path, fingerprint: dict, log=print):
+    """Return the checkpoint to resume from (or None), after clearing stale checkpoints and
+    writing ``fingerprint`` (main process only: it writes)."""
+    fp_path = ckpt_dir / FINGERPRINT_NAME
+    ckpt = _resumable_checkpoint(ckpt_dir, fingerprint)
     if ckpt is None:
         if ckpt_dir.exists() and any(ckpt_dir.iterdir()):
             log(f"[rl] {ckpt_dir}: no resumable checkpoint for these inputs; starting over")
@@ -253,7 +269,7 @@ def _prepare_checkpoint_dir(ckpt_dir: Path, fingerprint: dict, log=print):
 
 def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
     """Run the ``rl`` stage for ``method``; returns the summary written to
-    ``metrics/rl/<method>.json``.
+    ``metrics/rl/<method>.json`` (on every process; only the main one writes and logs it).
 
     Raises:
         ParamsError: bad params or unknown method (before any work).
@@ -269,6 +285,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
     from hargo import tracking
     from hargo.training.common import (load_tokenizer, resolve_model_dir, save_merged,
                                        select_subset, setup_torch)
+    from hargo.training.launch import launch_state
     from hargo.training.rl_logging import (RLLoggingCallback, StepRecorder, plot_history,
                                            summarize_history)
 
@@ -290,29 +307,45 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
                               f"{sum(skipped.values())} over {prompt_cap(params)} prompt tokens; "
                               f"rl.prompts_per_step needs {rl['prompts_per_step']}")
     fingerprint = run_fingerprint(params, method, model_dir, data_path)
-    resume = _prepare_checkpoint_dir(ckpt_dir, fingerprint)
+    launch = launch_state()
+    if launch.is_main:
+        resume = _prepare_checkpoint_dir(ckpt_dir, fingerprint)
+    launch.wait_for_everyone()    # the others read the folder the main process prepared
+    if not launch.is_main:
+        resume = _resumable_checkpoint(ckpt_dir, fingerprint)
 
     recorder = StepRecorder(max_table_rows=TABLE_ROWS)
     callback = RLLoggingCallback(recorder, method, int(rl.get("log_completions_steps", 0) or 0))
-    with tracking.stage_run("rl", params, root=root, extra_tags={"hargo.method": method}):
-        mlflow.log_params({"rl.method": method, "rl.prompts_used": len(records)})
+    stage = tracking.stage_run("rl", params, root=root, extra_tags={"hargo.method": method}) \
+        if launch.is_main else contextlib.nullcontext()
+    with stage:
+        if launch.is_main:
+            mlflow.log_params({"rl.method": method, "rl.prompts_used": len(records)})
         t0 = time.perf_counter()
         trainer = build_trainer(params, method, model_dir, records, ckpt_dir, recorder=recorder,
-                                callbacks=[callback], tokenizer=tok)
+                                callbacks=[callback], tokenizer=tok,
+                                world_size=launch.num_processes)
         load_s = time.perf_counter() - t0
         resumed_step = int(json.loads((resume / "trainer_state.json").read_text())["global_step"]) \
             if resume is not None else 0
-        print(f"[rl {method}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
-              f"{rl['steps']} steps x {rl['prompts_per_step']} prompts x G={rl['num_generations']}"
-              f", backend {rl['generation_backend']}, bf16 {trainer.args.bf16}"
-              + (f", resuming at step {resumed_step}" if resume else ""), flush=True)
+        if launch.is_main:
+            print(f"[rl {method}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
+                  f"{rl['steps']} steps x {rl['prompts_per_step']} prompts x "
+                  f"G={rl['num_generations']}, backend {rl['generation_backend']}, "
+                  f"bf16 {trainer.args.bf16}"
+                  + (f", {launch.num_processes} processes" if launch.num_processes > 1 else "")
+                  + (f", resuming at step {resumed_step}" if resume else ""), flush=True)
         t0 = time.perf_counter()
         trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
         train_s = time.perf_counter() - t0
         steps_run = int(trainer.state.global_step) - resumed_step
 
         t0 = time.perf_counter()
-        save_merged(trainer.model, tok, out_dir, dtype=params["model"]["dtype"])
+        if launch.num_processes > 1:
+            trainer.accelerator.wait_for_everyone()
+        if launch.is_main:   # one writer: atomic_dir's rename would race between processes
+            save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
+                        dtype=params["model"]["dtype"])
         save_s = time.perf_counter() - t0
 
         history = recorder.history
@@ -333,6 +366,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
                      "s_per_step": round(train_s / steps_run, 3) if steps_run else None,
                      "steps_split_s": {k: round(v, 3) for k, v in summary.get("time", {}).items()}},
         }
+        if not launch.is_main:
+            return result
         atomic_write_json(metrics_path, result)
         with tempfile.TemporaryDirectory() as tmp:
             for p in plot_history(history, tmp, title=method):

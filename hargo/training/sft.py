@@ -14,12 +14,21 @@ start of every RL method) and ``metrics/sft.json``. The trainer logs every step 
 ``sft`` MLflow child run (transformers' ``MLflowCallback`` joins the active run); the train
 loss curve is logged there as ``sft_loss.png``.
 
+Several processes (``accelerate launch --num_processes N -m hargo.cli sft``, or torchrun):
+``sft.batch_size`` stays the *global* batch (each process takes ``batch_size / N`` examples per
+micro-batch, which must divide evenly), so the optimizer steps, learning rate and loss curve are
+comparable with a 1-process run. Every process trains; only the main process opens the MLflow
+run, merges and saves the model (after all processes finished training) and writes the metrics
+file (see :mod:`hargo.training.launch`). Length bucketing is single-process only (N processes use
+the trainer's distributed sampler).
+
 The paper's recipe (2 epochs, lr 2e-5, batch 4, full data) is ``sft.epochs=2 sft.max_steps=-1
 sft.learning_rate=2e-5 sft.batch_size=4 sft.samples_per_task=null sft.lora.enabled=false``
 (scripts/paper_recipe.sh).
 """
 from __future__ import annotations
 
+import contextlib
 import random
 import resource
 import shutil
@@ -64,19 +73,34 @@ def to_prompt_completion(records: Sequence[dict]) -> list[dict]:
              "completion": [{"role": "assistant", "content": r["answer"]}]} for r in records]
 
 
-def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str] = ("mlflow",)):
+def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str] = ("mlflow",),
+               world_size: int = 1):
     """The ``trl.SFTConfig`` expressing ``params.sft`` / ``params.train``.
+
+    ``per_device_train_batch_size = sft.batch_size / world_size``: ``sft.batch_size`` is the
+    global batch over ``world_size`` processes.
 
     TRL's own defaults that differ from what we mean are set explicitly: ``bf16`` (TRL: True) is
     :func:`hargo.training.common.use_bf16`, ``gradient_checkpointing`` (TRL: True) is
     ``train.gradient_checkpointing``, ``logging_steps`` (TRL: 10) is 1. No checkpoints are
     saved (the stage is short; its output is the merged model), no evaluation. ``report_to``:
     the trainer's trackers (the stage: MLflow; the benchmark: none).
+
+    Raises:
+        ParamsError: ``sft.batch_size`` not divisible by ``world_size``.
     """
     import torch
     from trl import SFTConfig
 
+    from hargo.params import ParamsError
+
     s = params["sft"]
+    if int(s["batch_size"]) % world_size:
+        raise ParamsError(f"sft.batch_size: {s['batch_size']} examples do not split over "
+                          f"{world_size} processes")
+    # several processes on a host without CUDA: without use_cpu accelerate finds no backend and
+    # every process would train alone (one process keeps transformers' own device choice)
+    multi_cpu = world_size > 1 and not torch.cuda.is_available()
     bf16 = common.use_bf16(params)
     gc = bool(params["train"]["gradient_checkpointing"])
     return SFTConfig(
@@ -84,7 +108,7 @@ def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str]
         seed=int(params["seed"]), data_seed=int(params["seed"]),
         num_train_epochs=float(s["epochs"]), max_steps=int(s["max_steps"]),
         learning_rate=float(s["learning_rate"]),
-        per_device_train_batch_size=int(s["batch_size"]),
+        per_device_train_batch_size=int(s["batch_size"]) // world_size,
         gradient_accumulation_steps=int(s["grad_accum"]),
         max_length=int(s["max_length"]),
         completion_only_loss=True, assistant_only_loss=False, packing=False,
@@ -94,6 +118,7 @@ def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str]
         logging_steps=1, logging_first_step=True, disable_tqdm=False,
         save_strategy="no", eval_strategy="no", report_to=list(report_to) or "none", run_name="sft",
         dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available(),
+        **({"use_cpu": True} if multi_cpu else {}),
     )
 
 
@@ -125,7 +150,7 @@ def bucketed_order(lengths: Sequence[int], batch_size: int, bucket_batches: int,
 class LengthBucketSampler:
     """Torch sampler yielding :func:`bucketed_order`, reseeded per epoch with
     ``random.Random(f"{seed}:{epoch}")`` (the epoch advances on each iteration, or is set by
-    ``set_epoch``). Single process (the SFT stage runs on one)."""
+    ``set_epoch``). Single process: with several the trainer keeps its distributed sampler."""
 
     def __init__(self, lengths: Sequence[int], batch_size: int, bucket_batches: int, seed: int):
         self.lengths, self.batch_size = list(lengths), batch_size
@@ -206,9 +231,17 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
     thread, the wall time it would take on an otherwise idle machine), ``tokens`` (prompt + completion tokens processed, padding
     excluded), ``tokens_per_s``, ``truncated``, ``examples``, ``trainable_parameters``,
     ``bf16``, ``peak_rss_mb``, ``loss_curve``.
+
+    Launched on several processes it trains on all of them (``sft.batch_size`` is the global
+    batch, see :func:`sft_config`); the losses and token counts are the trainer's, gathered over
+    the processes, times and memory are this process's; only the main process logs the plot and
+    writes ``out_dir``.
     """
     from datasets import Dataset
 
+    from hargo.training.launch import launch_state
+
+    launch = launch_state()
     common.setup_torch(params)
     model = common.load_model(model_dir, dtype="float32",
                               trust_remote_code=bool(params["model"]["trust_remote_code"]))
@@ -216,7 +249,7 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
     dataset = Dataset.from_list(to_prompt_completion(records))
     work = Path(tempfile.mkdtemp(prefix="hargo-sft-"))
     try:
-        args = sft_config(params, work / "trainer", report_to)
+        args = sft_config(params, work / "trainer", report_to, world_size=launch.num_processes)
         trainer = _bucketed_trainer_class()(
             model=model, args=args, train_dataset=dataset, processing_class=tok,
             peft_config=common.lora_config(params["sft"]["lora"]))
@@ -251,10 +284,14 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
                             f"SFT train loss ({'LoRA' if params['sft']['lora']['enabled'] else 'full'})")
             import mlflow
 
-            if mlflow.active_run() is not None:
+            if launch.is_main and mlflow.active_run() is not None:
                 mlflow.log_artifact(str(png))
         if out_dir is not None:
-            common.save_merged(trainer.model, tok, out_dir, dtype=params["model"]["dtype"])
+            if launch.num_processes > 1:
+                trainer.accelerator.wait_for_everyone()
+            if launch.is_main:   # one writer: atomic_dir's rename would race between processes
+                common.save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
+                                   dtype=params["model"]["dtype"])
         return metrics
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -263,7 +300,8 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
 def run(params: Mapping) -> dict[str, Any]:
     """Stage ``sft``: checks inputs (before any training), selects the subset, trains, writes
     ``sft.out_dir`` (merged model) and ``metrics/sft.json``, all inside the MLflow child run
-    ``sft``. Returns the metrics written.
+    ``sft``. Returns the metrics written (on every process of a multi-process launch; only the
+    main one logs and writes them).
 
     Raises:
         FileNotFoundError: ``model.out_dir`` missing or incomplete (run ``base_model``).
@@ -273,6 +311,7 @@ def run(params: Mapping) -> dict[str, Any]:
     import mlflow
 
     from hargo import tracking
+    from hargo.training.launch import launch_state
 
     t_start = time.perf_counter()
     model_dir = common.resolve_model_dir(params["model"]["out_dir"])
@@ -287,7 +326,8 @@ def run(params: Mapping) -> dict[str, Any]:
         raise HargoInputError(train_path, f"every prompt is longer than train.max_prompt_tokens="
                               f"{params['train']['max_prompt_tokens']} tokens (skipped: {skipped})")
     per_task = {t: sum(1 for r in subset if r["task"] == t) for t in sorted(skipped)}
-    with tracking.stage_run("sft", params):
+    launch = launch_state()
+    with tracking.stage_run("sft", params) if launch.is_main else contextlib.nullcontext():
         metrics = train(params, model_dir, subset, params["sft"]["out_dir"])
         curve = metrics.pop("loss_curve")
         metrics.update({
@@ -295,6 +335,8 @@ def run(params: Mapping) -> dict[str, Any]:
             "examples_per_task": per_task, "lora": bool(params["sft"]["lora"]["enabled"]),
             "wall_seconds": round(time.perf_counter() - t_start, 2),
         })
+        if not launch.is_main:
+            return metrics
         mlflow.log_metrics({f"sft.{k}": float(v) for k, v in metrics.items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)
                             and v is not None})
