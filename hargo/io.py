@@ -29,10 +29,19 @@ class HargoInputError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _tmp_sibling(path: Path, suffix: str = "") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f"{suffix}.tmp", dir=path.parent)
     os.close(fd)
+    # mkstemp makes the file 0600; give it the mode a plain open() would (0666 less the umask),
+    # so results on a shared file system stay readable by the group.
+    os.chmod(tmp, 0o666 & ~_umask())
     return Path(tmp)
 
 
@@ -109,6 +118,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; a plain mkdir would honour the umask
     try:
         yield tmp
         (tmp / ".complete").write_text("ok\n")

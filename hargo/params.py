@@ -107,6 +107,20 @@ def _choice(params, key, choices):
         raise ParamsError(f"{key}: must be one of {', '.join(map(str, choices))}; got {v!r}")
 
 
+def _range(params, key, lo=None, hi=None, integer=False):
+    v = get(params, key)
+    if not isinstance(v, list) or len(v) != 2:
+        raise ParamsError(f"{key}: expected [min, max], got {v!r}")
+    for i, x in enumerate(v):
+        kind = int if integer else (int, float)
+        if isinstance(x, bool) or not isinstance(x, kind):
+            raise ParamsError(f"{key}: expected [min, max] of numbers, got {v!r}")
+        if (lo is not None and x < lo) or (hi is not None and x > hi):
+            raise ParamsError(f"{key}: bounds must lie in [{lo}, {hi}], got {v!r}")
+    if v[0] > v[1]:
+        raise ParamsError(f"{key}: min {v[0]} is above max {v[1]}")
+
+
 def validate_params(params: Mapping) -> None:
     """Check every parameter the stages use, before any of them runs.
 
@@ -118,6 +132,18 @@ def validate_params(params: Mapping) -> None:
     _choice(params, "data.split.strategy", ("grouped", "paper"))
     _num(params, "data.split.eval_fraction", 0, 0.5, lo_open=True)
     _choice(params, "data.conflicts", ("majority", "drop"))
+    for task in TASKS:
+        _range(params, f"validate.task_counts.{task}", 0, integer=True)
+    _range(params, "validate.yes_fraction", 0, 1)
+    _range(params, "validate.prompt_chars", 0, integer=True)
+    _range(params, "validate.answer_chars", 0, integer=True)
+    for key in ("format_bonus", "length_penalty", "min_reward"):
+        _num(params, f"rewards.plp.{key}", None if key == "min_reward" else 0)
+    _num(params, "rewards.plp.length_budget", 0, integer=True)
+    _num(params, "rewards.plp.batch_size", 1, integer=True)
+    for key in ("partial", "overlap_high", "overlap_high_reward", "overlap_low",
+                "overlap_low_reward"):
+        _num(params, f"rewards.mlperf.{key}", 0, 1)
     _choice(params, "model.dtype", ("float32", "bfloat16", "float16"))
     if not isinstance(get(params, "model.source"), str) or not get(params, "model.source"):
         raise ParamsError(f"model.source: expected 'smollm2', a hub id or a folder; "

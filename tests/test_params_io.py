@@ -86,3 +86,30 @@ def test_read_jsonl_names_file_and_record(tmp_path):
         read_jsonl(p)
     atomic_write_json(tmp_path / "y.json", {"b": 2, "a": 1})
     assert json.loads((tmp_path / "y.json").read_text()) == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize("override, name", [
+    ("rewards.mlperf.partial=abc", "rewards.mlperf.partial"),
+    ("rewards.mlperf.partial=-7", "rewards.mlperf.partial"),
+    ("validate.yes_fraction=0.5", "validate.yes_fraction"),
+    ("validate.task_counts.plp=[700, 400]", "validate.task_counts.plp"),
+    ("rewards.plp.batch_size=0", "rewards.plp.batch_size"),
+])
+def test_reward_and_contract_params_are_checked(override, name):
+    with pytest.raises(ParamsError) as e:
+        load_params(ROOT / "params.yaml", [override])
+    assert str(e.value).startswith(name + ":")
+
+
+def test_outputs_honour_the_umask(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_json(tmp_path / "m.json", {"a": 1})
+        with atomic_dir(tmp_path / "d") as tmp:
+            (tmp / "f").write_text("x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
