@@ -13,7 +13,11 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-RL_METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
+RL_METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "ppo")
+#: Methods of the comparison (`compare.methods`): the RL methods, the preference methods and
+#: the HPC-GPT SFT baseline.
+PREFERENCE_METHODS = ("dpo", "kto", "simpo")
+COMPARE_METHODS = RL_METHODS + PREFERENCE_METHODS + ("hpcgpt",)
 TASKS = ("race_c", "race_fortran", "mlperf", "plp")
 
 

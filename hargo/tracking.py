@@ -158,8 +158,11 @@ def start_parent_run(params: Mapping, door: str, root: str | Path = ".",
 
 @contextlib.contextmanager
 def stage_run(stage: str, params: Mapping, root: str | Path = ".",
-              extra_tags: Mapping[str, str] | None = None) -> Iterator[Any]:
+              extra_tags: Mapping[str, str] | None = None,
+              run_name: str | None = None) -> Iterator[Any]:
     """Open the MLflow child run of one stage, with the params and tags logged.
+
+    The run is named ``run_name``, else ``<stage>-<hargo.method tag>``, else ``stage``.
 
     Yields the active ``mlflow.ActiveRun``; the run ends FINISHED, or FAILED when the body
     raises (the exception propagates).
@@ -170,8 +173,9 @@ def stage_run(stage: str, params: Mapping, root: str | Path = ".",
     parent = parent_run_id(params, root)
     tags = {**common_tags(params, root), "mlflow.parentRunId": parent, "hargo.stage": stage,
             "hargo.kind": "stage", **(extra_tags or {})}
-    run_name = stage if not extra_tags or "hargo.method" not in extra_tags else \
-        f"{stage}-{extra_tags['hargo.method']}"
+    if run_name is None:
+        run_name = stage if not extra_tags or "hargo.method" not in extra_tags else \
+            f"{stage}-{extra_tags['hargo.method']}"
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
         flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
         keys = sorted(flat)

@@ -267,9 +267,18 @@ def _prepare_checkpoint_dir(ckpt_dir: Path, fingerprint: dict, log=print):
     return ckpt
 
 
-def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
+def run(params: dict, method: str, root: str | os.PathLike = ".", *,
+        records: list[dict] | None = None, run_name: str | None = None,
+        out_dir: str | os.PathLike | None = None, ckpt_dir: str | os.PathLike | None = None,
+        metrics_path: str | os.PathLike | None = None, keep_history: bool = False) -> dict:
     """Run the ``rl`` stage for ``method``; returns the summary written to
     ``metrics/rl/<method>.json`` (on every process; only the main one writes and logs it).
+
+    The comparison (:mod:`hargo.compare.train`) calls it with its own ``records`` (the prompts,
+    already selected), ``run_name`` (the MLflow child run and log prefix, default ``method``),
+    ``out_dir``/``ckpt_dir``/``metrics_path`` (default ``rl.out_dir/<method>``,
+    ``checkpoints/rl/<method>``, ``metrics/rl/<method>.json``) and ``keep_history=True`` (the
+    per-step per-task history goes into the metrics file, for the report's curves).
 
     Raises:
         ParamsError: bad params or unknown method (before any work).
@@ -293,15 +302,19 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
     rl = params["rl"]
     model_dir = resolve_model_dir(root / params["sft"]["out_dir"])
     data_path = root / params["data"]["out_dir"] / "train.jsonl"
-    out_dir = root / rl["out_dir"] / method
-    ckpt_dir = root / CHECKPOINT_ROOT / method
-    metrics_path = root / METRICS_ROOT / f"{method}.json"
+    name = run_name or method
+    out_dir = Path(out_dir) if out_dir is not None else root / rl["out_dir"] / method
+    ckpt_dir = Path(ckpt_dir) if ckpt_dir is not None else root / CHECKPOINT_ROOT / method
+    metrics_path = Path(metrics_path) if metrics_path is not None \
+        else root / METRICS_ROOT / f"{method}.json"
 
     setup_torch(params)
     tok = load_tokenizer(model_dir)
-    records, skipped = select_subset(load_rl_records(data_path), rl["samples_per_task"],
-                                     int(params["seed"]), tok,
-                                     prompt_cap(params))
+    if records is None:
+        records, skipped = select_subset(load_rl_records(data_path), rl["samples_per_task"],
+                                         int(params["seed"]), tok, prompt_cap(params))
+    else:
+        skipped = {}
     if len(records) < int(rl["prompts_per_step"]):
         raise HargoInputError(data_path, f"only {len(records)} prompts left for RL after skipping "
                               f"{sum(skipped.values())} over {prompt_cap(params)} prompt tokens; "
@@ -315,8 +328,11 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
         resume = _resumable_checkpoint(ckpt_dir, fingerprint)
 
     recorder = StepRecorder(max_table_rows=TABLE_ROWS)
-    callback = RLLoggingCallback(recorder, method, int(rl.get("log_completions_steps", 0) or 0))
-    stage = tracking.stage_run("rl", params, root=root, extra_tags={"hargo.method": method}) \
+    callback = RLLoggingCallback(recorder, name, int(rl.get("log_completions_steps", 0) or 0))
+    stage = tracking.stage_run("rl" if run_name is None else "compare", params, root=root,
+                               extra_tags={"hargo.method": method,
+                                           **({"hargo.run": run_name} if run_name else {})},
+                               run_name=None if run_name is None else f"compare-{run_name}") \
         if launch.is_main else contextlib.nullcontext()
     with stage:
         if launch.is_main:
@@ -329,7 +345,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
         resumed_step = int(json.loads((resume / "trainer_state.json").read_text())["global_step"]) \
             if resume is not None else 0
         if launch.is_main:
-            print(f"[rl {method}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
+            print(f"[rl {name}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
                   f"{rl['steps']} steps x {rl['prompts_per_step']} prompts x "
                   f"G={rl['num_generations']}, backend {rl['generation_backend']}, "
                   f"bf16 {trainer.args.bf16}"
@@ -366,11 +382,13 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
                      "s_per_step": round(train_s / steps_run, 3) if steps_run else None,
                      "steps_split_s": {k: round(v, 3) for k, v in summary.get("time", {}).items()}},
         }
+        if keep_history:
+            result["history"] = history
         if not launch.is_main:
             return result
         atomic_write_json(metrics_path, result)
         with tempfile.TemporaryDirectory() as tmp:
-            for p in plot_history(history, tmp, title=method):
+            for p in plot_history(history, tmp, title=name):
                 mlflow.log_artifact(str(p), artifact_path="plots")
         mlflow.log_dict(recorder.state_dict(), "rl_history.json")
         mlflow.log_artifact(str(metrics_path))
@@ -380,6 +398,6 @@ def run(params: dict, method: str, root: str | os.PathLike = ".") -> dict:
                  and not math.isnan(float(v["final_reward_mean"]))}
         final.update({"time/total_s": result["time"]["total_s"], "time/train_s": train_s})
         mlflow.log_metrics(final)
-    print(f"[rl {method}] done: {result['steps']} steps, {train_s:.1f}s training, "
+    print(f"[rl {name}] done: {result['steps']} steps, {train_s:.1f}s training, "
           f"model -> {out_dir}", flush=True)
     return result
