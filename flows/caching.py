@@ -54,9 +54,13 @@ class StageSpec:
     outs: tuple[str, ...]
 
 
-def _substitute(text: str, item: str | None, params: Mapping) -> str:
+def _substitute(text: str, item: str | Mapping | None, params: Mapping) -> str:
     def repl(m: re.Match) -> str:
         key = m.group(1).strip()
+        if key.startswith("item.") and isinstance(item, Mapping):  # a matrix stage
+            if key[5:] not in item:
+                raise ValueError(f"dvc.yaml: '${{{key}}}' names no matrix key of {dict(item)}")
+            return str(item[key[5:]])
         if key == "item":
             if item is None:
                 raise ValueError(f"dvc.yaml: '${{item}}' used outside a foreach stage in {text!r}")
@@ -79,8 +83,11 @@ def _entries(section: list | None) -> list[tuple[str, dict]]:
 
 
 def stage_spec(dvc_yaml: str | Path, stage: str, params: Mapping,
-               item: str | None = None) -> StageSpec:
-    """Read ``stage`` from ``dvc_yaml``; ``item`` is the ``foreach`` value (the RL method).
+               item: str | Mapping | None = None) -> StageSpec:
+    """Read ``stage`` from ``dvc_yaml``; ``item`` is the ``foreach`` value (the RL method), or
+    for a ``matrix`` stage the dict of its keys (``{"method": "hargo", "seed": 1}``; the name is
+    DVC's, ``stage@hargo-1``). Paths are taken as written: the stages of ``compare/dvc.yaml``
+    run from the repository root (``wdir: ..``), like those of ``dvc.yaml``.
 
     Raises:
         FileNotFoundError: ``dvc_yaml`` does not exist.
@@ -92,7 +99,13 @@ def stage_spec(dvc_yaml: str | Path, stage: str, params: Mapping,
     if stage not in stages:
         raise ValueError(f"{path}: no stage {stage!r} (stages: {', '.join(stages)})")
     body = stages[stage]
-    if "foreach" in body:
+    if "matrix" in body:
+        keys_m = list(body["matrix"])
+        if not isinstance(item, Mapping) or set(item) != set(keys_m):
+            raise ValueError(f"{path}: stage {stage!r} is a matrix stage over {keys_m}; "
+                             f"give a dict of them, got {item!r}")
+        name = f"{stage}@{'-'.join(str(item[k]) for k in keys_m)}"
+    elif "foreach" in body:
         if item is None:
             raise ValueError(f"{path}: stage {stage!r} is a foreach stage; give its item")
         body, name = body["do"], f"{stage}@{item}"
@@ -178,14 +191,19 @@ class StageInputs(CachePolicy):
     """Prefect cache policy: the key of :func:`inputs_key` for stage ``stage``.
 
     The task it is attached to must take ``params`` (the loaded params dict) and, for the
-    ``foreach`` stage ``rl``, ``method``. The project root is the working directory, as for
-    the stage functions themselves (their paths are relative).
+    ``foreach`` stage ``rl``, ``method``; for a matrix stage of ``compare/dvc.yaml``, ``method``
+    and ``seed``. The project root is the working directory, as for the stage functions
+    themselves (their paths are relative).
     """
 
     stage: str = ""
+    dvc_yaml: str = "dvc.yaml"
 
     def compute_key(self, task_ctx, inputs: dict[str, Any], flow_parameters: dict[str, Any],
                     **kwargs: Any) -> str | None:
         params = inputs["params"]
-        spec = stage_spec(Path("dvc.yaml"), self.stage, params, inputs.get("method"))
+        item = inputs.get("method")
+        if "seed" in inputs:
+            item = {"method": inputs["method"], "seed": inputs["seed"]}
+        spec = stage_spec(Path(self.dvc_yaml), self.stage, params, item)
         return inputs_key(spec, params, Path.cwd())

@@ -76,7 +76,7 @@ def sft(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 
 
 @app.command()
-def rl(method: str = typer.Option(..., "--method", "-m", help="grpo, dr_grpo, hargo, hargo_b1, hargo_b2"),
+def rl(method: str = typer.Option(..., "--method", "-m", help="grpo, dr_grpo, hargo, hargo_b1, hargo_b2, ppo"),
        params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """RL post-training from the SFT model with one method -> models/rl/<method> (merged)."""
     from hargo.params import RL_METHODS
@@ -102,6 +102,41 @@ def evaluate(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 def register(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Register evaluated RL models in the MLflow registry; move @champion through the gate."""
     from hargo import registry as stage
+
+    _run(stage.run, _params(params, set_))
+
+
+@app.command()
+def preferences(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Comparison: 2 SFT samples per train prompt ranked by the task reward -> data/preferences."""
+    from hargo.compare import preferences as stage
+
+    _run(stage.run, _params(params, set_))
+
+
+@app.command("compare-train")
+def compare_train(method: str = typer.Option(..., "--method", "-m", help="a method of compare.methods"),
+                  seed: int = typer.Option(..., "--seed", help="a seed of compare.seeds"),
+                  params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Comparison: train one method with one seed -> models/compare/<method>-s<seed>."""
+    from hargo.compare import train as stage
+
+    _run(stage.run, _params(params, set_), method, seed)
+
+
+@app.command("compare-eval")
+def compare_eval(run: str = typer.Option(..., "--run", help="'sft' or '<method>-s<seed>'"),
+                 params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Comparison: one model answers the comparison's eval prompts -> data/compare/eval/<run>."""
+    from hargo.compare import evaluate as stage
+
+    _run(stage.run, _params(params, set_), run)
+
+
+@app.command()
+def report(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Comparison report: reports/comparison.md and .html, plots, bootstrap CIs, MLflow run."""
+    from hargo.compare import report as stage
 
     _run(stage.run, _params(params, set_))
 

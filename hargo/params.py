@@ -200,7 +200,49 @@ def validate_params(params: Mapping) -> None:
     _choice(params, "evaluate.judge", ("reward", "llm"))
     if get(params, "evaluate.judge") == "llm" and not get(params, "evaluate.judge_endpoint"):
         raise ParamsError("evaluate.judge_endpoint: required when evaluate.judge is 'llm'")
+    if "compare" in params:
+        _validate_compare(params)
     gates = get(params, "register.gate_metrics")
     if not isinstance(gates, list) or not gates:
         raise ParamsError(f"register.gate_metrics: expected a non-empty list, got {gates!r}")
     _num(params, "register.tolerance", 0)
+
+
+def _validate_compare(params: Mapping) -> None:
+    """The ``compare`` section (the nine-method comparison)."""
+    for key, valid in (("compare.methods", COMPARE_METHODS), ("compare.seeds", None)):
+        v = get(params, key)
+        if not isinstance(v, list) or not v:
+            raise ParamsError(f"{key}: expected a non-empty list, got {v!r}")
+        if len(set(map(str, v))) != len(v):
+            raise ParamsError(f"{key}: duplicate entry in {v}")
+        for x in v:
+            if valid is not None and x not in valid:
+                raise ParamsError(f"{key}: unknown method {x!r}; valid: {', '.join(valid)}")
+            if valid is None and (not isinstance(x, int) or isinstance(x, bool) or x < 0):
+                raise ParamsError(f"{key}: seeds must be integers >= 0, got {x!r}")
+    _num(params, "compare.samples_per_task", 1, integer=True, allow_none=True)
+    _num(params, "compare.steps", 1, integer=True)
+    _num(params, "compare.prompts_per_step", 1, integer=True)
+    _num(params, "compare.ppo.vf_coef", 0)
+    _num(params, "compare.ppo.gamma", 0, 1)
+    _num(params, "compare.ppo.lam", 0, 1)
+    _num(params, "compare.ppo.cliprange_value", 0, lo_open=True)
+    if not isinstance(get(params, "compare.ppo.whiten_advantages"), bool):
+        raise ParamsError("compare.ppo.whiten_advantages: expected true or false")
+    _num(params, "compare.preferences.samples_per_task", 1, integer=True, allow_none=True)
+    _num(params, "compare.preferences.samples_per_prompt", 2, integer=True)
+    _num(params, "compare.preferences.temperature", 0, lo_open=True)
+    _num(params, "compare.preferences.max_new_tokens", 1, integer=True)
+    _choice(params, "compare.preferences.backend", ("vllm", "transformers"))
+    for m in ("dpo", "kto", "simpo"):
+        _num(params, f"compare.{m}.beta", 0, lo_open=True)
+        _num(params, f"compare.{m}.learning_rate", 0, lo_open=True)
+    _num(params, "compare.simpo.gamma", 0)
+    _num(params, "compare.hpcgpt.learning_rate", 0, lo_open=True)
+    _num(params, "compare.hpcgpt.lora_r", 1, integer=True)
+    _num(params, "compare.hpcgpt.lora_alpha", 0, lo_open=True)
+    _num(params, "compare.evaluate.samples_per_task", 1, integer=True, allow_none=True)
+    _num(params, "compare.evaluate.max_new_tokens", 1, integer=True)
+    _num(params, "compare.report.bootstrap_resamples", 100, integer=True)
+    _num(params, "compare.report.confidence", 0, 1, lo_open=True)

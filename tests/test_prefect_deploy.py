@@ -35,7 +35,8 @@ PREFECT = str(Path(sys.executable).with_name("prefect"))
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 DEPLOYMENTS = ("hargo-pipeline/cpu", "hargo-pipeline/gpu", "hargo-validate/cpu",
                "hargo-sft/cpu", "hargo-sft/gpu", "hargo-rl/cpu", "hargo-rl/gpu",
-               "hargo-evaluate/cpu", "hargo-evaluate/gpu")
+               "hargo-evaluate/cpu", "hargo-evaluate/gpu", "hargo-comparison/cpu",
+               "hargo-comparison/gpu")
 
 
 def _free_port() -> int:

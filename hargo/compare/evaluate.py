@@ -1,0 +1,132 @@
+"""Stages ``compare_eval@<method>-<seed>`` and ``compare_sft``: one model of the comparison
+answers the comparison's eval prompts.
+
+``run(params, run)`` (``hargo compare-eval --run <method>-s<seed>`` or ``--run sft``) evaluates
+``compare.out_dir/<run>`` (or the SFT model for ``sft``) exactly as the ``evaluate`` stage does
+(:mod:`hargo.evaluation.evaluate`: same prompt selection rule, backend, decoding, rewards and
+metrics), with ``evaluate.samples_per_task`` and ``evaluate.max_new_tokens`` replaced by
+``compare.evaluate``'s. The prompt set is drawn with the *global* ``seed``, never the run's, so
+every model of the comparison answers the same prompts (the report pairs them by prompt id).
+Decoding is greedy by default (``evaluate.temperature: 0``), so SFT is evaluated once.
+
+Outputs (whole or not at all): ``data/compare/eval/<run>/generations.jsonl`` (one row per prompt:
+:func:`hargo.metrics.score_samples`'s ``id, task, completion, reward, correct, chars`` and
+``prediction`` / ``em`` / ``similarity``) and ``data/compare/eval/<run>/metrics.json`` (the
+model's :func:`hargo.evaluation.evaluate.eval_json_entry` plus timing and the prompt counts);
+MLflow child run ``compare-eval-<run>``.
+"""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Mapping
+
+from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
+from hargo.params import ParamsError, validate_params
+
+__all__ = ["run", "eval_params", "parse_run", "EVAL_ROOT", "SFT_RUN"]
+
+EVAL_ROOT = Path("data") / "compare" / "eval"
+SFT_RUN = "sft"
+_RUN_RE = re.compile(r"^(?P<method>[a-z_0-9]+)-s(?P<seed>\d+)$")
+
+
+def parse_run(params: Mapping, run: str) -> tuple[str, int] | None:
+    """``(method, seed)`` of ``"<method>-s<seed>"``, or None for ``"sft"``.
+
+    Raises:
+        ParamsError: not ``sft`` and not a run of ``compare.methods`` x ``compare.seeds``.
+    """
+    if run == SFT_RUN:
+        return None
+    m = _RUN_RE.match(run)
+    methods = list(params["compare"]["methods"])
+    seeds = [int(s) for s in params["compare"]["seeds"]]
+    if not m or m["method"] not in methods or int(m["seed"]) not in seeds:
+        raise ParamsError(f"--run: {run!r} is not 'sft' nor '<method>-s<seed>' with a method of "
+                          f"compare.methods {methods} and a seed of compare.seeds {seeds}")
+    return m["method"], int(m["seed"])
+
+
+def eval_params(params: Mapping) -> dict:
+    """``evaluate`` with ``compare.evaluate``'s keys (samples_per_task, max_new_tokens) applied."""
+    ev = dict(params["evaluate"])
+    ev.update(dict(params["compare"].get("evaluate") or {}))
+    return ev
+
+
+def run(params: dict, run: str, root: str | Path = ".") -> dict:
+    """Evaluate one model of the comparison (see the module docstring).
+
+    Returns ``{"run", "n_prompts", "skipped", "metrics": {dr_f1, plp_similarity, mlperf_em,
+    avg_score, ...}}``.
+
+    Raises:
+        ParamsError: unknown run name or bad params.
+        FileNotFoundError: the model folder is missing or half-written (names the stage).
+        HargoInputError: bad eval split, or no prompt left after the length filter.
+        VLLMUnavailableError: backend vllm without vLLM.
+    """
+    from hargo import tracking
+    from hargo.evaluation import generate as gen
+    from hargo.evaluation.evaluate import eval_json_entry, load_eval_records, select_prompts
+    from hargo.io import require_complete_dir
+    from hargo.metrics import compute_metrics, score_samples
+    from hargo.rewards import RewardConfig, TaskReward
+    from hargo.training.common import load_tokenizer, setup_torch
+
+    validate_params(params)
+    root = Path(root)
+    parsed = parse_run(params, run)
+    ev = eval_params(params)
+    seed = int(params["seed"])
+    sft_dir = root / params["sft"]["out_dir"]
+    mdir = sft_dir if parsed is None else root / params["compare"]["out_dir"] / run
+    stage = "sft (hargo sft)" if parsed is None else \
+        f"compare_train@{parsed[0]}-{parsed[1]} (hargo compare-train)"
+    try:
+        require_complete_dir(mdir, f"model folder of {run!r}")
+        require_complete_dir(sft_dir, "SFT model folder (its tokenizer picks the prompts)")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{e} (written by stage {stage})") from None
+    eval_path = root / params["data"]["out_dir"] / "eval.jsonl"
+    records = load_eval_records(eval_path)
+    if ev["backend"] == "vllm":
+        gen.import_vllm()
+    reward_fn = TaskReward(RewardConfig.from_params(params.get("rewards")))
+    subset, skipped = select_prompts(records, ev, seed, load_tokenizer(sft_dir))
+    if not subset:
+        raise HargoInputError(eval_path, f"no eval prompt has at most evaluate.max_prompt_tokens"
+                              f"={ev['max_prompt_tokens']} tokens (skipped per task: {skipped})")
+    setup_torch(params)
+    print(f"[compare-eval {run}] {len(subset)} prompts, backend {ev['backend']}", flush=True)
+    with tracking.stage_run("compare-eval", params, root, extra_tags={"hargo.run": run},
+                            run_name=f"compare-eval-{run}"):
+        import mlflow
+
+        t0 = time.perf_counter()
+        res = gen.run_generation(mdir, [r["prompt"] for r in subset], ev, ev["backend"],
+                                 seed=seed)
+        scored = score_samples(subset, res.completions, reward_fn)
+        metrics = compute_metrics(subset, res.completions, rewards=[s["reward"] for s in scored],
+                                  reward_fn=reward_fn)
+        entry = eval_json_entry(metrics)
+        entry.update(run=run, method=SFT_RUN if parsed is None else parsed[0],
+                     seed=None if parsed is None else parsed[1], n_prompts=len(subset),
+                     skipped=skipped, backend=ev["backend"],
+                     max_new_tokens=int(ev["max_new_tokens"]),
+                     wall_s=round(time.perf_counter() - t0, 3), load_s=res.load_s,
+                     generate_s=res.generate_s, completion_tokens=sum(res.completion_tokens),
+                     gen_tokens_per_s=res.tokens_per_s)
+        with atomic_dir(root / EVAL_ROOT / run) as tmp:
+            atomic_write_jsonl(tmp / "generations.jsonl", scored)
+            atomic_write_json(tmp / "metrics.json", entry)
+        mlflow.log_metrics({k: float(v) for k, v in entry.items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    print(f"[compare-eval {run}] DR-F1 {entry.get('dr_f1')}, PLP {entry.get('plp_similarity')}, "
+          f"MLPerf EM {entry.get('mlperf_em')}, AvgScore {entry.get('avg_score')} "
+          f"({entry['wall_s']:.1f} s)", flush=True)
+    return {"run": run, "n_prompts": len(subset), "skipped": skipped,
+            "metrics": {k: entry.get(k) for k in ("dr_f1", "plp_similarity", "mlperf_em",
+                                                  "avg_score")}}

@@ -1,0 +1,179 @@
+"""Stage ``compare_train@<method>-<seed>``: train one method with one seed for the comparison.
+
+``run(params, method, seed)`` (``hargo compare-train --method M --seed S``, the Prefect
+comparison flow) trains from the shared upstream outputs -- nothing upstream re-runs:
+
+``grpo``, ``dr_grpo``, ``hargo``, ``hargo_b1``, ``hargo_b2``, ``ppo`` (online RL)
+    :func:`hargo.training.rl.run` from the SFT model, with ``rl.steps = compare.steps``,
+    ``rl.prompts_per_step = compare.prompts_per_step`` and a prompt pool of
+    ``compare.samples_per_task`` prompts per task drawn with this seed; every other ``rl.*``
+    knob (G, temperature, beta, alpha, rho, clip range, learning rate, LoRA) is shared with the
+    ``rl`` stage. Checkpoints go to ``checkpoints/compare/<run>`` (an interrupted run resumes).
+``dpo``, ``kto``, ``simpo`` (preference)
+    :func:`hargo.training.preference.train_preference` from the SFT model on the pairs of the
+    ``preferences`` stage (``data/preferences/pairs.jsonl``): ``compare.steps`` optimizer steps
+    of ``compare.prompts_per_step`` pairs.
+``hpcgpt`` (the HPC-GPT baseline)
+    the HPC-GPT LoRA SFT recipe (``compare.hpcgpt``: r=8, alpha=16, lr 2e-5) applied to the
+    *base* model with SFT's data budget (``sft.samples_per_task``, ``sft.epochs``), through
+    :func:`hargo.training.sft.train`.
+
+Budget: every RL and preference method sees ``compare.steps * compare.prompts_per_step``
+prompts; ``hpcgpt`` replaces SFT and sees SFT's examples. The run's seed replaces ``seed`` for
+the training (sampling, data order, prompt pool); the SFT model is the same for all seeds.
+
+Outputs (whole or not at all): ``models/compare/<run>/`` (merged model) and
+``metrics/compare/train/<run>.json``: ``{"method", "seed", "run", "family", "prompts_seen",
+"steps", "wall_s", "history", ...}`` with ``history`` the per-step per-task rows of
+:class:`hargo.training.rl_logging.StepRecorder` for online RL methods (``[]`` otherwise).
+"""
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Mapping
+
+from hargo.io import HargoInputError, atomic_write_json, read_jsonl
+from hargo.params import (COMPARE_METHODS, PREFERENCE_METHODS, RL_METHODS, ParamsError,
+                          validate_params)
+
+__all__ = ["run", "run_name", "run_params", "family", "model_dir", "metrics_path",
+           "TRAIN_METRICS_ROOT", "CHECKPOINT_ROOT"]
+
+TRAIN_METRICS_ROOT = Path("metrics") / "compare" / "train"
+CHECKPOINT_ROOT = Path("checkpoints") / "compare"
+
+
+def run_name(method: str, seed: int) -> str:
+    """``"<method>-s<seed>"``: the name of one comparison run (folders, MLflow runs)."""
+    return f"{method}-s{int(seed)}"
+
+
+def family(method: str) -> str:
+    """``"rl"``, ``"preference"`` or ``"sft"`` (hpcgpt).
+
+    Raises:
+        ParamsError: not a comparison method.
+    """
+    if method in RL_METHODS:
+        return "rl"
+    if method in PREFERENCE_METHODS:
+        return "preference"
+    if method == "hpcgpt":
+        return "sft"
+    raise ParamsError(f"compare.methods: unknown method {method!r}; valid: "
+                      f"{', '.join(COMPARE_METHODS)}")
+
+
+def model_dir(params: Mapping, method: str, seed: int, root: str | Path = ".") -> Path:
+    """``<compare.out_dir>/<method>-s<seed>``."""
+    return Path(root) / params["compare"]["out_dir"] / run_name(method, seed)
+
+
+def metrics_path(method: str, seed: int, root: str | Path = ".") -> Path:
+    """``metrics/compare/train/<method>-s<seed>.json``."""
+    return Path(root) / TRAIN_METRICS_ROOT / f"{run_name(method, seed)}.json"
+
+
+def run_params(params: Mapping, method: str, seed: int) -> dict:
+    """The params one comparison run trains with: a copy where ``seed`` is the run's seed and
+    ``rl.steps / rl.prompts_per_step / rl.samples_per_task`` are the comparison's budget
+    (``compare.steps / prompts_per_step / samples_per_task``); for ``hpcgpt`` ``sft.learning_rate``
+    and ``sft.lora.r / alpha`` are the HPC-GPT recipe's (``compare.hpcgpt``)."""
+    family(method)
+    p = copy.deepcopy(dict(params))
+    c = p["compare"]
+    p["seed"] = int(seed)
+    p["rl"]["steps"] = int(c["steps"])
+    p["rl"]["prompts_per_step"] = int(c["prompts_per_step"])
+    p["rl"]["samples_per_task"] = c["samples_per_task"]
+    if method == "hpcgpt":
+        h = c["hpcgpt"]
+        p["sft"]["learning_rate"] = float(h["learning_rate"])
+        p["sft"]["lora"] = {**p["sft"]["lora"], "enabled": True, "r": int(h["lora_r"]),
+                            "alpha": float(h["lora_alpha"])}
+    return p
+
+
+def _train_hpcgpt(p: dict, root: Path, out_dir: Path) -> dict:
+    from hargo.training import common, sft
+    from hargo.training.sft import check_records
+
+    base = common.resolve_model_dir(root / p["model"]["out_dir"])
+    train_path = root / p["data"]["out_dir"] / "train.jsonl"
+    records = read_jsonl(train_path)
+    check_records(train_path, records)
+    tok = common.load_tokenizer(base)
+    subset, skipped = common.select_subset(records, p["sft"]["samples_per_task"], int(p["seed"]),
+                                           tok, int(p["train"]["max_prompt_tokens"]))
+    if not subset:
+        raise HargoInputError(train_path, "every prompt is longer than train.max_prompt_tokens")
+    m = sft.train(p, base, subset, out_dir)
+    return {"prompts_seen": int(m["examples"] * float(p["sft"]["epochs"])),
+            "steps": m["steps"], "loss_curve": m.get("loss_curve", []),
+            "final_loss": m.get("final_loss"), "skipped_too_long": skipped,
+            "train_s": m["train_seconds"], "base_model": str(p["model"]["out_dir"])}
+
+
+def _train_preference(p: dict, method: str, seed: int, root: Path, out_dir: Path) -> dict:
+    from hargo.training.common import resolve_model_dir
+    from hargo.training.preference import train_preference
+
+    pairs_path = root / p["compare"]["preferences"]["out_dir"] / "pairs.jsonl"
+    if not pairs_path.is_file():
+        raise FileNotFoundError(f"{pairs_path}: missing (written by stage preferences; "
+                                "`dvc repro compare/dvc.yaml` runs it)")
+    pairs = read_jsonl(pairs_path)
+    sft_dir = resolve_model_dir(root / p["sft"]["out_dir"])
+    m = train_preference(p, method, sft_dir, pairs, out_dir, seed)
+    m.setdefault("prompts_seen", int(p["compare"]["steps"]) * int(p["compare"]["prompts_per_step"]))
+    return m
+
+
+def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
+    """Train ``method`` with ``seed`` (see the module docstring); returns the metrics written.
+
+    Raises:
+        ParamsError: bad params, unknown method, or a seed not in ``compare.seeds`` (before any
+            work).
+        FileNotFoundError: an upstream output (SFT/base model, pairs) is missing.
+        HargoInputError: bad or too few train records / pairs.
+    """
+    import mlflow
+
+    from hargo import tracking
+
+    validate_params(params)
+    fam = family(method)
+    if int(seed) not in [int(s) for s in params["compare"]["seeds"]]:
+        raise ParamsError(f"--seed: {seed} is not in compare.seeds {params['compare']['seeds']}")
+    root = Path(root)
+    name = run_name(method, seed)
+    p = run_params(params, method, seed)
+    out_dir = model_dir(params, method, seed, root)
+    mpath = metrics_path(method, seed, root)
+    t0 = time.perf_counter()
+    print(f"[compare {name}] {fam} method {method}, seed {seed}", flush=True)
+    if fam == "rl":
+        from hargo.training import rl
+
+        r = rl.run(p, method, root, run_name=name, out_dir=out_dir,
+                   ckpt_dir=root / CHECKPOINT_ROOT / name, metrics_path=mpath,
+                   keep_history=True)
+        result = {**r, "prompts_seen": int(r["steps"]) * int(p["rl"]["prompts_per_step"])}
+    else:
+        with tracking.stage_run("compare", p, root, extra_tags={"hargo.method": method,
+                                                               "hargo.run": name},
+                                run_name=f"compare-{name}"):
+            result = (_train_hpcgpt(p, root, out_dir) if fam == "sft"
+                      else _train_preference(p, method, seed, root, out_dir))
+            result["history"] = []
+            mlflow.log_metrics({k: float(v) for k, v in result.items()
+                                if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    result.update(method=method, seed=int(seed), run=name, family=fam,
+                  wall_s=round(time.perf_counter() - t0, 3))
+    atomic_write_json(mpath, result)
+    print(f"[compare {name}] done in {result['wall_s']:.1f} s, "
+          f"{result['prompts_seen']} prompts seen -> {out_dir}", flush=True)
+    return result

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The nine-method comparison (compare/dvc.yaml) in one command, after scripts/setup.sh:
+#   scripts/compare.sh [quick]     params.yaml's `compare` as committed: 8 methods x 3 seeds,
+#                                  2 steps each (~1 h on a 2-core CPU): checks that everything
+#                                  runs and the report renders; it does not rank methods.
+#   scripts/compare.sh research    a DVC experiment sized so that methods can differ: + the
+#                                  HARGO ablations B1/B2, 100 steps x 4 prompts per method
+#                                  (~33 h on a 2-core CPU, estimated; a few GPU-hours).
+#   scripts/compare.sh paper       the paper's full recipe (Qwen2.5-0.5B-Instruct from the hub,
+#                                  all 5,273 training samples, its hyperparameters; GPU host).
+# Extra arguments go to `dvc exp run` (research, paper), e.g. -S 'compare.seeds=[1,2,3,4,5]'.
+# Results: reports/comparison.md and .html, metrics/compare/summary.json; `dvc exp show`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f .venv/bin/activate ] && source .venv/bin/activate
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" TOKENIZERS_PARALLELISM=false
+size="${1:-quick}"
+[ $# -gt 0 ] && shift
+start=$(date +%s)
+dvc pull -q data/raw/hpc-gpt.dvc
+case "$size" in
+  quick)
+    dvc repro compare/dvc.yaml ;;
+  research)
+    dvc exp run compare/dvc.yaml -n compare-research \
+      -S 'compare.methods=[hpcgpt,ppo,dpo,kto,simpo,grpo,dr_grpo,hargo,hargo_b1,hargo_b2]' \
+      -S 'compare.seeds=[1,2,3]' -S compare.samples_per_task=64 -S compare.steps=100 \
+      -S compare.prompts_per_step=4 -S compare.preferences.samples_per_task=128 \
+      -S compare.evaluate.samples_per_task=100 -S compare.evaluate.max_new_tokens=48 "$@" ;;
+  paper)
+    # scripts/paper_recipe.sh's values (the main pipeline) plus the comparison at full size.
+    dvc exp run compare/dvc.yaml -n compare-paper \
+      -S model.source=Qwen/Qwen2.5-0.5B-Instruct -S model.dtype=bfloat16 \
+      -S data.split.strategy=paper \
+      -S sft.samples_per_task=null -S sft.epochs=2 -S sft.max_steps=-1 -S sft.learning_rate=2e-5 \
+      -S sft.batch_size=4 -S sft.lora.enabled=false -S sft.max_length=4096 \
+      -S train.max_prompt_tokens=3072 -S train.threads=0 \
+      -S rl.num_generations=4 -S rl.beta=0.02 -S rl.alpha=0.3 -S rl.rho=0.9 \
+      -S rl.temperature=0.6 -S rl.max_new_tokens=256 -S rl.lora.enabled=false \
+      -S rl.generation_backend=vllm \
+      -S 'compare.methods=[hpcgpt,ppo,dpo,kto,simpo,grpo,dr_grpo,hargo,hargo_b1,hargo_b2]' \
+      -S compare.samples_per_task=null -S compare.steps=500 -S compare.prompts_per_step=8 \
+      -S compare.preferences.samples_per_task=null -S compare.preferences.max_new_tokens=256 \
+      -S compare.evaluate.samples_per_task=null -S compare.evaluate.max_new_tokens=256 \
+      -S evaluate.max_prompt_tokens=8192 -S evaluate.gpu_memory_utilization=0.4 "$@" ;;
+  *)
+    echo "usage: scripts/compare.sh [quick|research|paper] [dvc exp run options]" >&2; exit 2 ;;
+esac
+echo "comparison ($size) wall time: $(( $(date +%s) - start )) s"
+[ -f reports/comparison.md ] && echo "report: reports/comparison.md, reports/comparison.html"
