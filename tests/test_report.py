@@ -1,0 +1,273 @@
+"""The comparison report (hargo.compare.stats, hargo.compare.report) on hand-computed fixtures."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from hargo.compare import report
+from hargo.compare.stats import (f1_statistic, mean_std, paired_bootstrap_ci,
+                                 paired_bootstrap_ci_seeds, race_f1_records)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- stats
+
+def test_mean_std_exact():
+    m, s = mean_std([1, 2, 3, 4])
+    assert m == 2.5
+    assert s == pytest.approx(math.sqrt(5 / 3), abs=1e-12)  # ddof=1: 5 / (4 - 1)
+    assert mean_std([0.7]) == (0.7, 0.0)
+    with pytest.raises(ValueError):
+        mean_std([])
+    with pytest.raises(ValueError):
+        mean_std([1.0, None])
+
+
+def test_bootstrap_against_itself_is_zero():
+    a = np.array([0.1, 0.9, 0.4, 0.4, 0.0, 1.0])
+    ci = paired_bootstrap_ci(a, a, resamples=500, confidence=0.95, seed=3)
+    assert (ci["diff"], ci["low"], ci["high"]) == (0.0, 0.0, 0.0)
+    rec = race_f1_records(["yes", "no", "yes", "no"], ["yes", None, "no", "no"])
+    ci = paired_bootstrap_ci(rec, rec, f1_statistic, resamples=200, seed=0)
+    assert (ci["diff"], ci["low"], ci["high"]) == (0.0, 0.0, 0.0)
+    assert ci["low"] <= 0.0 <= ci["high"]
+
+
+def test_bootstrap_dominating_method_is_above_zero_and_seeded():
+    rng = np.random.default_rng(0)
+    b = rng.uniform(0, 0.8, size=40)
+    a = b + rng.uniform(0.05, 0.2, size=40)  # a beats b on every prompt
+    ci = paired_bootstrap_ci(a, b, resamples=1000, confidence=0.95, seed=7)
+    assert 0.0 < ci["low"] <= ci["diff"] <= ci["high"]
+    assert ci["diff"] == pytest.approx(float(np.mean(a - b)))
+    assert ci == paired_bootstrap_ci(a, b, resamples=1000, confidence=0.95, seed=7)
+    # unpaired noise would give a wider interval than the paired design
+    assert ci["high"] - ci["low"] < 0.1
+
+
+def test_bootstrap_dr_f1_uses_f1_not_accuracy():
+    labels = ["yes", "yes", "no", "no"]
+    a = race_f1_records(labels, ["yes", "yes", "yes", "yes"])   # TP 2, FP 2: F1 = 4/6
+    b = race_f1_records(labels, ["no", "no", "no", "no"])       # TP 0: F1 = 0
+    assert a.tolist() == [[1, 1], [1, 1], [0, 1], [0, 1]]
+    # both have accuracy 0.5: a mean-of-correct statistic would give a difference of 0
+    ci = paired_bootstrap_ci(a, b, f1_statistic, resamples=300, seed=1)
+    assert ci["diff"] == pytest.approx(2 / 3)
+    # an unparseable answer is the wrong one: on "yes" a false negative
+    assert race_f1_records(["yes"], [None]).tolist() == [[1, 0]]
+    # seeds: the point estimate is the mean of the per-seed differences
+    c = race_f1_records(labels, ["yes", "no", "no", "no"])      # TP 1, FN 1: F1 = 2/3
+    ci2 = paired_bootstrap_ci_seeds([a, c], [b, b], f1_statistic, resamples=100, seed=1)
+    assert ci2["diff"] == pytest.approx((2 / 3 + 2 / 3) / 2)
+    assert ci2["n_seeds"] == 2 and ci2["n_prompts"] == 4
+    with pytest.raises(ValueError):
+        paired_bootstrap_ci(a, b[:3], f1_statistic)
+
+
+# ----------------------------------------------------------------------------- fixture
+
+EVAL = [
+    {"id": "rc1", "task": "race_c", "label": "yes", "answer": "yes"},
+    {"id": "rc2", "task": "race_c", "label": "no", "answer": "no"},
+    {"id": "rf1", "task": "race_fortran", "label": "yes", "answer": "yes"},
+    {"id": "rf2", "task": "race_fortran", "label": "no", "answer": "no"},
+    {"id": "m1", "task": "mlperf", "label": None, "answer": "42"},
+    {"id": "m2", "task": "mlperf", "label": None, "answer": "resnet"},
+    {"id": "p1", "task": "plp", "label": None, "answer": "a parallel loop"},
+    {"id": "p2", "task": "plp", "label": None, "answer": "a reduction"},
+]
+# per run: race predictions (rc1, rc2, rf1, rf2), mlperf em (m1, m2), plp (similarity, reward)
+RUNS = {
+    "sft": (["yes", "yes", "no", "no"], [False, False], [(0.4, 0.5), (0.6, 0.7)]),
+    "grpo-s1": (["yes", "no", "no", "no"], [True, False], [(0.5, 0.6), (0.6, 0.7)]),
+    "grpo-s2": (["yes", "yes", "yes", "no"], [False, False], [(0.4, 0.5), (0.6, 0.7)]),
+    "hargo-s1": (["yes", "no", "yes", "no"], [True, True], [(0.7, 0.8), (0.8, 0.9)]),
+    "hargo-s2": (["yes", "no", "yes", None], [True, False], [(0.6, 0.7), (0.7, 0.8)]),
+}
+# hand-computed: avg_score = sum of rewards / 8; DR-F1 = 2TP / (2TP + FP + FN)
+AVG = {"sft": 3.2 / 8, "grpo-s1": 5.3 / 8, "grpo-s2": 4.2 / 8, "hargo-s1": 7.7 / 8,
+       "hargo-s2": 5.5 / 8}
+F1 = {"sft": 0.5, "grpo-s1": 2 / 3, "grpo-s2": 0.8, "hargo-s1": 1.0, "hargo-s2": 0.8}
+
+
+def _rows(run: str) -> list[dict]:
+    race, em, plp = RUNS[run]
+    out = []
+    for rec, pred in zip(EVAL[:4], race):
+        text = f"{pred or 'maybe'} ({run})"
+        ok = pred == rec["label"]
+        out.append({"id": rec["id"], "task": rec["task"], "completion": text, "chars": len(text),
+                    "reward": float(ok), "correct": ok, "prediction": pred})
+    for rec, hit in zip(EVAL[4:6], em):
+        text = (rec["answer"] if hit else "unknown") + f" ({run})"
+        out.append({"id": rec["id"], "task": "mlperf", "completion": text, "chars": len(text),
+                    "reward": 1.0 if hit else 0.0, "correct": hit, "em": hit})
+    for rec, (sim, rew) in zip(EVAL[6:], plp):
+        text = f"it is {rec['answer']} " * (1 + int(10 * sim)) + f"({run})"
+        out.append({"id": rec["id"], "task": "plp", "completion": text, "chars": len(text),
+                    "reward": rew, "correct": sim >= 0.5, "similarity": sim})
+    return out
+
+
+def _history(scale: float) -> list[dict]:
+    return [{"step": s, **{f"{t}/reward_mean": scale * s / 2 for t in ("race_c", "race_fortran",
+                                                                      "mlperf", "plp")},
+             **{f"{t}/weight_mean": 0.25 for t in ("race_c", "mlperf")},
+             **{f"{t}/weight_max": 0.25 + 0.1 * s for t in ("race_c", "mlperf")}}
+            for s in (1, 2)]
+
+
+def _make_fixture(root: Path) -> dict:
+    from hargo.io import atomic_write_json, atomic_write_jsonl
+
+    recs = [{**r, "prompt": [{"role": "user", "content": f"question {r['id']}"}],
+             "alt_answers": [], "source": {"file": "x.json", "index": i}}
+            for i, r in enumerate(EVAL)]
+    atomic_write_jsonl(root / "data/prepared/eval.jsonl", recs)
+    for run in RUNS:
+        rows = _rows(run)
+        d = root / "data/compare/eval" / run
+        atomic_write_jsonl(d / "generations.jsonl", rows)
+        atomic_write_json(d / "metrics.json", {"avg_score": AVG[run], "dr_f1": F1[run],
+                                               "n": 8, "wall_s": 1.0})
+        if run != "sft":
+            method, seed = run.split("-s")
+            atomic_write_json(root / "metrics/compare/train" / f"{run}.json",
+                              {"method": method, "seed": int(seed), "run": run,
+                               "prompts_seen": 4, "steps": 2, "wall_s": 10.0 * int(seed),
+                               "history": _history(1.0 if method == "hargo" else 0.5)})
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["compare"].update(methods=["grpo", "hargo"], seeds=[1, 2], steps=2, prompts_per_step=2)
+    params["compare"]["report"] = {"bootstrap_resamples": 400, "confidence": 0.95}
+    params["evaluate"]["judge"] = "reward"
+    return params
+
+
+def test_run_metrics_hand_computed():
+    labels = {r["id"]: r["label"] for r in EVAL if r["label"]}
+    for run in RUNS:
+        m = report.run_metrics(_rows(run), labels)
+        assert m["avg_score"] == pytest.approx(AVG[run])
+        assert m["dr_f1"] == pytest.approx(F1[run])
+    m = report.run_metrics(_rows("hargo-s2"), labels)
+    assert m["mlperf_em"] == 0.5 and m["plp_similarity"] == pytest.approx(0.65)
+    assert m["accuracy_race_fortran"] == 0.5 and m["accuracy_plp"] == 1.0
+
+
+def test_mean_curve_averages_seeds_per_step():
+    h1 = [{"step": 1, "plp/reward_mean": 0.2}, {"step": 2, "plp/reward_mean": 0.4}]
+    h2 = [{"step": 1, "plp/reward_mean": 0.4}, {"step": 2, "plp/reward_mean": None},
+          {"step": 3, "plp/reward_mean": float("nan")}]
+    assert report.mean_curve([h1, h2], "plp/reward_mean") == ([1, 2], [pytest.approx(0.3), 0.4])
+
+
+def test_report_renders_from_fixture(tmp_path, mlflow_uri):
+    import mlflow
+
+    params = _make_fixture(tmp_path)
+    out = report.run(params, root=tmp_path)
+
+    md = (tmp_path / "reports/comparison.md").read_text()
+    # hargo AvgScore over seeds: mean (7.7/8 + 5.5/8)/2 = 0.825, sample std 0.275/sqrt(2)
+    hargo_row = next(l for l in md.splitlines() if l.startswith("| HARGO "))
+    assert "0.8250 ± 0.1945" in hargo_row
+    assert "90.00 ± 14.14" in hargo_row                 # DR-F1 1.0 and 0.8, in percent
+    assert "81.25 ± 8.84" in hargo_row                  # WinRate 7/8 and 6/8 vs SFT
+    sft_row = next(l for l in md.splitlines() if l.startswith("| SFT "))
+    assert "50.00" in sft_row and "0.4000" in sft_row and "±" not in sft_row
+    assert "paper (Qwen2.5-0.5B-Instruct)" in md
+    assert re.search(r"HARGO: paper \(Qwen2\.5-0\.5B-Instruct\) +\| +54\.62 \| +91\.30", md)
+    assert re.search(r"HARGO - GRPO, AvgScore: \+0\.231\d \[[-+]\d\.\d{4}, \+\d\.\d{4}\]", md)
+    assert "judge: task-reward" in md and "seeds: 1, 2" in md
+    assert "2 steps x 2 prompts = 4 prompts" in md
+    assert "data version: unknown" in md
+
+    html = (tmp_path / "reports/comparison.html").read_text()
+    assert html.count("data:image/png;base64,") == 4 and "HARGO - GRPO" in html
+    for name in ("confusion", "reward_curves", "weight_curves", "answer_lengths"):
+        assert (tmp_path / "reports/comparison" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+    s = json.loads((tmp_path / "metrics/compare/summary.json").read_text())
+    assert s["results"]["hargo"]["avg_score"]["mean"] == pytest.approx(0.825)
+    assert s["results"]["hargo"]["avg_score"]["std"] == pytest.approx(0.275 / math.sqrt(2))
+    assert s["results"]["grpo"]["dr_f1"]["values"] == [pytest.approx(2 / 3), pytest.approx(0.8)]
+    assert s["runs"]["hargo-s1"]["win_rate"] == 0.875 and s["runs"]["hargo-s2"]["win_rate"] == 0.75
+    assert (s["runs"]["hargo-s2"]["win_wins"], s["runs"]["hargo-s2"]["win_ties"],
+            s["runs"]["hargo-s2"]["win_losses"]) == (5, 2, 1)
+    assert s["sft"]["dr_f1"] == 0.5 and s["sft"]["win_rate"] is None
+    ci = s["ci"]["hargo-grpo"]
+    assert ci["avg_score"]["diff"] == pytest.approx(((7.7 - 5.3) / 8 + (5.5 - 4.2) / 8) / 2)
+    assert ci["dr_f1"]["diff"] == pytest.approx(((1.0 - 2 / 3) + (0.8 - 0.8)) / 2)
+    assert set(ci) == {"win_rate", "dr_f1", "plp_similarity", "mlperf_em", "avg_score"}
+    assert all(c["low"] <= c["diff"] <= c["high"] for c in ci.values())
+    # hargo's seeds summed: s1 all right; s2 an unparsed answer to a "no"
+    assert s["confusion"]["counts"]["hargo"] == [[4, 0, 0], [0, 3, 1]]
+    assert s["confusion"]["counts"]["sft"] == [[1, 1, 0], [1, 1, 0]]
+    assert s["judge"] == "task-reward" and s["budget"]["prompts_per_method"] == 4
+    assert out["ci"]["hargo-grpo"]["avg_score"]["diff"] == pytest.approx(0.23125)
+
+    runs = mlflow.search_runs(filter_string="tags.`hargo.kind` = 'comparison'",
+                              search_all_experiments=True)
+    assert len(runs) == 1 and runs.iloc[0]["run_id"] == out["run_id"]
+    assert runs.iloc[0]["metrics.hargo/avg_score_mean"] == pytest.approx(0.825)
+    arts = {a.path for a in mlflow.MlflowClient().list_artifacts(out["run_id"], "comparison")}
+    assert {"comparison/comparison.md", "comparison/comparison.html",
+            "comparison/summary.json", "comparison/figures"} <= arts
+
+
+def test_report_without_grpo_notes_and_missing_inputs(tmp_path, mlflow_uri):
+    params = _make_fixture(tmp_path)
+    params["compare"]["methods"] = ["hargo"]
+    out = report.run(params, root=tmp_path)
+    md = (tmp_path / "reports/comparison.md").read_text()
+    assert "grpo is not in compare.methods" in md and out["ci"] == {}
+
+    params["compare"]["methods"] = ["grpo", "hargo"]
+    (tmp_path / "metrics/compare/train/hargo-s2.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"hargo-s2\.json.*compare_train"):
+        report.run(params, root=tmp_path)
+    (tmp_path / "data/compare/eval/grpo-s1/generations.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match=r"grpo-s1/generations\.jsonl.*compare_eval"):
+        report.run(params, root=tmp_path)
+    params["compare"]["methods"] = ["dpo"]
+    with pytest.raises(FileNotFoundError, match="compare_eval"):
+        report.run(params, root=tmp_path)
+
+
+def test_report_rejects_stale_metrics(tmp_path, mlflow_uri):
+    from hargo.io import HargoInputError, atomic_write_json
+
+    params = _make_fixture(tmp_path)
+    atomic_write_json(tmp_path / "data/compare/eval/hargo-s1/metrics.json", {"avg_score": 0.5})
+    with pytest.raises(HargoInputError, match=r"hargo-s1/metrics\.json, field 'avg_score'"):
+        report.run(params, root=tmp_path)
+
+
+def test_report_preference_methods_need_pair_stats(tmp_path, mlflow_uri):
+    import shutil
+
+    from hargo.io import atomic_write_json
+
+    params = _make_fixture(tmp_path)
+    for s in (1, 2):  # a "dpo" run with grpo's outputs
+        shutil.copytree(tmp_path / f"data/compare/eval/grpo-s{s}",
+                        tmp_path / f"data/compare/eval/dpo-s{s}")
+        doc = json.loads((tmp_path / f"metrics/compare/train/grpo-s{s}.json").read_text())
+        atomic_write_json(tmp_path / f"metrics/compare/train/dpo-s{s}.json",
+                          {**doc, "method": "dpo", "history": []})
+    params["compare"]["methods"] = ["hargo", "dpo"]
+    with pytest.raises(FileNotFoundError, match=r"data/preferences/stats\.json.*preferences"):
+        report.run(params, root=tmp_path)
+    atomic_write_json(tmp_path / "data/preferences/stats.json", {"pairs": 12, "ties_dropped": 4})
+    out = report.run(params, root=tmp_path)
+    md = (tmp_path / "reports/comparison.md").read_text()
+    assert "grpo is not in compare.methods" in md
+    assert "pairs 12, ties_dropped 4" in md
+    assert out["ci"]["hargo-dpo"]["avg_score"]["diff"] == pytest.approx(0.23125)
