@@ -234,8 +234,10 @@ class StoredRewards:
     ``fallback`` (a ``hargo.rewards.TaskReward``), built only when needed.
 
     Args:
-        table: ``{key: reward}`` (see :meth:`add`).
         fallback: zero-argument factory of the fallback reward function.
+
+    Attributes:
+        table: ``{key: reward}``, filled by :meth:`add`.
     """
 
     __name__ = "task_reward"
