@@ -34,8 +34,9 @@ def make_project(dst: Path, raw_src: Path, n: int = 40,
     from hargo.params import apply_overrides
 
     dst.mkdir(parents=True, exist_ok=True)
-    for name in ("dvc.yaml", "prefect.yaml"):
+    for name in ("dvc.yaml", "prefect.yaml", "compare/dvc.yaml"):
         if (ROOT / name).exists():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / name, dst / name)
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     params = apply_overrides(params, params_updates or {})
@@ -70,4 +71,15 @@ def tiny_overrides(model_dir: Path, n: int = 40) -> dict[str, Any]:
         "evaluate.backend": "transformers",
         "evaluate.samples_per_task": 2,
         "evaluate.max_new_tokens": 4,
+        # the comparison (compare/dvc.yaml)
+        "compare.seeds": [1],
+        "compare.samples_per_task": 1,
+        "compare.steps": 1,
+        "compare.prompts_per_step": 2,
+        "compare.preferences.samples_per_task": 2,
+        "compare.preferences.max_new_tokens": 6,
+        "compare.preferences.backend": "transformers",
+        "compare.evaluate.samples_per_task": 2,
+        "compare.evaluate.max_new_tokens": 4,
+        "compare.report.bootstrap_resamples": 200,
     }

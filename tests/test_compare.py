@@ -1,0 +1,148 @@
+"""The nine-method comparison: per-run params, run names, the plan, and the whole
+``compare/dvc.yaml`` pipeline through DVC on the tiny random model (every method trains from the
+SFT model and gives a model the eval stage generates from; the report renders)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flow_project import make_project, tiny_overrides
+from hargo.params import ParamsError, apply_overrides
+
+N_RAW = 40
+DEFAULT_METHODS = ["hpcgpt", "ppo", "dpo", "kto", "simpo", "grpo", "dr_grpo", "hargo"]
+
+
+def test_run_params_apply_the_comparison_budget_and_seed(committed_params):
+    from hargo.compare.train import run_params
+
+    p = run_params(committed_params, "hargo", 3)
+    c = committed_params["compare"]
+    assert p["seed"] == 3 and committed_params["seed"] == 42      # a copy; the input unchanged
+    assert p["rl"]["steps"] == c["steps"] and p["rl"]["prompts_per_step"] == c["prompts_per_step"]
+    assert p["rl"]["samples_per_task"] == c["samples_per_task"]
+    assert p["rl"]["beta"] == committed_params["rl"]["beta"]      # shared knobs untouched
+    h = run_params(committed_params, "hpcgpt", 1)
+    assert h["sft"]["learning_rate"] == 2e-5                       # the HPC-GPT recipe
+    assert (h["sft"]["lora"]["r"], h["sft"]["lora"]["alpha"]) == (8, 16.0)
+    assert committed_params["sft"]["learning_rate"] == 2e-4
+    with pytest.raises(ParamsError, match="compare.methods: unknown method 'ppo2'"):
+        run_params(committed_params, "ppo2", 1)
+
+
+def test_run_names_and_parsing(committed_params):
+    from hargo.compare.evaluate import eval_params, parse_run
+    from hargo.compare.train import family, metrics_path, model_dir, run_name
+
+    assert run_name("dr_grpo", 2) == "dr_grpo-s2"
+    assert [family(m) for m in ("ppo", "dpo", "hpcgpt", "hargo_b1")] == \
+        ["rl", "preference", "sft", "rl"]
+    assert model_dir(committed_params, "kto", 1) == Path("models/compare/kto-s1")
+    assert metrics_path("kto", 1) == Path("metrics/compare/train/kto-s1.json")
+    assert parse_run(committed_params, "dr_grpo-s2") == ("dr_grpo", 2)
+    assert parse_run(committed_params, "sft") is None
+    for bad in ("hargo-s9", "hargo", "nope-s1", "hargo_b1-s1"):   # b1 not in the quick methods
+        with pytest.raises(ParamsError, match="--run"):
+            parse_run(committed_params, bad)
+    ev = eval_params(committed_params)
+    assert ev["samples_per_task"] == committed_params["compare"]["evaluate"]["samples_per_task"]
+    assert ev["backend"] == committed_params["evaluate"]["backend"]
+
+
+def test_compare_params_are_validated(committed_params):
+    from hargo.params import validate_params
+
+    for override, msg in ((["compare.methods", ["grpo", "grpo"]], "compare.methods: duplicate"),
+                          (["compare.seeds", [1, -2]], "compare.seeds: seeds must be"),
+                          (["compare.steps", 0], "compare.steps: must be >= 1"),
+                          (["compare.preferences.samples_per_prompt", 1],
+                           "compare.preferences.samples_per_prompt"),
+                          (["compare.preferences.backend", "tgi"],
+                           "compare.preferences.backend")):
+        bad = apply_overrides(committed_params, {override[0]: override[1]})
+        with pytest.raises(ParamsError, match=msg):
+            validate_params(bad)
+
+
+def test_comparison_plan_order(committed_params):
+    from flows.compare import comparison_plan
+
+    plan = comparison_plan(committed_params)
+    c = committed_params["compare"]
+    assert plan[0] == ("preferences", None)
+    assert plan[-2:] == [("compare_sft", None), ("report", None)]
+    trains = [item for stage, item in plan if stage == "compare_train"]
+    assert len(trains) == len(c["methods"]) * len(c["seeds"])
+    # every run is evaluated right after it is trained
+    for i, (stage, item) in enumerate(plan):
+        if stage == "compare_train":
+            assert plan[i + 1] == ("compare_eval", item)
+    rl_only = apply_overrides(committed_params, {"compare.methods": ["grpo", "hargo"]})
+    assert [s for s, _ in comparison_plan(rl_only)].count("preferences") == 0
+
+
+def _dvc(args, cwd, env, timeout):
+    proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"dvc {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n" \
+                                 f"{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def test_comparison_pipeline_through_dvc(tmp_path, real_raw_dir, tiny_model_dir, mlflow_uri):
+    """`dvc repro` (the main pipeline), then `dvc repro compare/dvc.yaml` with every default
+    method x 1 seed on the tiny model: every run trains from the SFT model (hpcgpt from the
+    base model), writes a complete model the eval stage generates from, and the report renders.
+    A second `dvc repro compare/dvc.yaml` has nothing to do; nothing upstream re-ran."""
+    from hargo.io import read_jsonl, require_complete_dir
+
+    overrides = tiny_overrides(tiny_model_dir, N_RAW)
+    root = make_project(tmp_path / "p", real_raw_dir, N_RAW, params_updates=overrides)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARGO_")}
+    env.update(MLFLOW_TRACKING_URI=mlflow_uri,
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    _dvc(["init", "--no-scm", "-q"], root, env, 60)
+    _dvc(["repro"], root, env, 600)
+    assert not (root / "models" / "compare").exists()   # the main job does not run the comparison
+    sft_mtime = (root / "models" / "sft").stat().st_mtime_ns
+    out = _dvc(["repro", "compare/dvc.yaml"], root, env, 1200)
+    assert "Running stage 'sft'" not in out and (root / "models" / "sft").stat().st_mtime_ns \
+        == sft_mtime
+
+    params = json.loads(json.dumps(__import__("yaml").safe_load((root / "params.yaml").read_text())))
+    assert params["compare"]["methods"] == DEFAULT_METHODS
+    n_prompts = set()
+    for m in DEFAULT_METHODS:
+        run = f"{m}-s1"
+        require_complete_dir(root / "models" / "compare" / run)
+        tm = json.loads((root / "metrics" / "compare" / "train" / f"{run}.json").read_text())
+        assert tm["method"] == m and tm["seed"] == 1 and tm["prompts_seen"] > 0
+        if m in ("ppo", "grpo", "dr_grpo", "hargo"):
+            assert tm["steps"] == 1 and len(tm["history"]) == 1
+            assert "all/reward_mean" in tm["history"][0]
+        em = json.loads((root / "data" / "compare" / "eval" / run / "metrics.json").read_text())
+        gens = read_jsonl(root / "data" / "compare" / "eval" / run / "generations.jsonl")
+        assert em["n_prompts"] == len(gens) > 0
+        n_prompts.add(tuple(sorted(g["id"] for g in gens)))
+    sft_gens = read_jsonl(root / "data" / "compare" / "eval" / "sft" / "generations.jsonl")
+    n_prompts.add(tuple(sorted(g["id"] for g in sft_gens)))
+    assert len(n_prompts) == 1                            # every model answered the same prompts
+
+    stats = json.loads((root / "data" / "preferences" / "stats.json").read_text())
+    pairs = read_jsonl(root / "data" / "preferences" / "pairs.jsonl")
+    assert stats["pairs"] == len(pairs) and all(p["chosen_reward"] > p["rejected_reward"]
+                                                for p in pairs)
+    md = (root / "reports" / "comparison.md").read_text()
+    for m in DEFAULT_METHODS:
+        assert m in md
+    assert (root / "reports" / "comparison.html").is_file()
+    summary = json.loads((root / "metrics" / "compare" / "summary.json").read_text())
+    assert summary
+
+    again = _dvc(["repro", "compare/dvc.yaml"], root, env, 300)
+    assert "Running stage" not in again, again
