@@ -2,7 +2,8 @@
 
 One entry point, :func:`generate` (or :func:`run_generation` for the timing counts too), takes a
 model folder, conversational prompts and the ``evaluate`` params block, and returns one
-completion string per prompt. The backend is chosen by the caller (params ``evaluate.backend``)
+completion string per prompt (or ``num_samples`` per prompt, prompt-major: the preference-pair
+stage samples 2 per prompt). The backend is chosen by the caller (params ``evaluate.backend``)
 and only there: there is no silent fallback from one to the other.
 
 Both backends see exactly the same input: the chat template is applied here
@@ -53,9 +54,13 @@ class GenerationResult:
     """Completions of one model plus what it cost.
 
     Attributes:
-        completions: one decoded completion per prompt, in prompt order.
-        completion_tokens: generated tokens per prompt (the EOS token counted when it was hit).
-        prompt_tokens: prompt tokens per prompt (chat-templated).
+        completions: one decoded completion per prompt, in prompt order; with ``num_samples=k``
+            (:func:`run_generation`) k per prompt, prompt-major (prompt i's samples are
+            ``completions[i*k:(i+1)*k]``).
+        completion_tokens: generated tokens per completion (the EOS token counted when it was
+            hit), aligned with ``completions``.
+        prompt_tokens: prompt tokens (chat-templated) per completion, aligned with
+            ``completions`` (a prompt's count repeated for each of its samples).
         load_s: seconds to load the model / start the engine.
         generate_s: seconds spent generating (load excluded).
         backend: "vllm" or "transformers"; dtype: the weights' dtype used.
@@ -192,8 +197,10 @@ def _decoding(params_evaluate: Mapping) -> tuple[int, float]:
 
 
 def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
-                   params_evaluate: Mapping, backend: str, seed: int = 0) -> GenerationResult:
-    """Generate one completion per prompt with ``backend``; see the module docstring.
+                   params_evaluate: Mapping, backend: str, seed: int = 0,
+                   num_samples: int = 1) -> GenerationResult:
+    """Generate ``num_samples`` completions per prompt with ``backend``; see the module
+    docstring.
 
     Args:
         model_dir: a complete model folder (weights + tokenizer, ``.complete`` marker).
@@ -204,13 +211,17 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
             ``enforce_eager`` (vLLM).
         backend: "vllm" or "transformers".
         seed: sampling seed (irrelevant when greedy).
+        num_samples: completions per prompt, k >= 1. Sampled (``temperature > 0``): k
+            independent samples of the same prompt (vLLM: ``SamplingParams(n=k)``, whose child
+            requests are seeded ``seed + j``; transformers: ``num_return_sequences=k``). Greedy:
+            the one greedy completion repeated k times.
 
     Returns:
-        A :class:`GenerationResult`; ``completions`` has N strings in prompt order.
+        A :class:`GenerationResult`; ``completions`` has N*k strings, prompt-major.
 
     Raises:
-        ValueError: unknown backend, bad decoding params, malformed prompt, prompt too long for
-            the model's context.
+        ValueError: unknown backend, bad decoding params, ``num_samples < 1``, malformed prompt,
+            prompt too long for the model's context.
         FileNotFoundError: ``model_dir`` missing or half-written.
         VLLMUnavailableError: backend "vllm" but vLLM is not installed.
     """
@@ -218,6 +229,8 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
 
     if backend not in BACKENDS:
         raise ValueError(f"evaluate.backend: must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples: must be an integer >= 1, got {num_samples!r}")
     model_dir = require_complete_dir(model_dir, "model folder")
     max_new, temperature = _decoding(params_evaluate)
     dtype = resolve_dtype(params_evaluate.get("dtype", "auto"))
@@ -233,10 +246,10 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
     eos = stop_token_ids(model_dir, tokenizer)
     if backend == "vllm":
         res = _vllm_generate(vllm, model_dir, ids, eos, max_new, temperature, seed, dtype,
-                             need, params_evaluate)
+                             need, params_evaluate, num_samples)
     else:
         res = _hf_generate(model_dir, tokenizer, ids, eos, max_new, temperature, seed, dtype,
-                           int(params_evaluate.get("batch_size", 8)))
+                           int(params_evaluate.get("batch_size", 8)), num_samples)
     gen_ids, load_s, gen_s, extra = res
     completions, n_tokens = [], []
     eos_set = set(eos)
@@ -244,7 +257,10 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
         kept, n = _cut_at_eos(g, eos_set)
         completions.append(tokenizer.decode(kept, skip_special_tokens=True))
         n_tokens.append(n)
-    return GenerationResult(completions, n_tokens, [len(x) for x in ids], load_s, gen_s,
+    if num_samples > 1:
+        extra = {**extra, "num_samples": num_samples}
+    return GenerationResult(completions, n_tokens,
+                            [len(x) for x in ids for _ in range(num_samples)], load_s, gen_s,
                             backend, dtype, extra)
 
 
@@ -295,7 +311,7 @@ def _vllm_engine_kwargs(vllm, params_evaluate: Mapping, dtype: str, max_model_le
 
 
 def _vllm_generate(vllm, model_dir: Path, ids, eos, max_new, temperature, seed, dtype,
-                   max_model_len, params_evaluate):
+                   max_model_len, params_evaluate, num_samples: int = 1):
     import torch
 
     kw = _vllm_engine_kwargs(vllm, params_evaluate, dtype, max_model_len, seed)
@@ -307,13 +323,21 @@ def _vllm_generate(vllm, model_dir: Path, ids, eos, max_new, temperature, seed, 
         t0 = time.perf_counter()
         llm = vllm.LLM(model=str(model_dir), tokenizer=str(model_dir), **kw)
         load_s = time.perf_counter() - t0
+        # greedy: one completion, repeated below (n > 1 would decode the same text n times)
+        n = num_samples if temperature > 0 else 1
         sp = vllm.SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_new,
                                  seed=int(seed) if temperature > 0 else None,
-                                 stop_token_ids=list(eos), skip_special_tokens=True)
+                                 stop_token_ids=list(eos), skip_special_tokens=True,
+                                 **({"n": n} if n > 1 else {}))
         t0 = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": x} for x in ids], sp, use_tqdm=True)
         gen_s = time.perf_counter() - t0
-        gen_ids = [list(o.outputs[0].token_ids) for o in outs]
+        if num_samples == 1:
+            gen_ids = [list(o.outputs[0].token_ids) for o in outs]
+        else:  # prompt-major; a request's outputs in their sample index order
+            gen_ids = [list(c.token_ids) for o in outs
+                       for c in sorted(o.outputs, key=lambda c: c.index)
+                       for _ in range(num_samples // n)]
     finally:
         del llm
         _free_vllm()
@@ -338,8 +362,12 @@ def _free_vllm() -> None:
 
 
 def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new, temperature, seed, dtype,
-                 batch_size: int):
-    """Batched ``model.generate`` with left padding; prompts sorted by length (less padding)."""
+                 batch_size: int, num_samples: int = 1):
+    """Batched ``model.generate`` with left padding; prompts sorted by length (less padding).
+
+    ``num_samples`` k > 1: sampled, ``num_return_sequences=k`` (a batch holds ``batch_size``
+    prompts, so ``batch_size * k`` sequences); greedy, the completion repeated k times. Returns
+    the generated ids prompt-major (N*k lists)."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
@@ -356,9 +384,12 @@ def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new, temperature, see
                  pad_token_id=pad_id)
     if not greedy:
         gc_kw.update(temperature=temperature, top_p=1.0, top_k=0)
+        if num_samples > 1:
+            gc_kw.update(num_return_sequences=num_samples)
+    per_prompt = num_samples if not greedy else 1   # sequences generate() returns per prompt
     gen_cfg = GenerationConfig(**gc_kw)
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-    out: list[list[int] | None] = [None] * len(ids)
+    out: list[list[int] | None] = [None] * (len(ids) * num_samples)
     torch.manual_seed(int(seed))
     t0 = time.perf_counter()
     with torch.inference_mode():
@@ -372,8 +403,14 @@ def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new, temperature, see
                 mask[row, width - len(ids[i]):] = 1
             gen = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
                                  generation_config=gen_cfg)
-            for row, i in enumerate(batch):
-                out[i] = gen[row, width:].tolist()
+            if num_samples == 1:
+                for row, i in enumerate(batch):
+                    out[i] = gen[row, width:].tolist()
+            else:  # generate() returns each prompt's sequences consecutively
+                for row, i in enumerate(batch):
+                    for j in range(num_samples):
+                        out[i * num_samples + j] = gen[row * per_prompt + j % per_prompt,
+                                                       width:].tolist()
     gen_s = time.perf_counter() - t0
     del model
     gc.collect()
