@@ -439,3 +439,37 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
         assert f"| {name} |" in text
     for r in children:
         assert r.info.run_id in text
+
+
+def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, project, tiny_model_dir):
+    """`hargo-comparison` on the outputs of `hargo-pipeline`: preferences, then train + eval per
+    method x seed, SFT eval, report; the report artifact is the rendered comparison; a second
+    run is served from the cache."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.compare import REPORT_KEY, hargo_comparison
+    from flows.pipeline import hargo_pipeline
+
+    overrides = {**tiny_overrides(tiny_model_dir, N_RAW),
+                 "compare.methods": ["grpo", "dpo", "hpcgpt"], "compare.seeds": [1]}
+    assert hargo_pipeline(overrides=overrides, pull=False, return_state=True).is_completed()
+    state = hargo_comparison(overrides=overrides, return_state=True)
+    assert state.is_completed(), state.message
+    results = state.result()
+    assert list(results) == ["preferences", "compare_train@grpo-1", "compare_eval@grpo-1",
+                             "compare_train@dpo-1", "compare_eval@dpo-1",
+                             "compare_train@hpcgpt-1", "compare_eval@hpcgpt-1", "compare_sft",
+                             "report"]
+    assert results["compare_train@dpo-1"]["method"] == "dpo"
+    assert results["compare_eval@grpo-1"]["n_prompts"] == \
+        results["compare_eval@hpcgpt-1"]["n_prompts"] > 0
+    md = (project / "reports" / "comparison.md").read_text()
+    with get_client(sync_client=True) as pc:
+        arts = pc.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=[REPORT_KEY])))
+    mine = [a for a in arts if a.flow_run_id == state.state_details.flow_run_id]
+    assert len(mine) == 1 and mine[0].data == md
+    again = hargo_comparison(overrides=overrides, return_state=True)
+    assert again.is_completed()
+    assert set(_states(again, "compare_train")) == {"Cached"}
