@@ -45,6 +45,9 @@ Methods (``hargo.advantages``):
     Supported TRL options on this path: token-level importance sampling, TRL's clipping
     (``epsilon``, ``epsilon_high``, ``delta``), ``use_bias_correction_kl``, the vLLM
     importance-sampling correction; anything else raises ``ValueError`` at construction.
+``ppo``
+    classic PPO with a learned value head, in the subclass ``hargo.training.ppo.HargoPPOTrainer``
+    (it overrides the two hooks ``_response_advantages`` and ``_method_compute_loss``).
 """
 from __future__ import annotations
 
@@ -68,6 +71,7 @@ from hargo.advantages import (EMABaseline, HargoConfig, estimate, group_rewards,
 from hargo.io import atomic_write_json
 
 __all__ = ["HargoGRPOTrainer", "TRL_VERSION", "HARGO_METHODS", "STOCK_METHODS", "RL_METHODS",
+           "SUBCLASS_METHODS",
            "HARGO_STATE_NAME",
            "trl_loss_settings", "read_hargo_state", "is_complete_checkpoint", "last_checkpoint"]
 
@@ -76,6 +80,9 @@ STOCK_METHODS = ("grpo", "dr_grpo")
 #: Per-response weighted loss (method.md step 6).
 HARGO_METHODS = ("hargo", "hargo_b1", "hargo_b2")
 RL_METHODS = STOCK_METHODS + HARGO_METHODS
+#: Methods whose trainer is a subclass of ``HargoGRPOTrainer`` with its own advantages and loss
+#: (``ppo``: ``hargo.training.ppo.HargoPPOTrainer``); TRL's GRPO settings only shape its logs.
+SUBCLASS_METHODS = ("ppo",)
 #: The TRL release whose private methods this module overrides (pyproject pins it exactly).
 TRL_VERSION = "1.16.0"
 #: File written into every checkpoint folder next to TRL's/transformers' files.
@@ -88,13 +95,15 @@ def trl_loss_settings(method: str) -> dict[str, str]:
 
     ``grpo`` and the HARGO family: ``loss_type="grpo"``, ``scale_rewards="group"`` (the HARGO
     family replaces TRL's advantages and loss, so these only affect what TRL logs); ``dr_grpo``:
-    ``loss_type="dr_grpo"``, ``scale_rewards="none"`` (TRL's Dr. GRPO).
+    ``loss_type="dr_grpo"``, ``scale_rewards="none"`` (TRL's Dr. GRPO); ``ppo``: as ``grpo``
+    (``HargoPPOTrainer`` replaces TRL's advantages and loss too).
 
     Raises:
         ValueError: unknown method.
     """
-    if method not in RL_METHODS:
-        raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(RL_METHODS)}")
+    valid = RL_METHODS + SUBCLASS_METHODS
+    if method not in valid:
+        raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(valid)}")
     if method == "dr_grpo":
         return {"loss_type": "dr_grpo", "scale_rewards": "none"}
     return {"loss_type": "grpo", "scale_rewards": "group"}
@@ -165,10 +174,14 @@ class HargoGRPOTrainer(GRPOTrainer):
         RuntimeError: the installed TRL is not the pinned ``TRL_VERSION``.
     """
 
+    #: The methods this class runs (a subclass with its own loss names its own).
+    accepted_methods: tuple[str, ...] = RL_METHODS
+
     def __init__(self, *args, method: str, hargo_config: HargoConfig | None = None,
                  recorder: Any = None, task_column: str = "task", **kwargs):
-        if method not in RL_METHODS:
-            raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(RL_METHODS)}")
+        if method not in self.accepted_methods:
+            raise ValueError(f"unknown RL method {method!r} for {type(self).__name__}; valid: "
+                             f"{', '.join(self.accepted_methods)}")
         import trl
 
         if trl.__version__ != TRL_VERSION:
@@ -183,7 +196,7 @@ class HargoGRPOTrainer(GRPOTrainer):
         self.task_column = task_column
         self.timing = {"generation_s": 0.0, "scoring_s": 0.0}
         self._weighted = method in HARGO_METHODS
-        self._needs_ref = needs_reference(method)
+        self._needs_ref = method in HARGO_METHODS and needs_reference(method)
         self._capture_logps = False
         self._captured_logps: torch.Tensor | None = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
@@ -341,7 +354,7 @@ class HargoGRPOTrainer(GRPOTrainer):
             self._logs["advantages"].clear()
             self._logs["advantages"].extend(adv_all.tolist())
         else:
-            adv_all = self.accelerator.gather(output["advantages"].float())
+            adv_all = self._response_advantages(output, rewards, local, mask)
             w_all = torch.full((B_total,), 1.0 / G, device=device)
         output["hargo_weights"] = w_all[local].float()
 
@@ -368,6 +381,17 @@ class HargoGRPOTrainer(GRPOTrainer):
                 generation_s=gen_s, scoring_s=score_s)
         return output
 
+    def _response_advantages(self, output: dict, rewards: torch.Tensor, local: slice,
+                             mask: torch.Tensor) -> torch.Tensor:
+        """(B_total,) per-response advantages of the gathered batch, for the recorder.
+
+        ``grpo``/``dr_grpo``: TRL's own ``output["advantages"]``, gathered. A subclass with its own
+        advantages (``HargoPPOTrainer``) computes them here from ``rewards`` (B_total,) gathered
+        task rewards, ``local`` (this process's rows of them) and ``mask`` (B_local, T) completion
+        mask, and may add tensors to ``output`` for its loss.
+        """
+        return self.accelerator.gather(output["advantages"].float())
+
     # ---------------------------------------------------------------------------- loss
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
@@ -381,16 +405,20 @@ class HargoGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         self._capture_logps, self._captured_logps = True, None
         try:
-            # Batches scored outside training (TRL's eval path) carry no group weights: TRL's loss.
-            if self._weighted and "hargo_weights" in inputs:
-                loss = self._weighted_compute_loss(model, inputs)
-            else:
-                loss = super()._compute_loss(model, inputs)
+            loss = self._method_compute_loss(model, inputs)
         finally:
             self._capture_logps = False
         if self.model.training:
             self._record_loss_diagnostics(inputs)
         return loss
+
+    def _method_compute_loss(self, model, inputs) -> torch.Tensor:
+        """The loss of ``self.method`` on one micro-batch (a subclass with its own loss overrides
+        this; the diagnostics around it stay in ``_compute_loss``)."""
+        # Batches scored outside training (TRL's eval path) carry no group weights: TRL's loss.
+        if self._weighted and "hargo_weights" in inputs:
+            return self._weighted_compute_loss(model, inputs)
+        return super()._compute_loss(model, inputs)
 
     def _weighted_compute_loss(self, model, inputs) -> torch.Tensor:
         """method.md step 6 on this process's micro-batch: ``(1/N_local) sum_i w_i L_i``.

@@ -175,7 +175,9 @@ def _check_vllm_usable() -> None:
 def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, records: list[dict],
                   output_dir: str | os.PathLike, recorder=None, callbacks=(), tokenizer=None,
                   reward_funcs=None, trainer_kwargs: Mapping | None = None, **config_overrides):
-    """A ready :class:`~hargo.training.grpo.HargoGRPOTrainer` for ``method`` on ``records``.
+    """A ready :class:`~hargo.training.grpo.HargoGRPOTrainer` for ``method`` on ``records``
+    (for ``ppo`` its subclass :class:`~hargo.training.ppo.HargoPPOTrainer`, with
+    ``PPOConfig.from_params(params)`` from ``compare.ppo``).
 
     ``model_dir``: a complete model folder (the SFT model), loaded in float32 as the policy;
     with ``rl.lora.enabled`` a fresh LoRA adapter is trained and the reference model is the
@@ -196,16 +198,21 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     tokenizer.padding_side = "left"
     if reward_funcs is None:
         reward_funcs = [TaskReward(RewardConfig.from_params(params.get("rewards")))]
+    trainer_cls, extra = HargoGRPOTrainer, {}
+    if method == "ppo":
+        from hargo.training.ppo import HargoPPOTrainer, PPOConfig
+
+        trainer_cls, extra = HargoPPOTrainer, {"ppo_config": PPOConfig.from_params(params)}
     args = build_grpo_config(params, method, output_dir, **config_overrides)
     if args.use_vllm:
         _check_vllm_usable()
     model = load_model(model_dir, dtype="float32",
                        trust_remote_code=bool(params["model"].get("trust_remote_code", False)))
-    trainer = HargoGRPOTrainer(
+    trainer = trainer_cls(
         model=model, reward_funcs=reward_funcs, args=args, train_dataset=to_dataset(records),
         processing_class=tokenizer, peft_config=lora_config(rl["lora"]), callbacks=list(callbacks),
         method=method, hargo_config=HargoConfig.from_params(rl), recorder=recorder,
-        **dict(trainer_kwargs or {}))
+        **extra, **dict(trainer_kwargs or {}))
     # One concise line per step comes from RLLoggingCallback; drop transformers' dict printer.
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
