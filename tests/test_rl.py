@@ -350,8 +350,8 @@ def test_bad_params_and_inputs_fail_before_training(committed_params, tiny_model
         rl.run(rl_params(base, tiny_model_dir, data_dir, num_generations=1), "hargo", root=tmp_path)
     with pytest.raises(ParamsError, match="rl.alpha"):
         rl.run(rl_params(base, tiny_model_dir, data_dir, alpha=-0.1), "hargo", root=tmp_path)
-    with pytest.raises(ParamsError, match="unknown method 'ppo'"):
-        rl.run(base, "ppo", root=tmp_path)
+    with pytest.raises(ParamsError, match="unknown method 'reinforce'"):
+        rl.run(base, "reinforce", root=tmp_path)
     bad = rl_params(base, tmp_path / "no-such-model", data_dir)
     with pytest.raises(FileNotFoundError, match="no-such-model"):
         rl.run(bad, "grpo", root=tmp_path)

@@ -233,12 +233,13 @@ def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
                     data_path: str | os.PathLike) -> dict:
     """What a checkpoint must agree with to be resumed: the method, the params that shape
     training (seed, train.*, rewards.*, rl.* except methods/out_dir/save_steps/
-    log_completions_steps) and digests of the SFT model's files and of the train data."""
+    log_completions_steps, and compare.ppo for ppo) and digests of the SFT model's files and of the train data."""
     rl = {k: v for k, v in params["rl"].items() if k not in _NON_TRAINING_KEYS}
     model_files = [p for p in Path(model_dir).iterdir()
                    if p.is_file() and p.suffix in (".safetensors", ".json", ".bin")]
     return {"method": method, "seed": params["seed"], "train": params["train"],
             "rewards": params.get("rewards"), "rl": rl,
+            "ppo": params.get("compare", {}).get("ppo") if method == "ppo" else None,
             "model_sha256": _digest_files(model_files),
             "data_sha256": _digest_files([Path(data_path)])}
 
