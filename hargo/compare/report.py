@@ -52,22 +52,22 @@ import numpy as np
 
 from hargo.compare.stats import (f1_statistic, mean_statistic, mean_std,
                                  paired_bootstrap_ci_seeds, race_f1_records)
+from hargo.compare.evaluate import EVAL_ROOT
+from hargo.compare.train import TRAIN_METRICS_ROOT
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_text, read_jsonl
+from hargo.params import PREFERENCE_METHODS
+from hargo.params import RL_METHODS as ONLINE_RL_METHODS
 from hargo.rewards import RACE_TASKS, TASKS, completion_text
 
 __all__ = ["EVAL_ROOT", "TRAIN_METRICS_ROOT", "REPORT_MD", "REPORT_HTML", "FIGURES_DIR",
            "SUMMARY_FILE", "SFT", "PAPER", "PAPER_MODEL", "HEADLINE", "StoredRewards",
            "run_metrics", "per_prompt_values", "mean_curve", "run"]
 
-EVAL_ROOT = Path("data") / "compare" / "eval"
-TRAIN_METRICS_ROOT = Path("metrics") / "compare" / "train"
 REPORT_MD = Path("reports") / "comparison.md"
 REPORT_HTML = Path("reports") / "comparison.html"
 FIGURES_DIR = Path("reports") / "comparison"
 SUMMARY_FILE = Path("metrics") / "compare" / "summary.json"
 SFT = "sft"
-PREFERENCE_METHODS = ("dpo", "kto", "simpo")
-ONLINE_RL_METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "ppo")
 
 #: The paper's table (method.md "Paper results"): WinRate, DR-F1 and MLPerf EM in percent, PLP a
 #: cosine in [0, 1]; SFT has no WinRate.
