@@ -5,7 +5,7 @@
 #                                  runs and the report renders; it does not rank methods.
 #   scripts/compare.sh research    a DVC experiment sized so that methods can differ: + the
 #                                  HARGO ablations B1/B2, 100 steps x 4 prompts per method
-#                                  (~33 h on a 2-core CPU, estimated; a few GPU-hours).
+#                                  (~28 h on a 2-core CPU, estimated from the quick run).
 #   scripts/compare.sh paper       the paper's full recipe (Qwen2.5-0.5B-Instruct from the hub,
 #                                  all 5,273 training samples, its hyperparameters; GPU host).
 # Extra arguments go to `dvc exp run` (research, paper), e.g. -S 'compare.seeds=[1,2,3,4,5]'.
