@@ -74,8 +74,8 @@ def test_resolve_params_rl_method_shorthand():
     assert p["rl"]["methods"] == ["hargo"] and p["rl"]["steps"] == 2
     with pytest.raises(ParamsError, match=r"^rl.method: give either"):
         resolve_params(root / "params.yaml", {"rl.method": "hargo", "rl.methods": ["grpo"]})
-    with pytest.raises(ParamsError, match=r"^rl.method: unknown method 'ppo'"):
-        resolve_params(root / "params.yaml", {"rl.method": "ppo"})
+    with pytest.raises(ParamsError, match=r"^rl.method: unknown method 'reinforce'"):
+        resolve_params(root / "params.yaml", {"rl.method": "reinforce"})
     with pytest.raises(ParamsError, match=r"^rl.stepz: unknown parameter"):
         resolve_params(root / "params.yaml", {"rl.stepz": 3})
 
@@ -284,8 +284,8 @@ def test_bad_params_fail_the_run_before_any_task(harness, project):
     assert state.is_failed()
     assert "ParamsError: rl.stepz: unknown parameter" in state.message
     assert _task_runs(state.state_details.flow_run_id) == []
-    state = hargo_rl(overrides={"rl.method": "ppo"}, return_state=True)
-    assert state.is_failed() and "rl.method: unknown method 'ppo'" in state.message
+    state = hargo_rl(overrides={"rl.method": "reinforce"}, return_state=True)
+    assert state.is_failed() and "rl.method: unknown method 'reinforce'" in state.message
     assert _task_runs(state.state_details.flow_run_id) == []
     assert not (project / "data" / "prepared").exists()
 
