@@ -328,13 +328,18 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= 1e-6
     assert max((wa[k] - w0[k]).abs().max().item() for k in wa if k in w0) > 1e-4   # it trained
 
-    # A finished run re-run with the same inputs trains nothing and still writes the model.
+    # A finished run re-run (DVC does that when code or another param changed) starts over:
+    # resuming from its final checkpoint would let transformers train past max_steps whenever
+    # that checkpoint falls mid-epoch. Same inputs, same model, exactly rl.steps steps.
     import shutil
 
     shutil.rmtree(tmp_path / "b" / "models" / "rl" / "hargo")
     again = rl.run(params, "hargo", root=tmp_path / "b")
-    assert again["steps_this_run"] == 0 and again["resumed_from_step"] == 4
+    assert again["resumed_from_step"] is None
+    assert again["steps_this_run"] == again["steps"] == 4
     assert (tmp_path / "b" / "models" / "rl" / "hargo" / ".complete").is_file()
+    wc = load_file(tmp_path / "b" / "models" / "rl" / "hargo" / "model.safetensors")
+    assert max((wa[k] - wc[k]).abs().max().item() for k in wa) <= 1e-6
 
 
 # ---------------------------------------------------------------------------- bad input

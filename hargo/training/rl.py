@@ -244,9 +244,18 @@ def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
             "data_sha256": _digest_files([Path(data_path)])}
 
 
+def _checkpoint_step(ckpt: Path) -> int:
+    """``global_step`` of a complete checkpoint (its ``trainer_state.json``)."""
+    return int(json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+
+
 def _resumable_checkpoint(ckpt_dir: Path, fingerprint: dict) -> Path | None:
     """The last complete checkpoint in ``ckpt_dir`` when its fingerprint file equals
-    ``fingerprint``, else None (reads only)."""
+    ``fingerprint`` and it is short of ``rl.steps`` (an interrupted run), else None (reads only).
+
+    A checkpoint at the final step belongs to a run that finished: DVC re-runs such a stage only
+    when something it depends on changed (code, another param), so it starts over instead of
+    resuming (transformers would otherwise train one step past ``max_steps``)."""
     from hargo.training.grpo import last_checkpoint
 
     fp_path = ckpt_dir / FINGERPRINT_NAME
@@ -256,17 +265,23 @@ def _resumable_checkpoint(ckpt_dir: Path, fingerprint: dict) -> Path | None:
             old = json.loads(fp_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
             old = None
-    return last_checkpoint(ckpt_dir) if old == json.loads(json.dumps(fingerprint)) else None
+    if old != json.loads(json.dumps(fingerprint)):
+        return None
+    ckpt = last_checkpoint(ckpt_dir)
+    if ckpt is None or _checkpoint_step(ckpt) >= int(fingerprint["rl"]["steps"]):
+        return None
+    return ckpt
 
 
 def _prepare_checkpoint_dir(ckpt_dir: Path, fingerprint: dict, log=print):
-    """Return the checkpoint to resume from (or None), after clearing stale checkpoints and
-    writing ``fingerprint`` (main process only: it writes)."""
+    """Return the checkpoint to resume from (or None), after clearing stale or finished
+    checkpoints and writing ``fingerprint`` (main process only: it writes)."""
     fp_path = ckpt_dir / FINGERPRINT_NAME
     ckpt = _resumable_checkpoint(ckpt_dir, fingerprint)
     if ckpt is None:
         if ckpt_dir.exists() and any(ckpt_dir.iterdir()):
-            log(f"[rl] {ckpt_dir}: no resumable checkpoint for these inputs; starting over")
+            log(f"[rl] {ckpt_dir}: no resumable checkpoint for these inputs (changed, or the run "
+                "had finished); starting over")
         shutil.rmtree(ckpt_dir, ignore_errors=True)
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(fp_path, fingerprint)
@@ -350,8 +365,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
                                 callbacks=[callback], tokenizer=tok,
                                 world_size=launch.num_processes)
         load_s = time.perf_counter() - t0
-        resumed_step = int(json.loads((resume / "trainer_state.json").read_text())["global_step"]) \
-            if resume is not None else 0
+        resumed_step = _checkpoint_step(resume) if resume is not None else 0
         if launch.is_main:
             print(f"[rl {name}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
                   f"{rl['steps']} steps x {rl['prompts_per_step']} prompts x "
