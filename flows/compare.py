@@ -25,7 +25,6 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import StageInputs, outputs_digest, stage_spec
 from flows.pipeline import _STAGE_TASK, StepFailed, door_env, resolve_params
-from hargo.params import PREFERENCE_METHODS
 
 COMPARE_DVC_YAML = "compare/dvc.yaml"
 REPORT_KEY = "hargo-comparison-report"
@@ -88,11 +87,10 @@ def report(params: dict) -> dict:
 
 def comparison_plan(params: dict) -> list[tuple[str, dict]]:
     """The steps of one comparison, in order: ``[(stage, item), ...]`` with ``item`` None or
-    ``{"method", "seed"}``. ``preferences`` only when a preference method is compared."""
+    ``{"method", "seed"}``. ``preferences`` always runs first, as in ``compare/dvc.yaml`` (every
+    ``compare_train`` depends on it there), even when no preference method is compared."""
     c = params["compare"]
-    plan: list[tuple[str, dict | None]] = []
-    if any(m in PREFERENCE_METHODS for m in c["methods"]):
-        plan.append(("preferences", None))
+    plan: list[tuple[str, dict | None]] = [("preferences", None)]
     for seed in c["seeds"]:
         for m in c["methods"]:
             item = {"method": m, "seed": int(seed)}

@@ -31,7 +31,7 @@ def test_run_params_apply_the_comparison_budget_and_seed(committed_params):
     assert h["sft"]["learning_rate"] == 2e-5                       # the HPC-GPT recipe
     assert (h["sft"]["lora"]["r"], h["sft"]["lora"]["alpha"]) == (8, 16.0)
     assert committed_params["sft"]["learning_rate"] == 2e-4
-    with pytest.raises(ParamsError, match="compare.methods: unknown method 'ppo2'"):
+    with pytest.raises(ParamsError, match="method: unknown method .ppo2."):
         run_params(committed_params, "ppo2", 1)
 
 
@@ -83,7 +83,7 @@ def test_comparison_plan_order(committed_params):
         if stage == "compare_train":
             assert plan[i + 1] == ("compare_eval", item)
     rl_only = apply_overrides(committed_params, {"compare.methods": ["grpo", "hargo"]})
-    assert [s for s, _ in comparison_plan(rl_only)].count("preferences") == 0
+    assert [s for s, _ in comparison_plan(rl_only)].count("preferences") == 1   # as DVC does
 
 
 def _dvc(args, cwd, env, timeout):
@@ -138,11 +138,13 @@ def test_comparison_pipeline_through_dvc(tmp_path, real_raw_dir, tiny_model_dir,
     assert stats["pairs"] == len(pairs) and all(p["chosen_reward"] > p["rejected_reward"]
                                                 for p in pairs)
     md = (root / "reports" / "comparison.md").read_text()
-    for m in DEFAULT_METHODS:
-        assert m in md
+    for name in ("HPC-GPT", "PPO", "DPO", "KTO", "SimPO", "GRPO", "Dr.GRPO", "HARGO"):
+        assert f"| {name} " in md                          # a row of the results table each
+    assert "paper (Qwen2.5-0.5B-Instruct)" in md and "HARGO - GRPO" in md
     assert (root / "reports" / "comparison.html").is_file()
     summary = json.loads((root / "metrics" / "compare" / "summary.json").read_text())
-    assert summary
+    assert sorted(summary["results"]) == sorted(DEFAULT_METHODS)
+    assert sorted(summary["runs"]) == sorted([f"{m}-s1" for m in DEFAULT_METHODS] + ["sft"])
 
     again = _dvc(["repro", "compare/dvc.yaml"], root, env, 300)
     assert "Running stage" not in again, again

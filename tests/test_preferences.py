@@ -216,6 +216,23 @@ def test_stage_bad_input_fails_before_generating_and_writes_nothing(pref_root, c
     assert not (pref_root / "data" / "preferences").exists()
 
 
+def test_zero_pairs_fail_when_a_preference_method_needs_them(pref_root, committed_params,
+                                                            mlflow_uri):
+    """Race prompts always tie on the tiny model (0 reward each): 0 pairs. With dpo/kto/simpo in
+    compare.methods the stage fails at once (not later in compare_train) and writes nothing;
+    without them it writes the empty pairs file."""
+    races = [r for r in TRAIN if r["task"].startswith("race") and r["id"] != "race_c-long"]
+    (pref_root / "data" / "prepared" / "train.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in races))
+    with pytest.raises(ValueError, match=r"0 pairs from 3 prompts.*lists dpo, kto, simpo"):
+        preferences.run(stage_params(committed_params), root=pref_root)
+    assert not (pref_root / "data" / "preferences").exists()
+    out = preferences.run(stage_params(committed_params, **{"compare.methods": ["grpo"]}),
+                          root=pref_root)
+    assert out["pairs"] == 0 and out["ties_dropped"] == 3
+    assert (pref_root / "data" / "preferences" / "pairs.jsonl").read_text() == ""
+
+
 # --------------------------------------------------------------------------------------------
 # run_generation(num_samples=k)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl, read_jsonl
+from hargo.params import PREFERENCE_METHODS
 
 __all__ = ["PAIRS_FILE", "STATS_FILE", "check_params", "load_train_records", "make_pairs",
            "generation_params", "run"]
@@ -229,6 +230,14 @@ def run(params: dict, root: str | Path = ".") -> dict[str, Any]:
                          answer=[r.get("answer") for r in rep], label=[r.get("label") for r in rep])
         reward_s = time.perf_counter() - t0
         pairs, stats = make_pairs(subset, gen.completions, rewards, k)
+        needing = [m for m in params["compare"]["methods"] if m in PREFERENCE_METHODS]
+        if not pairs and needing:   # fail here, not later in compare_train; nothing written
+            raise ValueError(
+                f"preferences: 0 pairs from {stats['prompts']} prompts (every prompt's "
+                f"{k} samples tied on the task reward; ties per task: "
+                f"{ {t: c['ties_dropped'] for t, c in stats['per_task'].items()} }), but "
+                f"compare.methods lists {', '.join(needing)}, which train on pairs: raise "
+                "compare.preferences.samples_per_task, temperature or max_new_tokens")
         stats.update({
             "skipped_too_long": skipped, "max_prompt_tokens": cap, "seed": seed,
             "backend": gen.backend, "dtype": gen.dtype,
@@ -260,7 +269,6 @@ def run(params: dict, root: str | Path = ".") -> dict[str, Any]:
     print(f"[preferences] {stats['pairs']} pairs, {stats['ties_dropped']} ties dropped ({ties}), "
           f"mean reward gap {gap_s} -> {out_dir}", flush=True)
     if not pairs:
-        print("[preferences] WARNING: no pairs: every prompt's samples tied; the preference "
-              "methods cannot train (raise compare.preferences.temperature or samples_per_task)",
-              flush=True)
+        print("[preferences] no pairs: every prompt's samples tied (no preference method is "
+              "in compare.methods, so nothing needs them)", flush=True)
     return {**stats, "out_dir": str(out_dir), "run_id": mlrun.info.run_id}

@@ -97,7 +97,8 @@ def _pretty(m: str) -> str:
 
 def _missing(path: Path, stage: str) -> FileNotFoundError:
     return FileNotFoundError(f"{path}: missing; it is written by the {stage} stage "
-                             f"(run it first, e.g. `dvc repro` or `hargo {stage.replace('_', '-')}`)")
+                             "(run the comparison first: `dvc repro compare/dvc.yaml`, or "
+                             "scripts/compare.sh)")
 
 
 # ----------------------------------------------------------------------------- inputs

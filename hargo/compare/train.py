@@ -62,7 +62,7 @@ def family(method: str) -> str:
         return "preference"
     if method == "hpcgpt":
         return "sft"
-    raise ParamsError(f"compare.methods: unknown method {method!r}; valid: "
+    raise ParamsError(f"method: unknown method {method!r}; valid: "
                       f"{', '.join(COMPARE_METHODS)}")
 
 
@@ -146,6 +146,9 @@ def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
 
     validate_params(params)
     fam = family(method)
+    if method not in params["compare"]["methods"]:
+        raise ParamsError(f"--method: {method!r} is not in compare.methods "
+                          f"{params['compare']['methods']}")
     if int(seed) not in [int(s) for s in params["compare"]["seeds"]]:
         raise ParamsError(f"--seed: {seed} is not in compare.seeds {params['compare']['seeds']}")
     root = Path(root)
