@@ -20,11 +20,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import StageInputs, outputs_digest, stage_spec
-from flows.pipeline import _STAGE_TASK, StepFailed, door_env, resolve_params
+from flows.pipeline import _STAGE_TASK, door_env, resolve_params, run_step
 
 COMPARE_DVC_YAML = "compare/dvc.yaml"
 REPORT_KEY = "hargo-comparison-report"
@@ -103,25 +103,6 @@ _TASKS = {"preferences": preferences, "compare_train": compare_train,
           "compare_eval": compare_eval, "compare_sft": compare_sft, "report": report}
 
 
-def _run(stage: str, item: dict | None, params: dict, force: bool, record: list) -> Any:
-    """Run one step (honouring the cache only while its outputs are unchanged)."""
-    kwargs: dict[str, Any] = {"params": params, **(item or {})}
-    name = stage if item is None else f"{stage}@{item['method']}-{item['seed']}"
-    t = _TASKS[stage]
-    state = (t.with_options(refresh_cache=True) if force else t)(**kwargs, return_state=True)
-    if state.is_completed() and state.name == "Cached":
-        spec = stage_spec(COMPARE_DVC_YAML, stage, params, item)
-        if state.result().get("outputs_digest") != outputs_digest(spec, "."):
-            get_run_logger().info("%s: outputs changed since the cached run; running again", name)
-            state = t.with_options(refresh_cache=True)(**kwargs, return_state=True)
-    record.append({"step": name, "state": state.name})
-    if not state.is_completed():
-        exc = state.result(raise_on_failure=False)
-        cause = exc if isinstance(exc, BaseException) else RuntimeError(state.message or "failed")
-        raise StepFailed(name, cause) from cause
-    return state.result()["summary"]
-
-
 @flow(name="hargo-comparison")
 def hargo_comparison(params_path: str = "params.yaml", overrides: dict[str, Any] | None = None,
                      force: bool = False) -> dict:
@@ -139,7 +120,8 @@ def hargo_comparison(params_path: str = "params.yaml", overrides: dict[str, Any]
     with door_env():
         for stage, item in comparison_plan(params):
             name = stage if item is None else f"{stage}@{item['method']}-{item['seed']}"
-            results[name] = _run(stage, item, params, force, steps)
+            results[name] = run_step(stage, _TASKS[stage], params, item=item, force=force,
+                                     record=steps, dvc_yaml=COMPARE_DVC_YAML)
     md = Path("reports") / "comparison.md"
     if md.is_file():
         create_markdown_artifact(markdown=md.read_text(encoding="utf-8"), key=REPORT_KEY,

@@ -241,10 +241,14 @@ def build_report(params: dict, params_path: str, overrides: dict, parent_run_id:
 
 # --------------------------------------------------------------------------- orchestration
 def run_step(step: str, stage_task, params: dict, *, method: str | None = None,
-             force: bool = False, record: list[dict] | None = None) -> Any:
+             force: bool = False, record: list[dict] | None = None,
+             item: Mapping[str, Any] | None = None, dvc_yaml: str = DVC_YAML) -> Any:
     """Run one stage task and return the stage's summary.
 
-    A ``Cached`` result is used only if the stage's outputs on disk still have the digest the
+    ``method`` is the item of a ``foreach`` stage (``rl@<method>``); ``item`` the keys of a
+    ``matrix`` stage, passed to the task as keyword arguments (``compare_train@hargo-1``:
+    ``{"method": "hargo", "seed": 1}``); ``dvc_yaml`` the file that declares the stage. A
+    ``Cached`` result is used only if the stage's outputs on disk still have the digest the
     cached run recorded; otherwise (outputs replaced by another run, or deleted) the stage runs
     again. ``force`` ignores the cache. The step and its final state name are appended to
     ``record``.
@@ -252,15 +256,21 @@ def run_step(step: str, stage_task, params: dict, *, method: str | None = None,
     Raises:
         StepFailed: the task failed (after any retries); names the step and the reason.
     """
-    name = f"{step}@{method}" if method else step
     kwargs: dict[str, Any] = {"params": params}
-    if method is not None:
-        kwargs["method"] = method
+    if item is not None:
+        kwargs.update(item)
+        name = f"{step}@{'-'.join(str(v) for v in item.values())}"
+        spec_item: Any = dict(item)
+    else:
+        if method is not None:
+            kwargs["method"] = method
+        name = f"{step}@{method}" if method else step
+        spec_item = method
     t = stage_task.with_options(refresh_cache=True) if force else stage_task
     state = t(**kwargs, return_state=True)
     if state.is_completed() and state.name == "Cached":
         cached = state.result()
-        spec = stage_spec(DVC_YAML, step, params, method)
+        spec = stage_spec(dvc_yaml, step, params, spec_item)
         if cached.get("outputs_digest") != outputs_digest(spec, "."):
             get_run_logger().info("%s: outputs changed since the cached run; running again", name)
             state = stage_task.with_options(refresh_cache=True)(**kwargs, return_state=True)

@@ -219,7 +219,9 @@ class HargoGRPOTrainer(GRPOTrainer):
 
         return bool(is_peft_model(self.accelerator.unwrap_model(self.model)))
 
-    def _check_weighted_loss_supported(self) -> None:
+    def _unsupported_trl_options(self) -> list[str]:
+        """TRL 1.16 options that hargo's own losses (the weighted HARGO loss, PPO's) do not
+        implement, as readable names; empty when the config is supported."""
         a = self.args
         problems = []
         if a.importance_sampling_level != "token":
@@ -235,6 +237,10 @@ class HargoGRPOTrainer(GRPOTrainer):
             problems.append("MoE router aux loss")
         if self.multi_objective_aggregation != "sum_then_normalize":
             problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
+        return problems
+
+    def _check_weighted_loss_supported(self) -> None:
+        problems = self._unsupported_trl_options()
         if self.loss_type != "grpo":
             problems.append(f"loss_type={self.loss_type!r} (HARGO uses its own weighted loss; "
                             "set 'grpo')")

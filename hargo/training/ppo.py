@@ -411,19 +411,7 @@ class HargoPPOTrainer(HargoGRPOTrainer):
             raise ValueError(f"method ppo: hargo makes one optimizer step per rollout batch; got "
                              f"num_iterations={self.num_iterations}, "
                              f"steps_per_generation={a.steps_per_generation} (need 1 and 1)")
-        problems = []
-        if a.importance_sampling_level != "token":
-            problems.append(f"importance_sampling_level={a.importance_sampling_level!r}")
-        if self.off_policy_mask_threshold is not None:
-            problems.append("off_policy_mask_threshold")
-        if self.top_entropy_quantile < 1.0:
-            problems.append("top_entropy_quantile < 1")
-        if self._entropy_bonus_enabled:
-            problems.append("entropy bonus (entropy_coef / use_adaptive_entropy)")
-        if self.aux_loss_enabled:
-            problems.append("MoE router aux loss")
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
+        problems = self._unsupported_trl_options()
         if problems:
             raise ValueError(f"method ppo: the PPO loss does not implement these TRL options: "
                              f"{', '.join(problems)}")
