@@ -91,7 +91,7 @@ def main(argv=None) -> int:
         return 0
 
     from hargo.evaluation.evaluate import load_eval_records, select_prompts
-    from hargo.evaluation.generate import resolve_dtype
+    from hargo.hardware import generation_dtype
     from hargo.params import load_params
     from hargo.training.common import load_tokenizer
 
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
         ev["max_new_tokens"] = args.max_new_tokens
     if args.batch_size is not None:
         ev["batch_size"] = args.batch_size
-    ev["dtype"] = resolve_dtype(args.dtype or ev.get("dtype", "auto"))
+    ev["dtype"] = generation_dtype(args.dtype or ev.get("dtype", "auto"))
     ev["temperature"] = 0.0
     ev["samples_per_task"] = args.per_task
     model = args.model or default_model(args.cache)

@@ -154,7 +154,8 @@ def validate_params(params: Mapping) -> None:
                           f"got {get(params, 'model.source')!r}")
     if not isinstance(get(params, "model.trust_remote_code"), bool):
         raise ParamsError("model.trust_remote_code: expected true or false")
-    _num(params, "train.threads", 0, integer=True)
+    if get(params, "train.threads") != "auto":
+        _num(params, "train.threads", 0, integer=True)
     _num(params, "train.max_prompt_tokens", 1, integer=True)
     for sec in ("sft", "rl"):
         _num(params, f"{sec}.learning_rate", 0, lo_open=True)

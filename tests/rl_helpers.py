@@ -50,7 +50,8 @@ def rl_params(base: dict, model_dir, data_dir, **rl) -> dict:
     p = copy.deepcopy(base)
     p["sft"]["out_dir"] = str(model_dir)
     p["data"]["out_dir"] = str(data_dir)
-    p["train"].update(max_prompt_tokens=128, threads=1, gradient_checkpointing=False)
+    p["train"].update(max_prompt_tokens=128, threads=1, gradient_checkpointing=False,
+                      bf16=False)  # fp32 on every machine (tests/test_hardware.py runs bf16)
     p["rl"].update(samples_per_task=1, steps=2, prompts_per_step=4, num_generations=2,
                    max_new_tokens=4, save_steps=2, log_completions_steps=2, beta=0.02,
                    generation_backend="transformers", out_dir="models/rl", max_prompt_tokens=None)

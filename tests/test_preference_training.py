@@ -29,7 +29,7 @@ def crafted_pairs(n: int = 3) -> list[dict]:
 
 def pref_params(committed: dict) -> dict:
     p = copy.deepcopy(committed)
-    p["train"].update({"gradient_checkpointing": False, "threads": 1})
+    p["train"].update({"gradient_checkpointing": False, "threads": 1, "bf16": False})
     p["sft"]["max_length"] = 96
     p["compare"].update({"steps": 2, "prompts_per_step": 2})
     for m in ("dpo", "kto", "simpo"):

@@ -35,7 +35,8 @@ def crafted_records() -> list[dict]:
 
 def sft_params(committed: dict, lora: bool) -> dict:
     p = copy.deepcopy(committed)
-    p["train"].update({"max_prompt_tokens": 64, "gradient_checkpointing": False})
+    p["train"].update({"max_prompt_tokens": 64, "gradient_checkpointing": False, "threads": 1,
+                       "bf16": False})  # fp32 on every machine: the margins are fp32's
     p["sft"].update({"samples_per_task": 2, "max_steps": 10, "batch_size": 4, "grad_accum": 1,
                      "max_length": 96, "learning_rate": 5e-3 if lora else 2e-3})
     p["sft"]["lora"] = {**p["sft"]["lora"], "enabled": lora, "r": 8, "alpha": 16,
@@ -147,11 +148,14 @@ def test_lora_config_and_bf16_flag(committed_params):
                               "target_modules": "all-linear"})
     assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules) == \
         (8, 16.0, 0.05, "all-linear")
+    from hargo.hardware import PROFILES, use_bf16
+
     p = copy.deepcopy(committed_params)
     p["train"]["bf16"] = False
-    assert common.use_bf16(p) is False
+    assert [use_bf16(p, prof) for prof in PROFILES.values()] == [False, False, False]
     p["train"]["bf16"] = True
-    assert common.use_bf16(p) is common.autocast_bf16_supported()
+    assert {n: use_bf16(p, prof) for n, prof in PROFILES.items()} == \
+        {"cpu": False, "cpu-bf16": True, "cuda": True}
 
 
 def test_bucketed_order_groups_similar_lengths_in_random_batch_order():

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from hargo.hardware import generation_dtype
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl, \
     read_jsonl, require_complete_dir
 
@@ -207,7 +208,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
     records = load_eval_records(eval_path)
     if backend == "vllm":
         gen.import_vllm()
-    dtype = gen.resolve_dtype(ev.get("dtype", "auto"))
+    dtype = generation_dtype(ev.get("dtype", "auto"))
     reward_fn = TaskReward(RewardConfig.from_params(params.get("rewards")))
     judge = make_judge(ev, reward_fn)
     subset, skipped = select_prompts(records, ev, seed, load_tokenizer(dirs[SFT]))

@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from hargo.hardware import generation_dtype
+
 __all__ = ["BACKENDS", "GenerationResult", "VLLMUnavailableError", "generate", "run_generation",
-           "render_prompts", "stop_token_ids", "resolve_dtype", "import_vllm"]
+           "render_prompts", "stop_token_ids", "import_vllm"]
 
 BACKENDS = ("vllm", "transformers")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 GIB = 1 << 30
 
 VLLM_INSTALL_HINT = ("install it with scripts/setup.sh (CPU) or scripts/setup.sh --gpu (GPU), "
@@ -79,26 +80,6 @@ class GenerationResult:
     def tokens_per_s(self) -> float:
         """Generated tokens per second of generation wall time (0.0 when nothing was timed)."""
         return sum(self.completion_tokens) / self.generate_s if self.generate_s > 0 else 0.0
-
-
-def resolve_dtype(dtype: str | None) -> str:
-    """The weights' dtype for generation.
-
-    ``auto`` (or None): ``bfloat16`` where bf16 is natively fast (a GPU with bf16, or a CPU with
-    AMX-BF16 / AVX512-BF16; ``hargo.training.common.autocast_bf16_supported``), else
-    ``float32``. Other values are returned as given.
-
-    Raises:
-        ValueError: not one of auto, float32, bfloat16, float16 (names ``evaluate.dtype``).
-    """
-    dtype = dtype or "auto"
-    if dtype not in DTYPES:
-        raise ValueError(f"evaluate.dtype: must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    if dtype != "auto":
-        return dtype
-    from hargo.training.common import autocast_bf16_supported
-
-    return "bfloat16" if autocast_bf16_supported() else "float32"
 
 
 def render_prompts(tokenizer, prompts: Sequence[Sequence[Mapping]]) -> list[list[int]]:
@@ -233,7 +214,7 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
         raise ValueError(f"num_samples: must be an integer >= 1, got {num_samples!r}")
     model_dir = require_complete_dir(model_dir, "model folder")
     max_new, temperature = _decoding(params_evaluate)
-    dtype = resolve_dtype(params_evaluate.get("dtype", "auto"))
+    dtype = generation_dtype(params_evaluate.get("dtype", "auto"))
     if backend == "vllm":
         vllm = import_vllm()  # fail fast, before any tokenising
     from transformers import AutoTokenizer
@@ -378,7 +359,9 @@ def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new, temperature, see
     if batch_size < 1:
         raise ValueError(f"evaluate.batch_size: must be >= 1, got {batch_size}")
     t0 = time.perf_counter()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    from hargo.hardware import detect_profile
+
+    device = detect_profile().device
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
     model.to(device).eval()
     load_s = time.perf_counter() - t0

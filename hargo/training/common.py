@@ -1,4 +1,4 @@
-"""Helpers shared by the training stages (SFT and RL): torch setup, bf16 detection, LoRA config,
+"""Helpers shared by the training stages (SFT and RL): torch setup (threads, seeds), LoRA config,
 model/tokenizer loading, the prompt-length rule and subset selection, and whole-or-nothing saving
 of merged models.
 
@@ -24,52 +24,21 @@ MAX_CHARS_PER_TOKEN = 8
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def setup_torch(params: Mapping) -> None:
-    """Set torch's intra-op thread count (``train.threads``; 0 keeps torch's default) and seed
-    Python, NumPy and torch (``transformers.set_seed(params["seed"])``)."""
+def setup_torch(params: Mapping) -> int:
+    """Set torch's intra-op thread count from ``train.threads`` (an integer, 0 for torch's
+    default, or ``auto``: see :func:`hargo.hardware.resolve_threads`, re-checked at every call)
+    and seed Python, NumPy and torch (``transformers.set_seed(params["seed"])``).
+
+    Returns the thread count in force."""
     import torch
     from transformers import set_seed
 
-    threads = int(params["train"]["threads"])
-    if threads > 0:
-        torch.set_num_threads(threads)
+    from hargo.hardware import resolve_threads
+
+    threads = resolve_threads(params["train"]["threads"])
+    torch.set_num_threads(threads)
     set_seed(int(params["seed"]))
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def autocast_bf16_supported() -> bool:
-    """Whether bf16 autocast is natively fast here.
-
-    GPU: ``torch.cuda.is_bf16_supported()``. CPU: oneDNN must support bf16 and the CPU must
-    have native bf16 instructions (AMX-BF16 or AVX512-BF16, read from ``/proc/cpuinfo``);
-    on CPUs without them (e.g. AVX2 only) bf16 is emulated and slower than fp32.
-    """
-    import torch
-
-    if torch.cuda.is_available():
-        return bool(torch.cuda.is_bf16_supported())
-    try:
-        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-            return False
-    except (AttributeError, RuntimeError):
-        return False
-    flags = _cpu_flags()
-    return bool(flags & {"amx_bf16", "avx512_bf16"})
-
-
-def use_bf16(params: Mapping) -> bool:
-    """``train.bf16`` and :func:`autocast_bf16_supported`."""
-    return bool(params["train"]["bf16"]) and autocast_bf16_supported()
+    return threads
 
 
 def lora_config(lora_params: Mapping):

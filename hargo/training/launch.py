@@ -53,10 +53,11 @@ def launch_state() -> LaunchState:
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return LaunchState()
-    import torch
     from accelerate import PartialState
 
-    cpu = not torch.cuda.is_available() or \
+    from hargo.hardware import detect_profile
+
+    cpu = detect_profile().on_cpu or \
         os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")  # launch --cpu
     state = PartialState(cpu=cpu)
     return LaunchState(int(state.num_processes), int(state.process_index))

@@ -160,12 +160,12 @@ def build_config(params: Mapping, method: str, output_dir: str | Path, seed: int
 
     Shared: ``max_steps = compare.steps``, one batch per step (``per_device_train_batch_size =
     compare.prompts_per_step``, KTO twice that), sequential sampling (the order is
-    :func:`pair_order`'s), ``max_length = sft.max_length``, ``bf16`` =
-    :func:`hargo.training.common.use_bf16`, ``gradient_checkpointing = train.gradient_checkpointing``
-    (TRL's default is True), logging every step, no checkpoints, no evaluation, ``report_to``
+    :func:`pair_order`'s), ``max_length = sft.max_length``, device and precision from
+    :func:`hargo.hardware.trainer_precision_kwargs`, ``gradient_checkpointing =
+    train.gradient_checkpointing`` (TRL's default is True), logging every step, no checkpoints, no evaluation, ``report_to``
     none (the caller logs to MLflow), no progress bars.
     """
-    import torch
+    from hargo.hardware import trainer_precision_kwargs
 
     c = params["compare"]
     m = c[method]
@@ -177,13 +177,12 @@ def build_config(params: Mapping, method: str, output_dir: str | Path, seed: int
         per_device_train_batch_size=2 * pps if method == "kto" else pps,
         gradient_accumulation_steps=1, learning_rate=float(m["learning_rate"]),
         beta=float(m["beta"]), max_length=int(params["sft"]["max_length"]),
-        bf16=common.use_bf16(params), fp16=False,
         gradient_checkpointing=gc,
         gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
         train_sampling_strategy="sequential",
         logging_steps=1, logging_first_step=True, disable_tqdm=True,
         save_strategy="no", eval_strategy="no", report_to="none", run_name=method,
-        dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available(),
+        dataloader_num_workers=0, **trainer_precision_kwargs(params),
     )
     if method == "dpo":
         from trl import DPOConfig

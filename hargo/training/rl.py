@@ -116,17 +116,16 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
     Mapping: ``num_generations=G``, ``per_device_train_batch_size = prompts_per_step * G /
     world_size`` (TRL counts completions), ``max_completion_length=max_new_tokens``,
     ``epsilon=clip_range``, ``max_steps=steps``, ``beta``, ``temperature``, ``learning_rate``
-    (constant schedule), ``bf16`` autocast (``train.bf16`` where the CPU/GPU supports it),
+    (constant schedule), device and precision from :func:`hargo.hardware.trainer_precision_kwargs`,
     ``gradient_checkpointing`` (``train``), checkpoints every ``save_steps``. The loss settings
     come from :func:`hargo.training.grpo.trl_loss_settings`. ``overrides`` replace any field.
 
     Raises:
         ParamsError: unknown method, or prompts_per_step * G not divisible by ``world_size``.
     """
-    import torch
     from trl import GRPOConfig
 
-    from hargo.training.common import use_bf16
+    from hargo.hardware import trainer_precision_kwargs
     from hargo.training.grpo import trl_loss_settings
 
     _check_method(method)
@@ -136,10 +135,9 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
     if completions % world_size:
         raise ParamsError(f"rl.prompts_per_step: {rl['prompts_per_step']} prompts x G={G} "
                           f"completions do not split over {world_size} processes")
-    on_cpu = not torch.cuda.is_available()
     kw: dict[str, Any] = dict(
-        output_dir=str(output_dir), seed=int(params["seed"]), use_cpu=on_cpu,
-        bf16=use_bf16(params), fp16=False,
+        output_dir=str(output_dir), seed=int(params["seed"]),
+        **trainer_precision_kwargs(params),
         gradient_checkpointing=bool(params["train"]["gradient_checkpointing"]),
         per_device_train_batch_size=completions // world_size, gradient_accumulation_steps=1,
         num_generations=G, max_completion_length=int(rl["max_new_tokens"]),

@@ -80,8 +80,10 @@ def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str]
     ``per_device_train_batch_size = sft.batch_size / world_size``: ``sft.batch_size`` is the
     global batch over ``world_size`` processes.
 
-    TRL's own defaults that differ from what we mean are set explicitly: ``bf16`` (TRL: True) is
-    :func:`hargo.training.common.use_bf16`, ``gradient_checkpointing`` (TRL: True) is
+    Device and precision (``use_cpu``, ``bf16``, ``fp16``, pinned memory) come from
+    :func:`hargo.hardware.trainer_precision_kwargs`, the same for every trainer on every
+    hardware profile. TRL's own defaults that differ from what we mean are set explicitly:
+    ``gradient_checkpointing`` (TRL: True) is
     ``train.gradient_checkpointing``, ``logging_steps`` (TRL: 10) is 1. No checkpoints are
     saved (the stage is short; its output is the merged model), no evaluation. ``report_to``:
     the trainer's trackers (the stage: MLflow; the benchmark: none).
@@ -89,19 +91,15 @@ def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str]
     Raises:
         ParamsError: ``sft.batch_size`` not divisible by ``world_size``.
     """
-    import torch
     from trl import SFTConfig
 
+    from hargo.hardware import trainer_precision_kwargs
     from hargo.params import ParamsError
 
     s = params["sft"]
     if int(s["batch_size"]) % world_size:
         raise ParamsError(f"sft.batch_size: {s['batch_size']} examples do not split over "
                           f"{world_size} processes")
-    # several processes on a host without CUDA: without use_cpu accelerate finds no backend and
-    # every process would train alone (one process keeps transformers' own device choice)
-    multi_cpu = world_size > 1 and not torch.cuda.is_available()
-    bf16 = common.use_bf16(params)
     gc = bool(params["train"]["gradient_checkpointing"])
     return SFTConfig(
         output_dir=str(output_dir),
@@ -112,13 +110,12 @@ def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str]
         gradient_accumulation_steps=int(s["grad_accum"]),
         max_length=int(s["max_length"]),
         completion_only_loss=True, assistant_only_loss=False, packing=False,
-        bf16=bf16, fp16=False,
         gradient_checkpointing=gc,
         gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
         logging_steps=1, logging_first_step=True, disable_tqdm=False,
         save_strategy="no", eval_strategy="no", report_to=list(report_to) or "none", run_name="sft",
-        dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available(),
-        **({"use_cpu": True} if multi_cpu else {}),
+        dataloader_num_workers=0,
+        **trainer_precision_kwargs(params),
     )
 
 
@@ -188,6 +185,19 @@ def _bucketed_trainer_class():
     return BucketedSFTTrainer
 
 
+def build_trainer(params: Mapping, model, tokenizer, records: Sequence[dict], args):
+    """The SFT trainer (TRL ``SFTTrainer`` with length-bucketed batches) of ``model`` on the
+    prepared ``records`` with ``args`` (:func:`sft_config`) and the LoRA of ``sft.lora``
+    (None: full fine-tuning)."""
+    from datasets import Dataset
+
+    trainer = _bucketed_trainer_class()(
+        model=model, args=args, train_dataset=Dataset.from_list(to_prompt_completion(records)),
+        processing_class=tokenizer, peft_config=common.lora_config(params["sft"]["lora"]))
+    trainer.bucket_batches = int(params["sft"]["length_bucket_batches"])  # read by the sampler
+    return trainer
+
+
 def loss_curve(log_history: Sequence[Mapping]) -> list[tuple[int, float]]:
     """``(step, loss)`` of every training log entry (the trainer's ``state.log_history``)."""
     return [(int(e["step"]), float(e["loss"])) for e in log_history
@@ -237,8 +247,6 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
     the processes, times and memory are this process's; only the main process logs the plot and
     writes ``out_dir``.
     """
-    from datasets import Dataset
-
     from hargo.training.launch import launch_state
 
     launch = launch_state()
@@ -246,14 +254,10 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
     model = common.load_model(model_dir, dtype="float32",
                               trust_remote_code=bool(params["model"]["trust_remote_code"]))
     tok = common.load_tokenizer(model_dir)
-    dataset = Dataset.from_list(to_prompt_completion(records))
     work = Path(tempfile.mkdtemp(prefix="hargo-sft-"))
     try:
         args = sft_config(params, work / "trainer", report_to, world_size=launch.num_processes)
-        trainer = _bucketed_trainer_class()(
-            model=model, args=args, train_dataset=dataset, processing_class=tok,
-            peft_config=common.lora_config(params["sft"]["lora"]))
-        trainer.bucket_batches = int(params["sft"]["length_bucket_batches"])  # read by the sampler
+        trainer = build_trainer(params, model, tok, records, args)
         max_length = int(params["sft"]["max_length"])
         truncated = sum(1 for ids in trainer.train_dataset["input_ids"] if len(ids) >= max_length)
         counts = common.describe(trainer.model)
