@@ -3,9 +3,9 @@
 Pure torch functions, no trainer inside. Every estimator takes the rewards of ``N`` groups of
 ``G`` responses each, shape ``(N, G)`` (group ``n`` holds the ``G`` responses to prompt ``n``),
 and returns, per response, the advantage to put into the clipped surrogate and the weight of
-that response's loss term, so one loss serves all of them (method.md step 6)::
+that response's loss term, so one loss serves all of them (docs/method.md step 6)::
 
-    L = (1 / N) * sum_n sum_i w_ni * L_ni        (see ``weighted_loss``)
+    L = (1 / N) * sum_n sum_i w_ni * L_ni        (``hargo.losses.weighted_loss``)
 
 Estimators (registry ``ESTIMATORS``, selected by name through ``estimate``):
 
@@ -17,9 +17,9 @@ Estimators (registry ``ESTIMATORS``, selected by name through ``estimate``):
     Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): ``r - mean`` (no std
     scaling). Weights ``1/G``.
 ``hargo``
-    method.md steps 1-5: population-std advantage ``A``, reference-model confidence ``c`` with an
-    EMA baseline, modulated advantage ``M = A (1 + alpha c)``, discrimination ``d`` and weights
-    ``w = d / sum d`` (``1/G`` when the group carries no contrast).
+    docs/method.md steps 1-5: population-std advantage ``A``, reference-model confidence ``c``
+    with an EMA baseline, modulated advantage ``M = A (1 + alpha c)``, discrimination ``d`` and
+    weights ``w = d / sum d`` (``1/G`` when the group carries no contrast).
 ``hargo_b1``
     Ablation B1, discrimination only: ``alpha = 0`` so ``M = A``; no reference model needed.
 ``hargo_b2``
@@ -49,8 +49,6 @@ __all__ = [
     "group_advantage",
     "confidence",
     "discrimination_weights",
-    "masked_mean",
-    "weighted_loss",
 ]
 
 #: TRL 1.16 ``GRPOTrainer``: ``advantages = advantages / (std_rewards + 1e-4)``.
@@ -59,7 +57,7 @@ TRL_STD_EPS = 1e-4
 
 @dataclass
 class HargoConfig:
-    """HARGO constants (method.md; paper values as defaults).
+    """HARGO constants (docs/method.md; paper values as defaults).
 
     Attributes:
         alpha: confidence modulation strength in ``M = A (1 + alpha c)`` (paper: 0.3).
@@ -92,7 +90,7 @@ class HargoConfig:
 
 
 class EMABaseline:
-    """Running baseline ``g`` of the reference log-prob ``l`` (method.md step 2).
+    """Running baseline ``g`` of the reference log-prob ``l`` (docs/method.md step 2).
 
     ``g <- rho * g + (1 - rho) * mean_batch(l)``, initialised to the first batch's mean. Explicit
     trainer state: save ``state_dict()`` in checkpoints and ``load_state_dict`` on resume.
@@ -192,12 +190,12 @@ def group_rewards(flat: torch.Tensor, G: int) -> torch.Tensor:
 
 def group_advantage(rewards: torch.Tensor, eps: float = 1e-6, unbiased: bool = False,
                     scale: bool = True) -> torch.Tensor:
-    """Group-normalised advantage, method.md step 1: ``A = (r - mean(r)) / (std(r) + eps)``.
+    """Group-normalised advantage, docs/method.md step 1: ``A = (r - mean(r)) / (std(r) + eps)``.
 
     Args:
         rewards: (N, G), any float dtype; computed in float64.
         eps: added to the std.
-        unbiased: False (default): population std (divide by G), as method.md's worked example;
+        unbiased: False (default): population std (divide by G), as docs/method.md's worked example;
             True: sample std (divide by G - 1), as TRL.
         scale: False: return ``r - mean`` only (Dr. GRPO).
 
@@ -216,7 +214,7 @@ def group_advantage(rewards: torch.Tensor, eps: float = 1e-6, unbiased: bool = F
 
 
 def confidence(ref_logprob: torch.Tensor, g: float) -> torch.Tensor:
-    """Reference-model confidence, method.md step 2: ``c = sigmoid(l - g)``.
+    """Reference-model confidence, docs/method.md step 2: ``c = sigmoid(l - g)``.
 
     Args:
         ref_logprob: (N, G) length-normalised sequence log-probs ``l`` (nats per token).
@@ -230,7 +228,7 @@ def confidence(ref_logprob: torch.Tensor, g: float) -> torch.Tensor:
 
 def discrimination_weights(modulated: torch.Tensor, eps: float = 1e-6, eps_w: float = 1e-6
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """method.md steps 4-5: ``d = |M| / (max_j |M_j| + eps)``, ``w = d / sum_j d_j``.
+    """docs/method.md steps 4-5: ``d = |M| / (max_j |M_j| + eps)``, ``w = d / sum_j d_j``.
 
     Args:
         modulated: (N, G) modulated advantages ``M``.
@@ -308,7 +306,7 @@ def _hargo_family(rewards, ref_logprob, baseline, config, alpha: float, weights_
 
 
 def _hargo(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
-    """Full HARGO (paper's B3), method.md steps 1-5."""
+    """Full HARGO (paper's B3), docs/method.md steps 1-5."""
     return _hargo_family(rewards, ref_logprob, baseline, config, config.alpha, "discrimination")
 
 
@@ -394,53 +392,3 @@ def estimate(method: str, rewards: torch.Tensor, ref_logprob: torch.Tensor | Non
         if baseline is None:
             baseline = EMABaseline(config.rho)
     return ESTIMATORS[method](rewards, ref_logprob, baseline, config)
-
-
-# ------------------------------------------------------------------------------------ loss
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of each row over its unmasked positions.
-
-    Args:
-        x: (B, T) values (any float dtype; padding positions may hold anything, even NaN/inf).
-        mask: (B, T), nonzero/True where a token counts.
-
-    Returns:
-        (B,) float32 (computed in float32 for bf16/fp16 input; float64 input stays float64).
-        Rows with no unmasked position give 0.
-    """
-    if x.shape != mask.shape or x.dim() != 2:
-        raise ValueError(f"masked_mean: x {tuple(x.shape)} and mask {tuple(mask.shape)} must be "
-                         f"the same (B, T) shape")
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    m = mask.to(torch.bool)
-    xs = torch.where(m, x.to(dtype), torch.zeros((), dtype=dtype, device=x.device))
-    n = m.sum(dim=1).to(dtype)
-    return xs.sum(dim=1) / n.clamp(min=1.0)
-
-
-def weighted_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
-                  num_groups: int) -> torch.Tensor:
-    """Weighted GRPO-family loss, method.md step 6: ``(1/N) sum_i w_i * masked_mean(L_i)``.
-
-    ``L_i`` (one row of ``per_token_loss``) is response i's per-token loss (clipped surrogate
-    plus ``beta`` times the k3 KL, computed by the trainer), averaged over its own tokens. Dividing
-    by the number of groups ``N`` makes the value a mean over groups; with uniform weights 1/G it
-    equals the mean over responses of the token-averaged loss (TRL's ``loss_type="grpo"``).
-
-    Args:
-        per_token_loss: (B, T) float (bf16 is summed in float32).
-        mask: (B, T) completion mask (padding 0).
-        weights: (B,) per-response weights (``EstimatorOutput.weights.reshape(-1)``).
-        num_groups: N > 0, the number of groups the B responses come from.
-
-    Returns:
-        Scalar float32 tensor (float64 for float64 input), differentiable w.r.t. per_token_loss.
-    """
-    if weights.dim() != 1 or weights.shape[0] != per_token_loss.shape[0]:
-        raise ValueError(f"weighted_loss: weights {tuple(weights.shape)} must be (B,) with "
-                         f"B={per_token_loss.shape[0]}")
-    if int(num_groups) <= 0:
-        raise ValueError(f"weighted_loss: num_groups must be > 0, got {num_groups}")
-    per_response = masked_mean(per_token_loss, mask)
-    return (weights.to(per_response.dtype) * per_response).sum() / int(num_groups)

@@ -1,5 +1,6 @@
 """HARGO / GRPO-family advantages and weights: method.md's worked example, a hand-computed HARGO
-case over two batches, Hypothesis properties, EMA state and the weighted loss."""
+case over two batches, Hypothesis properties, EMA state, and the estimators' weights feeding
+``hargo.losses.weighted_loss`` (the loss math itself is tested in tests/test_losses.py)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from hargo.advantages import (ESTIMATORS, EMABaseline, HargoConfig, estimate, group_rewards,
-                              masked_mean, needs_reference, weighted_loss)
+                              needs_reference)
+from hargo.losses import weighted_loss
 
 METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
 
@@ -281,38 +283,6 @@ def test_resumed_equals_uninterrupted():
 
 
 # ---------------------------------------------------------------------------------------- loss
-
-def test_masked_mean_ignores_padding():
-    x = torch.tensor([[1.0, 3.0, float("nan")], [2.0, float("inf"), 5.0], [7.0, 7.0, 7.0]])
-    mask = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 0, 0]])
-    assert masked_mean(x, mask).tolist() == [2.0, 3.5, 0.0]
-    bf = masked_mean(x.to(torch.bfloat16), mask)
-    assert bf.dtype == torch.float32 and bf.tolist() == [2.0, 3.5, 0.0]
-    with pytest.raises(ValueError, match="same"):
-        masked_mean(x, mask[:, :2])
-
-
-def test_weighted_loss():
-    L = torch.tensor([[1.0, 3.0, 0.0], [4.0, 0.0, 0.0], [1.0, 1.0, 1.0], [6.0, 2.0, 0.0]],
-                     requires_grad=True)
-    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]])
-    per = [2.0, 4.0, 1.0, 4.0]  # token means
-    # uniform 1/G (2 groups of 2): mean over responses
-    loss = weighted_loss(L, mask, torch.full((4,), 0.5), num_groups=2)
-    assert loss.item() == pytest.approx(sum(per) / 4)
-    w = torch.tensor([0.75, 0.25, 0.1, 0.9])
-    loss = weighted_loss(L, mask, w, num_groups=2)
-    assert loss.item() == pytest.approx((0.75 * 2 + 0.25 * 4 + 0.1 * 1 + 0.9 * 4) / 2)
-    loss.backward()
-    # d loss / d L[0, 0] = w0 / (2 tokens) / 2 groups; padding gets no gradient
-    assert L.grad[0].tolist() == pytest.approx([0.75 / 2 / 2, 0.75 / 2 / 2, 0.0])
-    bf = weighted_loss(L.detach().to(torch.bfloat16), mask, w.to(torch.bfloat16), 2)
-    assert bf.dtype == torch.float32 and bf.item() == pytest.approx(3.1, abs=2e-2)
-    with pytest.raises(ValueError, match="num_groups"):
-        weighted_loss(L, mask, w, 0)
-    with pytest.raises(ValueError, match=r"weights"):
-        weighted_loss(L, mask, w[:3], 2)
-
 
 def test_estimator_feeds_loss():
     """One loss for all estimators: weights flattened in TRL's group-major order."""

@@ -1,5 +1,10 @@
 """``HargoGRPOTrainer``: TRL's ``GRPOTrainer`` extended for the HARGO family of RL methods.
 
+This module only wires hargo's math into TRL's trainer. The math lives elsewhere, as pure
+functions: group advantages and per-response weights in :mod:`hargo.advantages`; the clipped
+surrogate, the KL estimators, the clip fractions, the masked means and the weighted loss in
+:mod:`hargo.losses`. The method itself is specified in ``docs/method.md``.
+
 Pinned to **TRL 1.16.0** (``pyproject.toml``: ``trl==1.16.0``). The extension overrides these
 *private* methods of TRL 1.16's ``trl.trainer.grpo_trainer.GRPOTrainer``, whose layout changes
 between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving the pin:
@@ -18,32 +23,28 @@ between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving t
     calls TRL's; keeps a detached copy of the policy log-probs of the loss forward for the per-task
     KL and clip-fraction diagnostics (no extra forward pass).
 ``_compute_loss``
-    ``grpo``/``dr_grpo``: TRL's own loss, untouched. HARGO family: method.md step 6 (below).
+    ``grpo``/``dr_grpo``: TRL's own loss, untouched. HARGO family: the weighted loss (below).
 ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
     also write/read ``hargo_state.json`` (EMA baseline, per-step history) in every checkpoint,
     the same hooks TRL 1.16 uses for its adaptive-entropy state.
 
-Methods (``hargo.advantages``):
+Methods:
 
-``grpo``
-    TRL's GRPO: ``loss_type="grpo"`` (each response's loss averaged over its own tokens, then
-    over responses), ``scale_rewards="group"``. Stock TRL code path.
-``dr_grpo``
-    TRL's Dr. GRPO: ``loss_type="dr_grpo"``, ``scale_rewards="none"`` (Liu et al. 2025). Stock.
+``grpo``, ``dr_grpo``
+    TRL's own code path: ``loss_type="grpo"``/``scale_rewards="group"``, and
+    ``loss_type="dr_grpo"``/``scale_rewards="none"`` (Liu et al. 2025).
 ``hargo``, ``hargo_b1``, ``hargo_b2``
-    method.md steps 1-6. The group statistics -- rewards, the reference model's length-normalised
+    ``docs/method.md``. The group statistics -- rewards, the reference model's length-normalised
     log-prob ``l_i`` of each response and the EMA baseline ``g`` -- are computed over the whole
     batch gathered from all processes *before* it is split per process, so that 1 process and N
     processes give the same weights even when TRL places one prompt's group across processes.
-    ``l_i`` is the mean over response i's tokens of TRL's reference per-token log-probs (the frozen
-    SFT model: LoRA adapter switched off, or a separate reference copy for full fine-tuning),
-    computed even when ``beta = 0``. Like TRL's KL term, these log-probs are of the
-    temperature-scaled distribution ``softmax(logits / T)`` the completions were sampled from.
-    The loss is ``(1/N) sum_groups sum_i w_i L_i`` (``hargo.advantages.weighted_loss``) with
-    ``L_i`` = response i's clipped surrogate (with the modulated advantage ``M_i``) plus
-    ``beta * k3-KL``, averaged over its own tokens: the weight multiplies the whole term.
-    Supported TRL options on this path: token-level importance sampling, TRL's clipping
-    (``epsilon``, ``epsilon_high``, ``delta``), ``use_bias_correction_kl``, the vLLM
+    ``l_i`` comes from TRL's reference per-token log-probs (the frozen SFT model: LoRA adapter
+    off, or a separate reference copy for full fine-tuning; computed even when ``beta = 0``) of
+    the temperature-scaled distribution the completions were sampled from. The loss is
+    ``weighted_loss`` of TRL's per-token ``grpo`` loss (``clipped_surrogate`` with the modulated
+    advantage ``M_i``, plus ``beta`` x ``kl_penalty(kind="k3")``): the weight multiplies the
+    whole term. Supported TRL options on this path: token-level importance sampling, TRL's
+    clipping (``epsilon``, ``epsilon_high``, ``delta``), ``use_bias_correction_kl``, the vLLM
     importance-sampling correction; anything else raises ``ValueError`` at construction.
 ``ppo``
     classic PPO with a learned value head, in the subclass ``hargo.training.ppo.HargoPPOTrainer``
@@ -66,9 +67,10 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import (add_fused_lm_head, create_model_from_path, disable_dropout_in_model,
                                get_config_model_id, use_adapter)
 
-from hargo.advantages import (EMABaseline, HargoConfig, estimate, group_rewards, masked_mean,
-                              needs_reference, weighted_loss)
+from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards, needs_reference
 from hargo.io import atomic_write_json
+from hargo.losses import (clip_fraction, clipped_surrogate, importance_ratio, kl_penalty,
+                          masked_mean, masked_token_mean, weighted_loss)
 
 __all__ = ["HargoGRPOTrainer", "TRL_VERSION", "HARGO_METHODS", "STOCK_METHODS", "RL_METHODS",
            "SUBCLASS_METHODS",
@@ -77,7 +79,7 @@ __all__ = ["HargoGRPOTrainer", "TRL_VERSION", "HARGO_METHODS", "STOCK_METHODS", 
 
 #: TRL's own loss path (unchanged semantics).
 STOCK_METHODS = ("grpo", "dr_grpo")
-#: Per-response weighted loss (method.md step 6).
+#: Per-response weighted loss (docs/method.md step 6).
 HARGO_METHODS = ("hargo", "hargo_b1", "hargo_b2")
 RL_METHODS = STOCK_METHODS + HARGO_METHODS
 #: Methods whose trainer is a subclass of ``HargoGRPOTrainer`` with its own advantages and loss
@@ -290,21 +292,14 @@ class HargoGRPOTrainer(GRPOTrainer):
     def _reference_per_token_logps(self, output: dict) -> torch.Tensor:
         """(B_local, T) reference-model log-probs of the completions in ``output`` (as TRL 1.16
         computes them when beta != 0)."""
-        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        keep = output["completion_ids"].size(1)
         bs = self.args.per_device_train_batch_size
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             if self.ref_model is not None:
-                logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, ids, mask,
-                                                                      keep, batch_size=bs)
-            else:
-                model = self.accelerator.unwrap_model(self.model)
-                name = "ref" if "ref" in getattr(model, "peft_config", {}) else None
-                with use_adapter(model, adapter_name=name):
-                    logps, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, mask,
-                                                                          keep, batch_size=bs)
-        return logps
+                return self._completion_logps(self.ref_model, output, batch_size=bs)[0]
+            model = self.accelerator.unwrap_model(self.model)
+            name = "ref" if "ref" in getattr(model, "peft_config", {}) else None
+            with use_adapter(model, adapter_name=name):
+                return self._completion_logps(self.model, output, batch_size=bs)[0]
 
     def _task_index(self, task) -> int:
         name = "all" if task is None else str(task)
@@ -325,9 +320,7 @@ class HargoGRPOTrainer(GRPOTrainer):
         B_local = output["completion_ids"].size(0)
         rank = self.accelerator.process_index
         local = slice(rank * B_local, (rank + 1) * B_local)
-        mask = output["completion_mask"]
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"]
+        mask = self._loss_mask(output)
 
         # Rewards of the whole gathered batch, combined as TRL does ("sum_then_normalize").
         rpf = self._gathered_rewards_per_func
@@ -400,6 +393,27 @@ class HargoGRPOTrainer(GRPOTrainer):
 
     # ---------------------------------------------------------------------------- loss
 
+    @staticmethod
+    def _loss_mask(batch: dict) -> torch.Tensor:
+        """(B, T) tokens the loss counts: the completion mask, times TRL's tool mask if any."""
+        mask = batch["completion_mask"]
+        return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+    def _completion_logps(self, model, batch: dict, **kwargs):
+        """TRL's ``(logps, entropies, aux)`` of ``batch``'s completion tokens under ``model``
+        (``kwargs`` go to ``_get_per_token_logps_and_entropies``)."""
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask,
+                                                       batch["completion_ids"].size(1), **kwargs)
+
+    def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(t, reduction="sum")
+
+    def _global_token_mean(self, x: torch.Tensor, mask: torch.Tensor) -> float:
+        """Mean of ``x`` over the valid tokens of all processes (a logged metric)."""
+        return float(masked_token_mean(x.detach(), mask, reduce=self._reduce_sum))
+
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                            *args, **kwargs):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(
@@ -427,69 +441,47 @@ class HargoGRPOTrainer(GRPOTrainer):
         return super()._compute_loss(model, inputs)
 
     def _weighted_compute_loss(self, model, inputs) -> torch.Tensor:
-        """method.md step 6 on this process's micro-batch: ``(1/N_local) sum_i w_i L_i``.
+        """``docs/method.md`` step 6 on this process's micro-batch: ``(1/N_local) sum_i w_i L_i``.
 
-        ``L_i`` is TRL 1.16's per-token loss for ``loss_type="grpo"`` (clipped surrogate with the
-        HARGO advantage ``M_i``, plus ``beta`` times the k3 KL), averaged over response i's own
-        tokens by ``hargo.advantages.weighted_loss``. ``N_local = B_local / G`` groups' worth of
-        responses: with the gradient averaging across processes this is exactly the global
-        ``(1/N) sum w_i L_i`` (the sum is linear, so groups split across processes or micro-batches
-        still add up). With uniform weights 1/G it equals TRL's ``grpo`` loss.
+        ``L_i`` is TRL 1.16's per-token loss for ``loss_type="grpo"`` (``clipped_surrogate`` with
+        the HARGO advantage ``M_i``, times the vLLM importance-sampling ratio when on, plus
+        ``beta`` times the k3 ``kl_penalty``), averaged over response i's own tokens by
+        ``weighted_loss``. ``N_local = B_local / G`` groups' worth of responses: with the gradient
+        averaging across processes this is exactly the global ``(1/N) sum w_i L_i`` (the sum is
+        linear, so groups split across processes or micro-batches still add up). With uniform
+        weights 1/G it equals TRL's ``grpo`` loss.
         """
-        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-        logits_to_keep = completion_ids.size(1)
-        mask = completion_mask
-        if "tool_mask" in inputs:
-            mask = completion_mask * inputs["tool_mask"]
-        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, compute_entropy=True)
-
-        advantages = inputs["advantages"]
-        if advantages.dim() == 1:
-            advantages = advantages.unsqueeze(1)
+        mask = self._loss_mask(inputs)
+        logps, entropies, _ = self._completion_logps(model, inputs, compute_entropy=True)
         old = inputs.get("old_per_token_logps")
-        old = per_token_logps.detach() if old is None else old
-        coef_1 = torch.exp(per_token_logps - old)
-        coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)
-        if self.args.delta is not None:
-            coef_1 = torch.clamp(coef_1, max=self.args.delta)
-        per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
+        old = logps.detach() if old is None else old
+        advantages = inputs["advantages"]
+        per_token_loss, ratio = clipped_surrogate(logps, old, advantages, self.epsilon_low,
+                                                  self.epsilon_high, self.args.delta)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
         per_token_kl = None
         if self.beta != 0.0:
-            ref = inputs["ref_per_token_logps"]
-            per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
+            per_token_kl = kl_penalty(logps, inputs["ref_per_token_logps"], "k3")
             if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * coef_1
+                per_token_kl = per_token_kl * ratio
             per_token_loss = per_token_loss + self.beta * per_token_kl
 
-        B_local = per_token_loss.size(0)
-        G = self.num_generations
         loss = weighted_loss(per_token_loss, mask, inputs["hargo_weights"], num_groups=1)
-        loss = loss * (G / B_local)   # / N_local (may be fractional: a group split over processes)
+        # / N_local (may be fractional: a group split over processes)
+        loss = loss * (self.num_generations / per_token_loss.size(0))
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
-
         # The metrics TRL's own loss logs (same names), so its log lines stay comparable.
-        def global_masked_mean(x):
-            totals = self.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum().float()]),
-                                             reduction="sum")
-            return (totals[0] / totals[1].clamp(min=1.0)).item()
-
+        metrics = self._metrics[mode]
         if per_token_kl is not None:
-            self._metrics[mode]["kl"].append(global_masked_mean(per_token_kl))
-        self._metrics[mode]["entropy"].append(global_masked_mean(entropies))
-        is_low = (coef_1 < 1 - self.epsilon_low) & (advantages < 0)
-        is_high = (coef_1 > 1 + self.epsilon_high) & (advantages > 0)
-        self._metrics[mode]["clip_ratio/low_mean"].append(global_masked_mean(is_low.float()))
-        self._metrics[mode]["clip_ratio/high_mean"].append(global_masked_mean(is_high.float()))
-        self._metrics[mode]["clip_ratio/region_mean"].append(
-            global_masked_mean((is_low | is_high).float()))
+            metrics["kl"].append(self._global_token_mean(per_token_kl, mask))
+        metrics["entropy"].append(self._global_token_mean(entropies, mask))
+        clipped = clip_fraction(ratio, advantages, self.epsilon_low, self.epsilon_high,
+                                self.args.delta)
+        for name, x in zip(("low_mean", "high_mean", "region_mean"), clipped):
+            metrics[f"clip_ratio/{name}"].append(self._global_token_mean(x.float(), mask))
         return loss
 
     def _record_loss_diagnostics(self, inputs) -> None:
@@ -498,25 +490,15 @@ class HargoGRPOTrainer(GRPOTrainer):
         logps = self._captured_logps
         if logps is None or "task_ids" not in inputs:
             return
-        mask = inputs["completion_mask"]
-        if "tool_mask" in inputs:
-            mask = mask * inputs["tool_mask"]
-        maskf = mask.float()
+        mask = self._loss_mask(inputs)
         ref = inputs.get("ref_per_token_logps")
-        kl = None
-        if ref is not None:
-            d = ref - logps
-            kl = masked_mean(torch.exp(d) - d - 1, maskf)
+        kl = None if ref is None else masked_mean(kl_penalty(logps, ref, "k3"), mask)
         old = inputs.get("old_per_token_logps")
-        old = logps if old is None else old
-        coef = torch.exp(logps - old)
-        adv = inputs["advantages"]
-        adv = adv.unsqueeze(1) if adv.dim() == 1 else adv
-        clipped = ((coef < 1 - self.epsilon_low) & (adv < 0)) | \
-            ((coef > 1 + self.epsilon_high) & (adv > 0))
-        clip = masked_mean(clipped.float(), maskf)
+        ratio = importance_ratio(logps, logps if old is None else old)
+        _, _, clipped = clip_fraction(ratio, inputs["advantages"], self.epsilon_low,
+                                      self.epsilon_high, self.args.delta)
+        clip = self.accelerator.gather(masked_mean(clipped.float(), mask))
         task_ids = self.accelerator.gather(inputs["task_ids"])
-        clip = self.accelerator.gather(clip)
         if kl is not None:
             kl = self.accelerator.gather(kl)
         if self.recorder is not None:

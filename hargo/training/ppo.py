@@ -5,18 +5,19 @@ in TRL PR #7020), so :class:`HargoPPOTrainer` extends :class:`hargo.training.grp
 TRL's GRPO machinery samples the rollouts, scores them with the shared task reward
 (``hargo.rewards.TaskReward`` through ``reward_funcs``) and computes the reference model's
 per-token log-probs; the advantage and the loss are replaced by those of TRL's old
-``PPOTrainer`` (``AutoModelForCausalLMWithValueHead``, TRL <= 0.x ``ppo_trainer.py``):
+``PPOTrainer`` (``AutoModelForCausalLMWithValueHead``, TRL <= 0.x ``ppo_trainer.py``). This
+module holds the configuration and the trainer; the math is in :mod:`hargo.losses`:
 
 1. value head ``V = Linear(hidden_size, 1)`` on the policy's last hidden state (shared backbone),
    zero-initialised, so ``V = 0`` before training;
-2. per-token rewards (:func:`token_rewards`): ``-beta * (log pi(y_t) - log pi_ref(y_t))`` on each
+2. per-token rewards (``token_rewards``): ``-beta * (log pi(y_t) - log pi_ref(y_t))`` on each
    completion token (the KL penalty in the reward, TRL PPO's ``kl_coef``; ``beta = rl.beta``) plus
    the sequence's task reward on its last completion token;
-3. GAE (:func:`gae_advantages`, Schulman et al. 2016 eq. 16) with ``gamma``, ``lam`` from the
+3. GAE (``gae_advantages``, Schulman et al. 2016 eq. 16) with ``gamma``, ``lam`` from the
    detached values; returns ``R = A + V``; advantages whitened over the batch's completion tokens
-   (:func:`whiten`) when ``whiten_advantages``;
-4. loss = clipped policy surrogate (:func:`clipped_policy_loss`, ``epsilon = rl.clip_range``) +
-   ``vf_coef`` x clipped value loss (:func:`clipped_value_loss`), both token-averaged over the
+   (``whiten``) when ``whiten_advantages``;
+4. loss = clipped policy surrogate (``clipped_policy_loss``, ``epsilon = rl.clip_range``) +
+   ``vf_coef`` x clipped value loss (``clipped_value_loss``), both token-averaged over the
    valid completion tokens of the batch.
 
 The PPO knobs live in params.yaml ``compare.ppo`` (:class:`PPOConfig`); the other settings (G,
@@ -26,24 +27,20 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 from trl.models.utils import disable_gradient_checkpointing
 
-from hargo.advantages import masked_mean
+from hargo.losses import (clipped_policy_loss, clipped_value_loss, explained_variance,
+                          gae_advantages, kl_penalty, masked_mean, token_rewards, whiten)
 from hargo.params import ParamsError
 from hargo.training.grpo import HargoGRPOTrainer
 
-__all__ = ["PPOConfig", "token_rewards", "gae_advantages", "whiten", "clipped_policy_loss",
-           "clipped_value_loss", "explained_variance", "HargoPPOTrainer", "VALUE_HEAD_NAME"]
+__all__ = ["PPOConfig", "HargoPPOTrainer", "VALUE_HEAD_NAME"]
 
 #: Attribute name of the value head on the policy module while training (TRL's old ``v_head``).
 VALUE_HEAD_NAME = "v_head"
-#: TRL's ``masked_whiten``: ``(x - mean) * rsqrt(var + 1e-8)``.
-WHITEN_EPS = 1e-8
-
-Reduce = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -111,231 +108,6 @@ class PPOConfig:
         return asdict(self)
 
 
-# ------------------------------------------------------------------------------ pure math
-
-def _check_bt(name: str, x: torch.Tensor, mask: torch.Tensor) -> None:
-    if x.dim() != 2 or x.shape != mask.shape:
-        raise ValueError(f"{name}: expected (B, T) tensors of one shape, got {tuple(x.shape)} and "
-                         f"mask {tuple(mask.shape)}")
-
-
-def _token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Scalar mean of ``x`` over the valid tokens of the whole batch (0 when none)."""
-    m = mask.to(torch.bool)
-    xs = torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device))
-    return xs.sum() / m.sum().clamp(min=1).to(x.dtype)
-
-
-def token_rewards(logps: torch.Tensor, ref_logps: torch.Tensor | None, scores: torch.Tensor,
-                  mask: torch.Tensor, beta: float) -> torch.Tensor:
-    """Per-token PPO rewards: KL penalty on every token plus the task reward on the last one.
-
-    ``r_t = -beta * (logps_t - ref_logps_t)`` on each valid completion token (TRL's old
-    ``PPOTrainer``: ``non_score_reward = -kl_coef * (logprobs - ref_logprobs)``), plus
-    ``scores[b]`` added on row ``b``'s last valid token (``rewards[[range(B), last]] += scores``).
-
-    Args:
-        logps: (B, T) policy log-probs of the sampled completion tokens (rollout time).
-        ref_logps: (B, T) reference-model log-probs of the same tokens; may be None when
-            ``beta == 0`` (no KL penalty).
-        scores: (B,) sequence (task) rewards.
-        mask: (B, T) nonzero/True on valid completion tokens (padding excluded).
-        beta: KL coefficient (``rl.beta``); 0 gives no KL term.
-
-    Returns:
-        (B, T) float32 rewards, 0 on masked positions. A row with no valid token gets no reward
-        at all (its score has no token to sit on).
-
-    Raises:
-        ValueError: shapes disagree, or ``beta != 0`` without ``ref_logps``.
-    """
-    _check_bt("token_rewards", logps, mask)
-    if scores.shape != (logps.size(0),):
-        raise ValueError(f"token_rewards: scores {tuple(scores.shape)} must be ({logps.size(0)},)")
-    m = mask.to(torch.bool)
-    rewards = torch.zeros(logps.shape, dtype=torch.float32, device=logps.device)
-    if beta != 0.0:
-        if ref_logps is None:
-            raise ValueError("token_rewards: beta != 0 needs the reference log-probs")
-        _check_bt("token_rewards", ref_logps, mask)
-        kl = logps.float() - ref_logps.float()
-        rewards = torch.where(m, -beta * kl, rewards)
-    T = logps.size(1)
-    positions = torch.arange(T, device=logps.device).expand_as(m)
-    last = torch.where(m, positions, torch.full_like(positions, -1)).max(dim=1).values  # (B,)
-    has = last >= 0
-    rows = torch.arange(logps.size(0), device=logps.device)[has]
-    rewards[rows, last[has]] += scores.to(rewards.device).float()[has]
-    return rewards
-
-
-def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
-                   lam: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalized advantage estimation over completion tokens.
-
-    Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
-    Estimation", eq. 16: ``delta_t = r_t + gamma V_{t+1} - V_t``, ``A_t = sum_l (gamma lam)^l
-    delta_{t+l}``, computed backwards as ``A_t = delta_t + gamma lam A_{t+1}``, with ``V = 0`` and
-    ``A = 0`` after the last valid token; returns ``R_t = A_t + V_t`` (TRL's old ``PPOTrainer``,
-    "compute advantages and returns"). Masked positions are skipped: the recursion runs over each
-    row's valid tokens in order, so right padding (and any masked hole) changes nothing.
-
-    Args:
-        rewards: (B, T) per-token rewards (:func:`token_rewards`).
-        values: (B, T) value estimates ``V_t`` of the state before token t (detached).
-        mask: (B, T) nonzero/True on valid completion tokens.
-        gamma: discount in [0, 1].
-        lam: GAE lambda in [0, 1].
-
-    Returns:
-        ``(advantages, returns)``, both (B, T) float32, 0 on masked positions.
-
-    Raises:
-        ValueError: shapes disagree.
-    """
-    _check_bt("gae_advantages", rewards, mask)
-    _check_bt("gae_advantages", values, mask)
-    r, v, m = rewards.float(), values.float(), mask.to(torch.bool)
-    B, T = r.shape
-    adv = torch.zeros_like(v)
-    next_value = v.new_zeros(B)
-    next_adv = v.new_zeros(B)
-    for t in reversed(range(T)):
-        valid = m[:, t]
-        a = r[:, t] + gamma * next_value - v[:, t] + gamma * lam * next_adv
-        adv[:, t] = torch.where(valid, a, torch.zeros_like(a))
-        next_value = torch.where(valid, v[:, t], next_value)
-        next_adv = torch.where(valid, a, next_adv)
-    returns = torch.where(m, adv + v, torch.zeros_like(v))
-    return adv, returns
-
-
-def _identity(t: torch.Tensor) -> torch.Tensor:
-    return t
-
-
-def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
-           reduce: Reduce | None = None) -> torch.Tensor:
-    """Whiten ``x`` over the valid tokens of the batch: ``(x - mean) / sqrt(var + 1e-8)``.
-
-    TRL's old ``masked_whiten``: mean and *unbiased* (n - 1) variance over the valid tokens; with
-    ``shift_mean=False`` the mean is added back.
-
-    Args:
-        x: (B, T) values.
-        mask: (B, T) nonzero/True on valid tokens.
-        shift_mean: subtract the mean (True) or only rescale (False).
-        reduce: sums the given statistics tensor over processes (e.g. ``accelerator.reduce(t,
-            "sum")``) so that several processes whiten with the statistics of the whole batch;
-            None: this batch alone.
-
-    Returns:
-        (B, T) float32, 0 on masked positions.
-
-    Raises:
-        ValueError: shapes disagree, or fewer than 2 valid tokens (no variance).
-    """
-    _check_bt("whiten", x, mask)
-    reduce = reduce or _identity
-    m = mask.to(torch.bool)
-    xs = torch.where(m, x.float(), torch.zeros((), device=x.device))
-    totals = reduce(torch.stack([xs.sum(), m.sum().float()]))
-    n = float(totals[1])
-    if n < 2:
-        raise ValueError(f"whiten: needs at least 2 valid tokens, got {n:g}")
-    mean = totals[0] / totals[1]
-    centered = torch.where(m, xs - mean, torch.zeros((), device=x.device))
-    var = reduce((centered ** 2).sum().reshape(1))[0] / (totals[1] - 1)
-    out = centered * torch.rsqrt(var + WHITEN_EPS)
-    if not shift_mean:
-        out = out + mean
-    return torch.where(m, out, torch.zeros((), device=x.device))
-
-
-def clipped_policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
-                        mask: torch.Tensor, clip_low: float, clip_high: float | None = None,
-                        token_weights: torch.Tensor | None = None
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate, token-averaged over the batch's valid tokens.
-
-    ``rho = exp(logps - old_logps)``; per token ``max(-A rho, -A clip(rho, 1 - clip_low,
-    1 + clip_high))`` (Schulman et al. 2017, eq. 7, as a loss; TRL's old ``PPOTrainer``
-    ``pg_loss``).
-
-    Args:
-        logps: (B, T) policy log-probs (with grad).
-        old_logps: (B, T) rollout-time log-probs (detached).
-        advantages: (B, T) per-token advantages.
-        mask: (B, T) valid tokens.
-        clip_low, clip_high: clip range (``clip_high`` defaults to ``clip_low``).
-        token_weights: optional (B, T) or (B, 1) factors on the per-token loss (TRL's vLLM
-            importance-sampling ratio).
-
-    Returns:
-        ``(loss, clip_fraction)``: scalars; the clip fraction is the share of valid tokens whose
-        clipped term is the larger one.
-    """
-    _check_bt("clipped_policy_loss", logps, mask)
-    clip_high = clip_low if clip_high is None else clip_high
-    ratio = torch.exp(logps - old_logps)
-    loss1 = -advantages * ratio
-    loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    per_token = torch.max(loss1, loss2)
-    if token_weights is not None:
-        per_token = per_token * token_weights
-    return _token_mean(per_token, mask), _token_mean((loss2 > loss1).float(), mask)
-
-
-def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-                       mask: torch.Tensor, cliprange_value: float
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped value loss, token-averaged over the batch's valid tokens.
-
-    ``0.5 * max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2)`` (TRL's old ``PPOTrainer``
-    ``vf_loss``; ``c = cliprange_value``).
-
-    Args:
-        values: (B, T) value predictions (with grad).
-        old_values: (B, T) rollout-time values (detached).
-        returns: (B, T) GAE returns.
-        mask: (B, T) valid tokens.
-        cliprange_value: ``c`` (> 0).
-
-    Returns:
-        ``(loss, clip_fraction)``: scalars; the clip fraction is the share of valid tokens whose
-        clipped term is the larger one.
-    """
-    _check_bt("clipped_value_loss", values, mask)
-    clipped = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)
-    loss1 = (values - returns) ** 2
-    loss2 = (clipped - returns) ** 2
-    loss = 0.5 * _token_mean(torch.max(loss1, loss2), mask)
-    return loss, _token_mean((loss2 > loss1).float(), mask)
-
-
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-                       reduce: Reduce | None = None) -> float:
-    """``1 - Var(R - V) / Var(R)`` over the valid tokens (population variances); 1 is a perfect
-    value function, 0 no better than the mean return. NaN when ``Var(R) = 0``.
-
-    Args: (B, T) ``values``, ``returns``, ``mask``; ``reduce`` as in :func:`whiten`.
-    """
-    _check_bt("explained_variance", values, mask)
-    reduce = reduce or _identity
-    m = mask.to(torch.bool)
-    z = torch.zeros((), device=values.device)
-    r = torch.where(m, returns.float(), z)
-    d = torch.where(m, returns.float() - values.float(), z)
-    s = reduce(torch.stack([r.sum(), (r ** 2).sum(), d.sum(), (d ** 2).sum(),
-                            m.sum().float()]).double())
-    n = float(s[4])
-    if n < 1:
-        return float("nan")
-    var_r = float(s[1]) / n - (float(s[0]) / n) ** 2
-    var_d = float(s[3]) / n - (float(s[2]) / n) ** 2
-    return float("nan") if var_r <= 0 else 1.0 - var_d / var_r
-
-
 # -------------------------------------------------------------------------------- trainer
 
 class HargoPPOTrainer(HargoGRPOTrainer):
@@ -345,10 +117,12 @@ class HargoPPOTrainer(HargoGRPOTrainer):
     checkpoints and the per-task recorder diagnostics are those of
     :class:`~hargo.training.grpo.HargoGRPOTrainer`. At scoring time one extra no-grad forward of
     the policy gives the rollout log-probs and values; rewards per token
-    (:func:`token_rewards`), GAE (:func:`gae_advantages`) and whitening (:func:`whiten`, over the
-    whole batch of all processes) follow. The recorder receives, per response, the mean of its
-    tokens' advantages. The loss is :func:`clipped_policy_loss` + ``vf_coef`` x
-    :func:`clipped_value_loss` (no separate KL term: the KL penalty is in the reward).
+    (:func:`~hargo.losses.token_rewards`), GAE (:func:`~hargo.losses.gae_advantages`) and
+    whitening (:func:`~hargo.losses.whiten`, over the whole batch of all processes) follow. The
+    recorder receives, per response, the mean of its tokens' advantages. The loss is
+    :func:`~hargo.losses.clipped_policy_loss` + ``vf_coef`` x
+    :func:`~hargo.losses.clipped_value_loss` (no separate KL term: the KL penalty is in the
+    reward).
 
     One optimizer step per rollout batch: hargo runs ``num_iterations=1`` and
     ``steps_per_generation=1``, so the policy is not updated between the rollout-time forward and
@@ -467,28 +241,15 @@ class HargoPPOTrainer(HargoGRPOTrainer):
         w = self.value_head.weight
         return self.value_head(hidden.to(device=w.device, dtype=w.dtype)).squeeze(-1)
 
-    def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        return self.accelerator.reduce(t, reduction="sum")
-
-    def _global_token_mean(self, x: torch.Tensor, mask: torch.Tensor) -> float:
-        m = mask.to(torch.bool)
-        xs = torch.where(m, x.detach().float(), torch.zeros((), device=x.device))
-        totals = self._reduce_sum(torch.stack([xs.sum(), m.sum().float()]))
-        return float(totals[0] / totals[1].clamp(min=1.0))
-
     # ---------------------------------------------------------------- advantages
 
     @torch.no_grad()
     def _rollout_logps_and_values(self, output: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attn = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        keep = output["completion_ids"].size(1)
         bs = self.args.per_device_train_batch_size
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs), \
                 self._capturing_hidden() as chunks:
-            logps, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attn, keep,
-                                                                  batch_size=bs)
-        return logps.float(), self._values(chunks, keep).float()
+            logps, _, _ = self._completion_logps(self.model, output, batch_size=bs)
+        return logps.float(), self._values(chunks, output["completion_ids"].size(1)).float()
 
     def _response_advantages(self, output: dict, rewards: torch.Tensor, local: slice,
                              mask: torch.Tensor) -> torch.Tensor:
@@ -520,7 +281,8 @@ class HargoPPOTrainer(HargoGRPOTrainer):
         metrics["ppo/value_mean"].append(self._global_token_mean(values, mask))
         metrics["ppo/return_mean"].append(self._global_token_mean(returns, mask))
         if ref is not None:
-            metrics["ppo/kl"].append(self._global_token_mean(logps - ref.float(), mask))
+            metrics["ppo/kl"].append(
+                self._global_token_mean(kl_penalty(logps, ref.float(), "k1"), mask))
         return per_response.float()
 
     # ------------------------------------------------------------------------- loss
@@ -532,17 +294,10 @@ class HargoPPOTrainer(HargoGRPOTrainer):
         if "ppo_returns" not in inputs:
             return super()._method_compute_loss(model, inputs)
         cfg = self.ppo_config
-        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        keep = completion_ids.size(1)
-        mask = inputs["completion_mask"]
-        if "tool_mask" in inputs:
-            mask = mask * inputs["tool_mask"]
+        mask = self._loss_mask(inputs)
         with self._capturing_hidden() as chunks:
-            logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, keep, compute_entropy=True)
-        values = self._values(chunks, keep).float()
+            logps, entropies, _ = self._completion_logps(model, inputs, compute_entropy=True)
+        values = self._values(chunks, inputs["completion_ids"].size(1)).float()
         is_ratio = None
         if self.use_vllm and self.vllm_importance_sampling_correction:
             is_ratio = inputs["importance_sampling_ratio"]
