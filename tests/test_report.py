@@ -1,4 +1,4 @@
-"""The comparison report (hargo.compare.stats, hargo.compare.report) on hand-computed fixtures."""
+"""The comparison report (hargo.compare.stats, .aggregate, .report) on hand-computed fixtures."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hargo.compare import report
+from hargo.compare import aggregate, report
 from hargo.compare.stats import (f1_statistic, mean_std, paired_bootstrap_ci,
                                  paired_bootstrap_ci_seeds, race_f1_records)
 
@@ -153,10 +153,10 @@ def _make_fixture(root: Path) -> dict:
 def test_run_metrics_hand_computed():
     labels = {r["id"]: r["label"] for r in EVAL if r["label"]}
     for run in RUNS:
-        m = report.run_metrics(_rows(run), labels)
+        m = aggregate.run_metrics(_rows(run), labels)
         assert m["avg_score"] == pytest.approx(AVG[run])
         assert m["dr_f1"] == pytest.approx(F1[run])
-    m = report.run_metrics(_rows("hargo-s2"), labels)
+    m = aggregate.run_metrics(_rows("hargo-s2"), labels)
     assert m["mlperf_em"] == 0.5 and m["plp_similarity"] == pytest.approx(0.65)
     assert m["accuracy_race_fortran"] == 0.5 and m["accuracy_plp"] == 1.0
 
@@ -165,7 +165,75 @@ def test_mean_curve_averages_seeds_per_step():
     h1 = [{"step": 1, "plp/reward_mean": 0.2}, {"step": 2, "plp/reward_mean": 0.4}]
     h2 = [{"step": 1, "plp/reward_mean": 0.4}, {"step": 2, "plp/reward_mean": None},
           {"step": 3, "plp/reward_mean": float("nan")}]
-    assert report.mean_curve([h1, h2], "plp/reward_mean") == ([1, 2], [pytest.approx(0.3), 0.4])
+    assert aggregate.mean_curve([h1, h2], "plp/reward_mean") == ([1, 2], [pytest.approx(0.3), 0.4])
+
+
+def test_seed_summary_two_seeds_by_hand():
+    per_run = {"grpo-s1": {"avg_score": 0.2, "dr_f1": 0.5, "mlperf_em": None},
+               "grpo-s2": {"avg_score": 0.6, "dr_f1": 0.9, "mlperf_em": 1.0},
+               "hargo-s1": {"avg_score": 1.0, "dr_f1": 1.0, "mlperf_em": 0.0},
+               "hargo-s2": {"avg_score": 0.5, "dr_f1": 0.75, "mlperf_em": 1.0}}
+    res = aggregate.seed_summary(per_run, ["grpo", "hargo"], [1, 2],
+                                 keys=["avg_score", "dr_f1", "mlperf_em"])
+    # two seeds a, b: mean (a + b) / 2, sample std sqrt(2 ((a - b) / 2)^2 / 1) = |a - b| / sqrt(2)
+    r2 = math.sqrt(2)
+    assert res["grpo"]["avg_score"] == {"mean": pytest.approx(0.4), "std": pytest.approx(0.4 / r2),
+                                        "values": [0.2, 0.6]}
+    assert res["grpo"]["dr_f1"]["mean"] == pytest.approx(0.7)
+    assert res["grpo"]["dr_f1"]["std"] == pytest.approx(0.4 / r2)
+    assert res["grpo"]["mlperf_em"] is None            # seed 1 has no MLPerf prompts
+    assert res["hargo"]["avg_score"]["mean"] == pytest.approx(0.75)
+    assert res["hargo"]["avg_score"]["std"] == pytest.approx(0.5 / r2)
+    assert res["hargo"]["mlperf_em"] == {"mean": 0.5, "std": pytest.approx(1 / r2),
+                                         "values": [0.0, 1.0]}
+
+
+class _TieJudge:
+    name = "tie"
+
+    def compare_batch(self, samples, a, b):
+        return [0] * len(samples)
+
+
+def test_aggregate_fixture_runs_by_hand():
+    labels = {r["id"]: r["label"] for r in EVAL if r["label"]}
+    rows = {run: _rows(run) for run in RUNS}
+    train = {m: {s: {"history": _history(1.0 if m == "hargo" else 0.5)} for s in (1, 2)}
+             for m in ("grpo", "hargo")}
+    agg = aggregate.aggregate(EVAL, rows, labels, train, ["grpo", "hargo"], [1, 2],
+                              aggregate.RecordingJudge(_TieJudge()))
+    r2 = math.sqrt(2)
+    grpo, hargo = agg.results["grpo"], agg.results["hargo"]
+    assert grpo["avg_score"]["mean"] == pytest.approx((5.3 + 4.2) / 16)
+    assert grpo["avg_score"]["std"] == pytest.approx((5.3 - 4.2) / 8 / r2)
+    assert grpo["dr_f1"]["mean"] == pytest.approx((2 / 3 + 0.8) / 2)
+    assert grpo["dr_f1"]["std"] == pytest.approx((0.8 - 2 / 3) / r2)
+    # PLP similarity per seed: (0.5 + 0.6) / 2 and (0.4 + 0.6) / 2
+    assert grpo["plp_similarity"]["mean"] == pytest.approx(0.525)
+    assert grpo["plp_similarity"]["std"] == pytest.approx(0.05 / r2)
+    assert hargo["avg_score"]["mean"] == pytest.approx(0.825)
+    assert hargo["avg_score"]["std"] == pytest.approx(0.275 / r2)
+    assert hargo["mlperf_em"]["values"] == [1.0, 0.5]
+    assert hargo["accuracy_race_c"] == {"mean": 1.0, "std": 0.0, "values": [1.0, 1.0]}
+    # every verdict a tie: WinRate 0.5 for every seed, per-prompt scores 0.5
+    assert grpo["win_rate"] == {"mean": 0.5, "std": 0.0, "values": [0.5, 0.5]}
+    assert agg.per_prompt["hargo-s1"]["win_rate"].tolist() == [0.5] * 8
+    assert agg.per_run["sft"]["win_rate"] is None and "sft" not in agg.wins
+    assert agg.confusion == {"sft": [[1, 1, 0], [1, 1, 0]], "grpo": [[3, 1, 0], [1, 3, 0]],
+                             "hargo": [[4, 0, 0], [0, 3, 1]]}
+    assert list(agg.histories) == ["grpo", "hargo"] and len(agg.histories["hargo"]) == 2
+    assert len(agg.chars["hargo"]["plp"]) == 4 and len(agg.chars["sft"]["plp"]) == 2
+
+
+def test_bootstrap_cis_order_and_notes():
+    pp = {f"{m}-s{s}": {"avg_score": np.array([0.1 * s, 0.5])} for m in ("grpo", "hargo", "dpo")
+          for s in (1, 2)}
+    ci, notes = aggregate.bootstrap_cis(pp, ["dpo", "hargo", "grpo"], [1, 2], 50, 0.9, 0)
+    assert list(ci) == ["hargo-grpo", "hargo-dpo"] and notes == []
+    assert list(ci["hargo-grpo"]) == ["avg_score"] and ci["hargo-grpo"]["avg_score"]["diff"] == 0.0
+    assert aggregate.bootstrap_cis(pp, ["grpo"], [1, 2], 50, 0.9, 0)[0] == {}
+    assert "grpo is not in" in aggregate.bootstrap_cis(pp, ["hargo", "dpo"], [1, 2], 50, 0.9,
+                                                       0)[1][0]
 
 
 def test_report_renders_from_fixture(tmp_path, mlflow_uri):

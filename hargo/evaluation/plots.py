@@ -1,4 +1,5 @@
-"""Plots of the evaluate stage: DVC plot data (CSV) and PNG images.
+"""Plots of the evaluate stage (DVC plot data (CSV) and PNG images), and the figures that the
+comparison report (``hargo.compare.render``) draws with the same code.
 
 Layout of the plots folder (``reports/eval``; ``dvc.yaml``'s evaluate stage declares it):
 
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.rewards import RACE_TASKS, TASKS
 
 __all__ = ["ACTUAL", "PREDICTED", "confusion_rows", "confusion_counts", "task_score_rows",
-           "write_plots"]
+           "plot_confusion", "plot_task_curves", "plot_task_lengths", "write_plots"]
 
 ACTUAL = ("yes", "no")
 PREDICTED = ("yes", "no", "unparsed")
@@ -78,35 +80,59 @@ def _csv(rows: Sequence[Mapping], columns: Sequence[str]) -> str:
     return buf.getvalue()
 
 
-def _confusion_png(path: Path, model: str, counts: list[list[int]]) -> None:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(4.2, 3.2), dpi=100)
-    ax.imshow(counts, cmap="Blues")
-    ax.set_xticks(range(len(PREDICTED)), PREDICTED)
-    ax.set_yticks(range(len(ACTUAL)), ACTUAL)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("actual")
-    hi = max(max(r) for r in counts) or 1
-    for i, row in enumerate(counts):
-        for j, v in enumerate(row):
-            ax.text(j, i, str(v), ha="center", va="center",
-                    color="white" if v > hi / 2 else "black")
-    ax.set_title(f"data race (pooled): {model}")
+    return plt
+
+
+def plot_confusion(path: str | Path, panels: Sequence[tuple[str, Sequence[Sequence[int]]]], *,
+                   panel_size: tuple[float, float] = (4.2, 3.2), max_cols: int = 3,
+                   title_size: float | None = None, suptitle: str | None = None) -> None:
+    """Draw race confusion matrices into the PNG ``path``: one heat-map panel per model, at
+    most ``max_cols`` panels a row, each cell annotated with its count.
+
+    Used by the evaluate stage (one model per image) and by the comparison report (every
+    model in one image).
+
+    Args:
+        panels: ``(title, counts)`` per panel, in order; counts as :func:`confusion_counts`
+            (rows ``ACTUAL``, columns ``PREDICTED``).
+        panel_size: inches (width, height) of one panel (the figure is 100 dpi).
+        title_size: font size of the panel titles (matplotlib's title default when None).
+        suptitle: a title over all panels, if any.
+    """
+    plt = _pyplot()
+    cols = min(max_cols, len(panels))
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(panel_size[0] * cols, panel_size[1] * nrows),
+                             dpi=100, squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (title, counts) in zip(axes.flat, panels):
+        ax.imshow(counts, cmap="Blues")
+        ax.set_xticks(range(len(PREDICTED)), PREDICTED)
+        ax.set_yticks(range(len(ACTUAL)), ACTUAL)
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("actual")
+        hi = max(max(r) for r in counts) or 1
+        for i, row in enumerate(counts):
+            for j, v in enumerate(row):
+                ax.text(j, i, str(v), ha="center", va="center",
+                        color="white" if v > hi / 2 else "black")
+        ax.set_title(title, **({} if title_size is None else {"fontsize": title_size}))
+    if suptitle is not None:
+        fig.suptitle(suptitle)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
 def _task_scores_png(path: Path, rows: Sequence[Mapping]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     models = list(dict.fromkeys(r["model"] for r in rows))
     tasks = [t for t in TASKS if any(r["task"] == t for r in rows)]
     width = 0.8 / max(len(models), 1)
@@ -119,6 +145,78 @@ def _task_scores_png(path: Path, rows: Sequence[Mapping]) -> None:
     ax.set_ylabel("mean task reward")
     ax.set_title("per-task score by model")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_task_curves(path: str | Path,
+                     curves: Sequence[tuple[str, Mapping[str, tuple], Mapping[str, tuple]]],
+                     ylabel: str, *, xlabel: str = "RL step",
+                     empty: str = "no training history") -> None:
+    """Draw per-task curves into the PNG ``path``: one panel per task (``TASKS`` order), one
+    colour per series, a shared legend in the last panel (``empty`` written across the figure
+    when no series has a point).
+
+    Args:
+        curves: ``(label, solid, dashed)`` per series, in order; ``solid`` and ``dashed`` map a
+            task to ``(steps, values)`` (a task missing or without points draws no line; the
+            dashed line is thin, in the series' colour, and not in the legend).
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(TASKS), figsize=(3.6 * len(TASKS), 3.2), dpi=100,
+                             squeeze=False)
+    any_line = False
+    for ax, task in zip(axes[0], TASKS):
+        for k, (label, solid, dashed) in enumerate(curves):
+            x, y = solid.get(task, ([], []))
+            if x:
+                any_line = True
+                ax.plot(x, y, marker="o", ms=3, color=f"C{k % 10}", label=label)
+            x, y = dashed.get(task, ([], []))
+            if x:
+                ax.plot(x, y, ls="--", lw=0.8, color=f"C{k % 10}")
+        ax.set_title(task)
+        ax.set_xlabel(xlabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    if any_line:
+        handles = {}
+        for ax in axes[0]:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(lab, h)
+        axes[0][-1].legend(list(handles.values()), list(handles), fontsize=7)
+    else:
+        fig.text(0.5, 0.5, empty, ha="center", va="center")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_task_lengths(path: str | Path, chars: Sequence[tuple[str, Mapping[str, Sequence[int]]]],
+                      title: str) -> None:
+    """Draw completion lengths into the PNG ``path``: one panel per task (``TASKS`` order), a
+    box plot per model.
+
+    Args:
+        chars: ``(label, {task: completion characters})`` per model, in order.
+    """
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(TASKS), figsize=(3.8 * len(TASKS), 3.4), dpi=100,
+                             squeeze=False)
+    for ax, task in zip(axes[0], TASKS):
+        data = [c.get(task, []) for _, c in chars]
+        if any(data):
+            ax.boxplot([d if d else [0] for d in data], showfliers=True)
+            ax.set_xticks(range(1, len(chars) + 1), [label for label, _ in chars], rotation=60,
+                          fontsize=7)
+        ax.set_title(task)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][0].set_ylabel("completion characters")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -140,7 +238,8 @@ def write_plots(out_dir: str | Path, samples: Sequence[Mapping],
         (out / "confusion" / f"{model}.csv").write_text(_csv(rows, ("actual", "predicted")),
                                                          encoding="utf-8")
         confusion[model] = confusion_counts(rows)
-        _confusion_png(out / "images" / f"confusion_{model}.png", model, confusion[model])
+        plot_confusion(out / "images" / f"confusion_{model}.png",
+                       [(f"data race (pooled): {model}", confusion[model])])
     task_rows = task_score_rows(scored_by_model)
     (out / "task_scores.csv").write_text(
         _csv(task_rows, ("model", "task", "task_model", "reward", "accuracy")), encoding="utf-8")

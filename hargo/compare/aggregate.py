@@ -1,0 +1,335 @@
+"""Aggregation of the method comparison: per-run metrics, WinRate vs SFT, mean +- std over seeds,
+paired bootstrap intervals, confusion counts, answer lengths and training curves.
+
+Pure functions of rows already loaded and checked (``hargo.compare.report`` reads the files): no
+file, plot or MLflow access here. The one outside call is the WinRate judge, which the caller
+passes in (``hargo.judges.make_judge``; the ``reward`` judge answers from :class:`StoredRewards`,
+so no reward model is loaded).
+
+Metric definitions are those of ``hargo.metrics``: DR-F1 pooled over race_c and race_fortran (an
+unparseable answer counts as the wrong one), PLP similarity = mean cosine, MLPerf EM, AvgScore =
+mean task reward, per-task accuracy = mean ``correct``. Run names are ``sft`` (the SFT model,
+evaluated once) and ``<method>-s<seed>``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from hargo.compare.stats import (f1_statistic, mean_statistic, mean_std,
+                                 paired_bootstrap_ci_seeds, race_f1_records)
+from hargo.rewards import RACE_TASKS, TASKS, completion_text
+
+__all__ = ["SFT", "HEADLINE", "METRIC_KEYS", "run_name", "run_metrics", "per_prompt_values",
+           "StoredRewards", "RecordingJudge", "mean_curve", "confusion_counts", "seed_summary",
+           "Aggregates", "aggregate", "bootstrap_cis"]
+
+SFT = "sft"
+
+#: Headline metrics: key -> (label, shown in percent?).
+HEADLINE = {"win_rate": ("WinRate vs SFT", True), "dr_f1": ("DR-F1", True),
+            "plp_similarity": ("PLP sim", False), "mlperf_em": ("MLPerf EM", True),
+            "avg_score": ("AvgScore", False)}
+#: The metrics of the results table, in column order: the headline ones, then per-task accuracy.
+METRIC_KEYS = list(HEADLINE) + [f"accuracy_{t}" for t in TASKS]
+
+
+def run_name(method: str, seed: int) -> str:
+    """The run of ``method`` trained with ``seed``: ``<method>-s<seed>``."""
+    return f"{method}-s{seed}"
+
+
+def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
+    """Headline metrics and per-task accuracy of one run from its per-prompt rows.
+
+    Args:
+        rows: generations rows (``id``, ``task``, ``reward``, ``correct`` and ``prediction`` /
+            ``em`` / ``similarity``).
+        labels: race label ("yes"/"no") per race id.
+
+    Returns:
+        ``dr_f1``, ``plp_similarity``, ``mlperf_em``, ``avg_score`` and ``accuracy_<task>``,
+        ``n_<task>`` per task present (definitions of ``hargo.metrics``); a metric whose task
+        is absent is None.
+    """
+    by = {t: [r for r in rows if r["task"] == t] for t in TASKS}
+    race = [r for r in rows if r["task"] in RACE_TASKS]
+    mean = lambda xs: float(np.mean(xs)) if len(xs) else None  # noqa: E731
+    m = {"dr_f1": f1_statistic(race_f1_records([labels[r["id"]] for r in race],
+                                               [r["prediction"] for r in race])) if race else None,
+         "plp_similarity": mean([float(r["similarity"]) for r in by["plp"]]),
+         "mlperf_em": mean([float(r["em"]) for r in by["mlperf"]]),
+         "avg_score": mean([float(r["reward"]) for r in rows])}
+    for t, rs in by.items():
+        if rs:
+            m[f"accuracy_{t}"] = mean([float(r["correct"]) for r in rs])
+            m[f"n_{t}"] = len(rs)
+    return m
+
+
+def per_prompt_values(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict[str, np.ndarray]:
+    """Per-prompt arrays for the bootstrap, in the order of ``rows``: ``dr_f1`` (``(n_race, 2)``
+    records of :func:`race_f1_records`), ``plp_similarity`` (``(n_plp,)``), ``mlperf_em``
+    (``(n_mlperf,)``, 0/1), ``avg_score`` (``(n,)`` rewards). Metrics without prompts are left
+    out."""
+    race = [r for r in rows if r["task"] in RACE_TASKS]
+    out = {"avg_score": np.array([float(r["reward"]) for r in rows])}
+    if race:
+        out["dr_f1"] = race_f1_records([labels[r["id"]] for r in race],
+                                       [r["prediction"] for r in race])
+    for key, task, field in (("plp_similarity", "plp", "similarity"), ("mlperf_em", "mlperf", "em")):
+        vals = [float(r[field]) for r in rows if r["task"] == task]
+        if vals:
+            out[key] = np.array(vals)
+    return out
+
+
+def _reward_key(task: str, answer, label, text: str) -> tuple:
+    return (task, label if task in RACE_TASKS else answer, text)
+
+
+class StoredRewards:
+    """A ``TaskReward``-compatible callable that answers from rewards already computed.
+
+    The report must not recompute PLP rewards (that loads the embedding model); the eval stage
+    stored every completion's task reward in ``generations.jsonl``. The table maps
+    ``(task, label for race / answer otherwise, completion text)`` to the stored reward; a
+    completion not in it (never the case for the report's own judge calls) is scored by
+    ``fallback`` (a ``hargo.rewards.TaskReward``), built only when needed.
+
+    Args:
+        fallback: zero-argument factory of the fallback reward function.
+
+    Attributes:
+        table: ``{key: reward}``, filled by :meth:`add`.
+    """
+
+    __name__ = "task_reward"
+
+    def __init__(self, fallback: Callable[[], Callable] | None = None):
+        self.table: dict[tuple, float] = {}
+        self._fallback_factory = fallback
+        self._fallback = None
+
+    def add(self, sample: Mapping, row: Mapping) -> None:
+        """Store ``row["reward"]`` for ``row["completion"]`` on ``sample``."""
+        self.table[_reward_key(sample["task"], sample.get("answer"), sample.get("label"),
+                               row["completion"])] = float(row["reward"])
+
+    def __call__(self, prompts=None, completions=None, task=None, answer=None, label=None,
+                 **kwargs) -> list[float]:
+        """Rewards of N completions (same keyword lists as ``TaskReward.__call__``)."""
+        texts = [completion_text(c) for c in completions]
+        n = len(texts)
+        answer = answer if answer is not None else [None] * n
+        label = label if label is not None else [None] * n
+        keys = [_reward_key(t, a, l, x) for t, a, l, x in zip(task, answer, label, texts)]
+        out = [self.table.get(k) for k in keys]
+        miss = [i for i, v in enumerate(out) if v is None]
+        if miss:
+            if self._fallback is None:
+                if self._fallback_factory is None:
+                    raise KeyError(f"StoredRewards: no stored reward for {len(miss)} completions "
+                                   f"and no fallback")
+                self._fallback = self._fallback_factory()
+            vals = self._fallback(completions=[texts[i] for i in miss],
+                                  task=[task[i] for i in miss], answer=[answer[i] for i in miss],
+                                  label=[label[i] for i in miss])
+            for i, v in zip(miss, vals):
+                out[i] = float(v)
+        return out
+
+
+class RecordingJudge:
+    """Delegates to a judge and keeps the last batch of verdicts (per-prompt WinRate scores
+    for the bootstrap without asking the judge twice).
+
+    Attributes:
+        judge: the wrapped judge; ``name``: its name; ``last``: the verdicts (+1 / 0 / -1) of
+            the last :meth:`compare_batch`.
+    """
+
+    def __init__(self, judge):
+        self.judge, self.name, self.last = judge, judge.name, []
+
+    def compare(self, sample, a, b):
+        return self.compare_batch([sample], [a], [b])[0]
+
+    def compare_batch(self, samples, a, b):
+        self.last = list(self.judge.compare_batch(samples, a, b))
+        return self.last
+
+
+def mean_curve(histories: Sequence[Sequence[Mapping]], key: str) -> tuple[list[int], list[float]]:
+    """Mean over seeds of ``key`` (e.g. ``"plp/reward_mean"``) per training step.
+
+    Args:
+        histories: one StepRecorder history per seed (rows ``{"step": int, key: float, ...}``).
+
+    Returns:
+        ``(steps, means)``, steps ascending; a step's mean is over the seeds that logged a
+        finite value there (None / NaN skipped); steps without any value are left out.
+    """
+    vals: dict[int, list[float]] = {}
+    for hist in histories:
+        for h in hist:
+            v = h.get(key)
+            if v is None or "step" not in h or (isinstance(v, float) and math.isnan(v)):
+                continue
+            vals.setdefault(int(h["step"]), []).append(float(v))
+    steps = sorted(vals)
+    return steps, [float(np.mean(vals[s])) for s in steps]
+
+
+def confusion_counts(rows: Sequence[Mapping], labels: Mapping[str, str]) -> list[list[int]]:
+    """The race confusion matrix of one run (``hargo.evaluation.plots.confusion_counts``: rows
+    actual yes/no, columns predicted yes/no/unparsed) from its generations rows."""
+    from hargo.evaluation.plots import confusion_counts as counts
+
+    return counts([{"actual": labels[r["id"]], "predicted": r["prediction"] or "unparsed"}
+                   for r in rows if r["task"] in RACE_TASKS])
+
+
+def seed_summary(per_run: Mapping[str, Mapping], methods: Sequence[str], seeds: Sequence[int],
+                 keys: Sequence[str] = METRIC_KEYS) -> dict[str, dict]:
+    """Mean and sample std (ddof=1) over seeds of every metric of every method.
+
+    Args:
+        per_run: metrics per run name (:func:`run_metrics`, plus ``win_rate``).
+        methods, seeds: the runs ``<method>-s<seed>`` to aggregate.
+        keys: the metrics.
+
+    Returns:
+        ``{method: {key: {"mean", "std", "values": [one per seed]} or None}}``; None when a
+        seed lacks the metric (its task has no prompts).
+    """
+    out: dict[str, dict] = {}
+    for m in methods:
+        out[m] = {}
+        for k in keys:
+            vals = [per_run[run_name(m, s)].get(k) for s in seeds]
+            if any(v is None for v in vals):
+                out[m][k] = None
+                continue
+            mu, sd = mean_std(vals)
+            out[m][k] = {"mean": mu, "std": sd, "values": [float(v) for v in vals]}
+    return out
+
+
+@dataclass
+class Aggregates:
+    """Everything the report shows, computed from the runs' rows.
+
+    Attributes:
+        per_run: metrics per run name (:func:`run_metrics` plus ``win_rate``; None for SFT).
+        per_prompt: per run name, the bootstrap arrays of :func:`per_prompt_values` plus
+            ``win_rate`` (per-prompt win scores 1 / 0.5 / 0; not for SFT).
+        wins: per run name but SFT, ``hargo.metrics.win_rate``'s result against SFT.
+        results: :func:`seed_summary` of ``per_run``.
+        confusion: per model (SFT, then each method, seeds summed), the 2 x 3 race counts.
+        chars: per model (SFT, then each method, seeds pooled), completion characters per task.
+        histories: per online RL method (one that logged a training history), the histories of
+            its seeds.
+    """
+
+    per_run: dict[str, dict]
+    per_prompt: dict[str, dict[str, np.ndarray]]
+    wins: dict[str, dict]
+    results: dict[str, dict]
+    confusion: dict[str, list[list[int]]]
+    chars: dict[str, dict[str, list[int]]]
+    histories: dict[str, list[list]]
+
+
+def aggregate(samples: Sequence[Mapping], rows: Mapping[str, Sequence[Mapping]],
+              labels: Mapping[str, str], train: Mapping[str, Mapping[int, Mapping]],
+              methods: Sequence[str], seeds: Sequence[int], judge: RecordingJudge) -> Aggregates:
+    """Aggregate the comparison's runs.
+
+    Args:
+        samples: the eval records, in the canonical prompt order.
+        rows: per run name (``sft`` first, then ``<method>-s<seed>``), its generations rows in
+            the order of ``samples``.
+        labels: race label per race id.
+        train: per method and seed, the run's training metrics (``history`` used).
+        methods, seeds: the compared methods and seeds.
+        judge: the WinRate judge (each run against SFT on the same prompts).
+
+    Returns:
+        The :class:`Aggregates`.
+    """
+    from hargo.metrics import win_rate
+
+    per_run = {name: run_metrics(rs, labels) for name, rs in rows.items()}
+    per_prompt = {name: per_prompt_values(rs, labels) for name, rs in rows.items()}
+    sft_completions = [r["completion"] for r in rows[SFT]]
+    wins: dict[str, dict] = {}
+    for name in [n for n in rows if n != SFT]:
+        w = win_rate(samples, [r["completion"] for r in rows[name]], sft_completions, judge)
+        wins[name] = w
+        per_run[name]["win_rate"] = w["win_rate"]
+        per_prompt[name]["win_rate"] = (np.array(judge.last, dtype=float) + 1.0) / 2.0
+    per_run[SFT]["win_rate"] = None
+
+    histories = {m: [train[m][s].get("history") or [] for s in seeds] for m in methods
+                 if any(train[m][s].get("history") for s in seeds)}
+    confusion = {SFT: confusion_counts(rows[SFT], labels)}
+    chars: dict[str, dict[str, list[int]]] = {SFT: {}}
+    for r in rows[SFT]:
+        chars[SFT].setdefault(r["task"], []).append(int(r["chars"]))
+    for m in methods:
+        tot = np.zeros((2, 3), dtype=int)
+        chars[m] = {}
+        for s in seeds:
+            tot += np.array(confusion_counts(rows[run_name(m, s)], labels))
+            for r in rows[run_name(m, s)]:
+                chars[m].setdefault(r["task"], []).append(int(r["chars"]))
+        confusion[m] = tot.tolist()
+    return Aggregates(per_run=per_run, per_prompt=per_prompt, wins=wins,
+                      results=seed_summary(per_run, methods, seeds), confusion=confusion,
+                      chars=chars, histories=histories)
+
+
+def bootstrap_cis(per_prompt: Mapping[str, Mapping[str, np.ndarray]], methods: Sequence[str],
+                  seeds: Sequence[int], resamples: int, confidence: float,
+                  seed: int) -> tuple[dict[str, dict], list[str]]:
+    """Paired bootstrap intervals of HARGO minus every other compared method, GRPO first
+    (``hargo.compare.stats.paired_bootstrap_ci_seeds``; DR-F1 with the F1 statistic, the others
+    with the mean).
+
+    Args:
+        per_prompt: :attr:`Aggregates.per_prompt`.
+        methods, seeds: the compared methods and seeds (seed s of HARGO paired with seed s of
+            the other method).
+        resamples, confidence, seed: of the bootstrap.
+
+    Returns:
+        ``({"hargo-<other>": {metric: interval}}, notes)``: a metric missing in a run (no
+        prompts of its task) has no interval; the notes say why an interval is missing (no
+        HARGO, or no GRPO).
+    """
+    notes: list[str] = []
+    ci: dict[str, dict] = {}
+    if "hargo" not in methods:
+        notes.append("hargo is not in compare.methods: no bootstrap confidence intervals.")
+        return ci, notes
+    if "grpo" not in methods:
+        notes.append("grpo is not in compare.methods: no HARGO - GRPO interval; intervals "
+                     "against the other methods follow.")
+    statistics = {"dr_f1": f1_statistic}
+    others = (["grpo"] if "grpo" in methods else []) + [m for m in methods
+                                                        if m not in ("hargo", "grpo")]
+    for other in others:
+        pair = f"hargo-{other}"
+        ci[pair] = {}
+        for k in HEADLINE:
+            a = [per_prompt[run_name("hargo", s)].get(k) for s in seeds]
+            b = [per_prompt[run_name(other, s)].get(k) for s in seeds]
+            if any(x is None for x in a + b):
+                continue
+            ci[pair][k] = paired_bootstrap_ci_seeds(a, b, statistics.get(k, mean_statistic),
+                                                    resamples, confidence, seed)
+    return ci, notes

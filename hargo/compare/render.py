@@ -1,0 +1,369 @@
+"""Rendering of the method comparison: the report document (markdown and self-contained HTML),
+the summary metrics document and the figures, from :mod:`hargo.compare.aggregate`'s results.
+
+The document is a list of blocks, each a tuple: ``("h", level, text)``, ``("p", text)``,
+``("ul", [items])``, ``("table", header, rows)`` and ``("img", alt, png file name)``;
+:func:`render_md` and :func:`render_html` turn it into text. Nothing here reads inputs or talks to
+MLflow; :func:`write_figures` is the only function that writes (PNG files into a folder).
+"""
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from hargo.compare.aggregate import HEADLINE, METRIC_KEYS, SFT, Aggregates, mean_curve
+from hargo.evaluation.plots import (PREDICTED, plot_confusion, plot_task_curves,
+                                    plot_task_lengths)
+from hargo.rewards import TASKS
+
+__all__ = ["PAPER", "PAPER_MODEL", "Setup", "pretty", "document", "summary",
+           "render_md", "render_html", "write_figures"]
+
+#: The paper's table (method.md "Paper results"): WinRate, DR-F1 and MLPerf EM in percent, PLP a
+#: cosine in [0, 1]; SFT has no WinRate.
+PAPER_MODEL = "Qwen2.5-0.5B-Instruct"
+PAPER = {
+    "sft": {"win_rate": None, "dr_f1": 89.59, "plp_similarity": 0.8242, "mlperf_em": 14.29},
+    "grpo": {"win_rate": 53.17, "dr_f1": 90.73, "plp_similarity": 0.8351, "mlperf_em": 18.13},
+    "dr_grpo": {"win_rate": 51.63, "dr_f1": 90.79, "plp_similarity": 0.8388, "mlperf_em": 15.93},
+    "hargo": {"win_rate": 54.62, "dr_f1": 91.30, "plp_similarity": 0.8558, "mlperf_em": 17.58},
+}
+_PRETTY = {"sft": "SFT", "hpcgpt": "HPC-GPT", "ppo": "PPO", "dpo": "DPO", "kto": "KTO",
+           "simpo": "SimPO", "grpo": "GRPO", "dr_grpo": "Dr.GRPO", "hargo": "HARGO",
+           "hargo_b1": "HARGO-B1", "hargo_b2": "HARGO-B2"}
+_PAPER_KEYS = ("win_rate", "dr_f1", "plp_similarity", "mlperf_em")
+
+
+def pretty(m: str) -> str:
+    """The display name of a method (``hargo_b1`` -> ``HARGO-B1``); unknown names unchanged."""
+    return _PRETTY.get(m, m)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the comparison ran with: the document's header, budget and summary fields.
+
+    Attributes:
+        model: ``model.source``; methods, seeds: ``compare.methods`` / ``compare.seeds``;
+        judge: the WinRate judge's name; steps, prompts_per_step: ``compare``'s budget;
+        num_generations: ``rl.num_generations`` (G); sft_samples_per_task, sft_epochs: SFT's
+        budget (hpcgpt's); resamples, confidence, bootstrap_seed: of the bootstrap;
+        data_version, git_commit: of the repository.
+    """
+
+    model: str
+    methods: list[str]
+    seeds: list[int]
+    judge: str
+    steps: int
+    prompts_per_step: int
+    num_generations: int
+    sft_samples_per_task: object
+    sft_epochs: object
+    resamples: int
+    confidence: float
+    bootstrap_seed: int
+    data_version: str
+    git_commit: str
+
+    @property
+    def budget(self) -> int:
+        """Prompts per RL / preference method: steps x prompts per step."""
+        return self.steps * self.prompts_per_step
+
+
+# ----------------------------------------------------------------------------- numbers
+
+def _fmt(v, pct: bool) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.2f}" if pct else f"{v:.4f}"
+
+
+def _fmt_ms(ms, pct: bool) -> str:
+    if ms is None:
+        return "-"
+    m, s = ms
+    return f"{_fmt(m, pct)} ± {_fmt(s, pct)}"
+
+
+def _fmt_diff(v, pct: bool) -> str:
+    return f"{100 * v:+.2f}" if pct else f"{v:+.4f}"
+
+
+def _n_per_task(samples: Sequence[Mapping]) -> dict[str, int]:
+    return {t: sum(r["task"] == t for r in samples) for t in TASKS}
+
+
+# ----------------------------------------------------------------------------- the document
+
+def _header(setup: Setup, samples: Sequence[Mapping]) -> list:
+    n_task = _n_per_task(samples)
+    return [
+        ("h", 1, "Method comparison"),
+        ("ul", [f"model: {setup.model} (SFT from models/sft; hpcgpt from the base model)",
+                f"seeds: {', '.join(map(str, setup.seeds))} ({len(setup.seeds)} runs per method; "
+                f"SFT evaluated once)",
+                f"budget: {setup.steps} steps x {setup.prompts_per_step} prompts = "
+                f"{setup.budget} prompts per RL / preference method (RL: G = "
+                f"{setup.num_generations} completions per prompt); hpcgpt: SFT's budget "
+                f"({setup.sft_samples_per_task} examples per task x {setup.sft_epochs} epoch(s)) "
+                f"from the base model",
+                f"eval prompts: {len(samples)} ({', '.join(f'{t} {n_task[t]}' for t in TASKS)}), "
+                f"the same for every model",
+                f"WinRate judge: {setup.judge} (vs SFT on the same prompt ids; ties count half)",
+                f"data version: {setup.data_version}; git commit: {setup.git_commit}"]),
+    ]
+
+
+def _results(setup: Setup, agg: Aggregates) -> list:
+    pct_label = lambda k: HEADLINE[k][0] + (" (%)" if HEADLINE[k][1] else "")  # noqa: E731
+    header = ["method"] + [pct_label(k) for k in HEADLINE] + [f"acc {t} (%)" for t in TASKS]
+    pct = {k: HEADLINE[k][1] for k in HEADLINE} | {f"accuracy_{t}": True for t in TASKS}
+    table = [["SFT"] + [_fmt(agg.per_run[SFT].get(k), pct[k]) for k in METRIC_KEYS]]
+    for m in setup.methods:
+        res = agg.results[m]
+        table.append([pretty(m)] + [_fmt_ms(None if res[k] is None else
+                                            (res[k]["mean"], res[k]["std"]), pct[k])
+                                    for k in METRIC_KEYS])
+    return [
+        ("h", 2, "Results (mean ± sample std over seeds)"),
+        ("table", header, table),
+        ("p", "WinRate, DR-F1, MLPerf EM and accuracies in percent; PLP similarity (MiniLM "
+              "cosine) and AvgScore (mean task reward) as fractions."),
+    ]
+
+
+def _paper(setup: Setup, agg: Aggregates) -> list:
+    rows = []
+    for m in PAPER:
+        if m != SFT and m not in setup.methods:
+            continue
+        rows.append([f"{pretty(m)}: paper ({PAPER_MODEL})"] + [
+            "-" if PAPER[m][k] is None else (f"{PAPER[m][k]:.2f}" if HEADLINE[k][1]
+                                             else f"{PAPER[m][k]:.4f}")
+            for k in _PAPER_KEYS])
+        ours = (agg.per_run[SFT] if m == SFT else
+                {k: (agg.results[m][k] or {}).get("mean") for k in HEADLINE})
+        rows.append([f"{pretty(m)}: ours ({setup.model})"] + [
+            _fmt(ours.get(k), HEADLINE[k][1]) for k in _PAPER_KEYS])
+    return [
+        ("h", 2, "The paper's figures beside ours"),
+        ("p", f"Rows marked 'paper ({PAPER_MODEL})' are the paper's published numbers "
+              f"(method.md), not results of this project; 'ours' is mean over seeds here."),
+        ("table", ["method", "WinRate (%)", "DR-F1 (%)", "PLP sim", "MLPerf EM (%)"], rows),
+    ]
+
+
+def _intervals(setup: Setup, ci: Mapping[str, Mapping], notes: Sequence[str]) -> list:
+    blocks: list = [
+        ("h", 2, f"HARGO minus other methods: {int(setup.confidence * 100)}% paired bootstrap "
+                 f"intervals"),
+        ("p", f"Percentile bootstrap (Efron & Tibshirani 1993), {setup.resamples} resamples of "
+              f"the eval prompts (paired by prompt, within each metric's tasks); seed s of HARGO "
+              f"paired with seed s of the other method, the difference averaged over the "
+              f"{len(setup.seeds)} seed pairs. Points for percentage metrics."),
+    ]
+    lines = []
+    for k, c in ci.get("hargo-grpo", {}).items():
+        p = HEADLINE[k][1]
+        lines.append(f"HARGO - GRPO, {HEADLINE[k][0]}: {_fmt_diff(c['diff'], p)} "
+                     f"[{_fmt_diff(c['low'], p)}, {_fmt_diff(c['high'], p)}]"
+                     + (" (excludes 0)" if c["low"] > 0 or c["high"] < 0 else ""))
+    if lines:
+        blocks.append(("ul", lines))
+    blocks += [("p", "Note: " + n) for n in notes]
+    rows = [[f"HARGO - {pretty(pair.split('-', 1)[1])}", HEADLINE[k][0],
+             _fmt_diff(c["diff"], HEADLINE[k][1]), _fmt_diff(c["low"], HEADLINE[k][1]),
+             _fmt_diff(c["high"], HEADLINE[k][1]), str(c["n_prompts"])]
+            for pair, cs in ci.items() for k, c in cs.items()]
+    if rows:
+        blocks.append(("table", ["pair", "metric", "diff", "low", "high", "prompts"], rows))
+    return blocks
+
+
+def _figures(agg: Aggregates) -> list:
+    curves = ("Per-task mean reward per step; loss weight per step (solid: the largest weight "
+              "in the task's groups, dashed: the mean, 1/G by construction)." if agg.histories
+              else "No online RL method in compare.methods: no training history.")
+    return [
+        ("h", 2, "Data race confusion matrices (race_c + race_fortran, summed over seeds)"),
+        ("table", ["model", "true yes: " + "/".join(PREDICTED), "true no: " + "/".join(PREDICTED)],
+         [[pretty(n), " / ".join(map(str, c[0])), " / ".join(map(str, c[1]))]
+          for n, c in agg.confusion.items()]),
+        ("img", "confusion matrices", "confusion.png"),
+        ("h", 2, "Training curves (online RL methods, mean over seeds)"),
+        ("p", curves),
+        ("img", "reward curves", "reward_curves.png"),
+        ("img", "weight curves", "weight_curves.png"),
+        ("h", 2, "Answer length (completion characters, median per task)"),
+        ("table", ["model"] + list(TASKS),
+         [[pretty(n)] + [str(int(np.median(c[t]))) if c.get(t) else "-" for t in TASKS]
+          for n, c in agg.chars.items()]),
+        ("img", "answer lengths", "answer_lengths.png"),
+    ]
+
+
+def _budget(setup: Setup, train: Mapping[str, Mapping[int, Mapping]],
+            pref_stats: Mapping | None) -> list:
+    rows = []
+    for m in setup.methods:
+        seen = [train[m][s].get("prompts_seen") for s in setup.seeds]
+        wall = [train[m][s].get("wall_s") for s in setup.seeds]
+        rows.append([pretty(m), "/".join("-" if v is None else str(v) for v in seen),
+                     "-" if any(v is None for v in wall) else f"{np.mean(wall):.0f}"])
+    blocks: list = [("h", 2, "Training budget as run"),
+                    ("table", ["method", "prompts seen (per seed)", "train wall s (mean)"], rows)]
+    if pref_stats is not None:
+        blocks.append(("p", "Preference pairs (DPO, KTO, SimPO; ties dropped): " + ", ".join(
+            f"{k} {v}" for k, v in sorted(pref_stats.items())
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool))))
+    return blocks
+
+
+def document(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
+             ci: Mapping[str, Mapping], notes: Sequence[str],
+             train: Mapping[str, Mapping[int, Mapping]], pref_stats: Mapping | None) -> list:
+    """The report as blocks (module docstring), in order: header (model, seeds, budget, eval
+    prompts, judge, data version and commit), the results table (mean +- std over seeds), the
+    paper's figures beside ours, the bootstrap intervals and notes, confusion matrices, training
+    curves, answer lengths and the training budget as run.
+
+    Args:
+        setup: what the comparison ran with.
+        samples: the eval records (canonical prompt order).
+        agg: the aggregates; ci, notes: :func:`hargo.compare.aggregate.bootstrap_cis`.
+        train: per method and seed, the training metrics (``prompts_seen``, ``wall_s``).
+        pref_stats: the preference pairs' stats, or None when no preference method is compared.
+    """
+    return (_header(setup, samples) + _results(setup, agg) + _paper(setup, agg)
+            + _intervals(setup, ci, notes) + _figures(agg) + _budget(setup, train, pref_stats))
+
+
+def summary(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
+            ci: Mapping[str, Mapping], notes: Sequence[str],
+            train: Mapping[str, Mapping[int, Mapping]], pref_stats: Mapping | None) -> dict:
+    """The summary metrics document (``metrics/compare/summary.json``; arguments as
+    :func:`document`): setup and budget, SFT's metrics, ``results`` (mean/std/values per method
+    and metric), ``runs`` (per-run metrics and WinRate counts), ``ci``, the bootstrap settings,
+    confusion counts, preference stats, the paper's figures and the notes."""
+    return {
+        "methods": setup.methods, "seeds": setup.seeds, "judge": setup.judge,
+        "n_prompts": len(samples), "n_prompts_per_task": _n_per_task(samples),
+        "data_version": setup.data_version, "git_commit": setup.git_commit,
+        "budget": {"steps": setup.steps, "prompts_per_step": setup.prompts_per_step,
+                   "prompts_per_method": setup.budget, "num_generations": setup.num_generations,
+                   "prompts_seen": {m: {str(s): train[m][s].get("prompts_seen")
+                                        for s in setup.seeds} for m in setup.methods}},
+        "sft": {k: agg.per_run[SFT].get(k) for k in METRIC_KEYS},
+        "results": agg.results,
+        "runs": {name: {**m, **({"win_wins": agg.wins[name]["wins"],
+                                 "win_ties": agg.wins[name]["ties"],
+                                 "win_losses": agg.wins[name]["losses"]}
+                                if name in agg.wins else {})}
+                 for name, m in agg.per_run.items()},
+        "ci": ci, "bootstrap": {"resamples": setup.resamples, "confidence": setup.confidence,
+                                "seed": setup.bootstrap_seed},
+        "confusion": {"labels": ["yes", "no"], "predicted": list(PREDICTED),
+                      "counts": agg.confusion},
+        "preferences": pref_stats, "paper": {"model": PAPER_MODEL, "results": PAPER},
+        "notes": list(notes),
+    }
+
+
+# ----------------------------------------------------------------------------- text
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A pipe table padded to column width (aligned in a terminal); first column left-aligned,
+    the others right-aligned."""
+    cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
+    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i])  # noqa: E731
+                                       for i, c in enumerate(r)) + " |"
+    sep = "|" + "|".join(("-" * (w[i] + 2)) if i == 0 else ("-" * (w[i] + 1) + ":")
+                         for i in range(len(header))) + "|"
+    return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
+
+
+def render_md(blocks: list, figures_dir: str) -> str:
+    """The blocks as markdown; images link to ``<figures_dir>/<file>`` (relative to the
+    report)."""
+    out = []
+    for b in blocks:
+        kind = b[0]
+        if kind == "h":
+            out.append("#" * b[1] + " " + b[2])
+        elif kind == "p":
+            out.append(b[1])
+        elif kind == "ul":
+            out.append("\n".join(f"- {x}" for x in b[1]))
+        elif kind == "table":
+            out.append(_md_table(b[1], b[2]))
+        elif kind == "img":
+            out.append(f"![{b[1]}]({figures_dir}/{b[2]})")
+    return "\n\n".join(out) + "\n"
+
+
+def render_html(blocks: list, images: Mapping[str, bytes], title: str) -> str:
+    """The blocks as one self-contained HTML page; ``images`` maps an image block's file name to
+    its PNG bytes, embedded as base64."""
+    e = html.escape
+    out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
+           "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+           "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
+           "padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
+           "img{max-width:100%}code{background:#f4f4f4}</style></head><body>"]
+    for b in blocks:
+        kind = b[0]
+        if kind == "h":
+            out.append(f"<h{b[1]}>{e(b[2])}</h{b[1]}>")
+        elif kind == "p":
+            out.append(f"<p>{e(b[1])}</p>")
+        elif kind == "ul":
+            out.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in b[1]) + "</ul>")
+        elif kind == "table":
+            head = "".join(f"<th>{e(str(c))}</th>" for c in b[1])
+            body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>"
+                           for r in b[2])
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        elif kind == "img":
+            data = base64.b64encode(images[b[2]]).decode("ascii")
+            out.append(f"<p><img alt='{e(b[1])}' src='data:image/png;base64,{data}'></p>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------------------- figures
+
+def _curves(histories: Mapping[str, list], metric: str,
+            dashed: str | None) -> list[tuple[str, dict, dict]]:
+    """Per method, the mean-over-seeds curves of ``<task>/<metric>`` (and ``<task>/<dashed>``)
+    for ``hargo.evaluation.plots.plot_task_curves``."""
+    return [(pretty(m), {t: mean_curve(hists, f"{t}/{metric}") for t in TASKS},
+             {t: mean_curve(hists, f"{t}/{dashed}") for t in TASKS} if dashed else {})
+            for m, hists in histories.items()]
+
+
+def write_figures(out_dir: Path, agg: Aggregates) -> None:
+    """Write the report's figures into ``out_dir``: ``confusion.png`` (the pooled race
+    confusion matrix per model, seeds summed), ``reward_curves.png`` and ``weight_curves.png``
+    (one panel per task, a line per online RL method, mean over seeds) and
+    ``answer_lengths.png`` (completion characters per task, SFT and each method, seeds
+    pooled)."""
+    plot_confusion(out_dir / "confusion.png",
+                   [(pretty(n), c) for n, c in agg.confusion.items()], panel_size=(3.6, 3.2),
+                   title_size=10, suptitle="data race (race_c + race_fortran), summed over seeds")
+    no_history = "no online RL training history"
+    plot_task_curves(out_dir / "reward_curves.png", _curves(agg.histories, "reward_mean", None),
+                     "mean task reward", empty=no_history)
+    plot_task_curves(out_dir / "weight_curves.png",
+                     _curves(agg.histories, "weight_max", "weight_mean"),
+                     "loss weight (max; dashed: mean)", empty=no_history)
+    plot_task_lengths(out_dir / "answer_lengths.png",
+                      [(pretty(n), c) for n, c in agg.chars.items()],
+                      "answer length before (SFT) and after training, seeds pooled")
