@@ -83,6 +83,8 @@ def main(argv=None) -> int:
                     help="torch threads (default params train.threads)")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/hargo-bench"))
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--json", action="store_true",
+                    help="end with the last backend's row as one JSON line (for bench_hardware)")
     args = ap.parse_args(argv)
 
     if args.worker is not None:  # child process: one backend, result as JSON on the last line
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
     from hargo.evaluation.evaluate import load_eval_records, select_prompts
     from hargo.hardware import generation_dtype
     from hargo.params import load_params
-    from hargo.training.common import load_tokenizer
+    from hargo.models.loading import load_tokenizer
 
     params = load_params(args.params)
     ev = dict(params["evaluate"])
@@ -111,7 +113,10 @@ def main(argv=None) -> int:
         return 2
     subset, skipped = select_prompts(load_eval_records(args.eval), ev, int(params["seed"]),
                                      load_tokenizer(model))
-    threads = int(params["train"]["threads"] if args.threads is None else args.threads)
+    from hargo.hardware import resolve_threads
+
+    threads = resolve_threads(params["train"]["threads"] if args.threads is None
+                              else args.threads)
     print(f"[bench] model {model}; {len(subset)} prompts ({args.per_task} per task, skipped as "
           f"too long: {skipped}); greedy, max_new_tokens {ev['max_new_tokens']}, dtype "
           f"{ev['dtype']}, torch threads {threads}", flush=True)
@@ -155,6 +160,8 @@ def main(argv=None) -> int:
         same = sum(a == b for a, b in zip(v["completions"], t["completions"]))
         print(f"\nvLLM / transformers: {ratio:.1f}x generated tokens/s; "
               f"identical greedy completions: {same}/{len(subset)}")
+    if args.json and rows:
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "completions"}))
     return 0
 
 

@@ -46,14 +46,15 @@ def real_base_dir(cache: Path) -> Path:
 
 def bench_sft(params: Mapping, base_dir: Path, train_path: Path, steps: int) -> dict[str, Any]:
     """SFT tokens/s, s/step and peak memory for ``steps`` steps with the committed params."""
-    from hargo.io import read_jsonl
-    from hargo.training import common, sft
+    from hargo.data.records import read_prepared, select_subset
+    from hargo.models import loading
+    from hargo.training import sft
 
     p = copy.deepcopy(dict(params))
     p["sft"]["max_steps"] = steps
-    tok = common.load_tokenizer(base_dir)
-    subset, skipped = common.select_subset(read_jsonl(train_path), p["sft"]["samples_per_task"],
-                                           int(p["seed"]), tok, int(p["train"]["max_prompt_tokens"]))
+    tok = loading.load_tokenizer(base_dir)
+    subset, skipped = select_subset(read_prepared(train_path), p["sft"]["samples_per_task"],
+                                    int(p["seed"]), tok, int(p["train"]["max_prompt_tokens"]))
     m = sft.train(p, base_dir, subset, out_dir=None, report_to=())
     s = p["sft"]
     return {
@@ -92,7 +93,7 @@ def _run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run benchmark ``name`` in a fresh process; returns its row (its last stdout line, JSON)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--one", name, "--steps",
            str(args.steps), "--params", str(args.params), "--cache", str(args.cache),
-           "--train", str(args.train)]
+           "--train", str(args.train)] + (["--profile", args.profile] if args.profile else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     if proc.returncode != 0:
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/hargo-bench"))
     ap.add_argument("--only", action="append", choices=sorted(BENCHMARKS), default=None)
     ap.add_argument("--one", choices=sorted(BENCHMARKS), help=argparse.SUPPRESS)
+    ap.add_argument("--profile", default=None, choices=["cpu", "cpu-bf16"],
+                    help="simulate a CPU hardware profile (cpu-bf16 on an AVX2 CPU: emulated bf16)")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -120,9 +123,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.train is None:
         args.train = ROOT / params["data"]["out_dir"] / "train.jsonl"
     if args.one:
-        from hargo.training import common
+        from hargo import hardware
 
-        common.setup_torch(params)
+        if args.profile:   # benchmark-only: what a forced profile costs on this CPU
+            hardware.detect_profile = lambda: hardware.PROFILES[args.profile]
+        hardware.setup_torch(params)
         row = BENCHMARKS[args.one](params, real_base_dir(args.cache), args.train, args.steps)
         sys.stdout.flush()
         print("\n" + json.dumps(row))
@@ -142,16 +147,16 @@ def bench_rl(params: Mapping, base_dir: Path, train_path: Path, steps: int,
     the process's peak RSS. The real SmolLM2 base stands in for the SFT model (same size)."""
     import resource
 
-    from hargo.io import read_jsonl
-    from hargo.training import common
+    from hargo.data.records import select_subset
+    from hargo.models import loading
     from hargo.training.rl import build_trainer, load_rl_records, prompt_cap
     from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
 
     p = copy.deepcopy(dict(params))
     p["rl"].update(steps=steps, generation_backend=backend, save_steps=10 ** 6)
     rl = p["rl"]
-    tok = common.load_tokenizer(base_dir)
-    subset, _ = common.select_subset(load_rl_records(train_path), rl["samples_per_task"],
+    tok = loading.load_tokenizer(base_dir)
+    subset, _ = select_subset(load_rl_records(train_path), rl["samples_per_task"],
                                      int(p["seed"]), tok, prompt_cap(p))
     rec = StepRecorder()
     cache = Path(os.environ.get("TMPDIR", "/tmp")) / "hargo-bench-rl"

@@ -57,7 +57,9 @@ TRL_STD_EPS = 1e-4
 
 @dataclass
 class HargoConfig:
-    """HARGO constants (docs/method.md; paper values as defaults).
+    """HARGO's estimator constants (docs/method.md; paper values as defaults). The pipeline
+    builds them from ``rl.hargo`` / ``rl.hargo_b1`` / ``rl.hargo_b2``
+    (:mod:`hargo.method_config`).
 
     Attributes:
         alpha: confidence modulation strength in ``M = A (1 + alpha c)`` (paper: 0.3).
@@ -80,13 +82,6 @@ class HargoConfig:
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"HargoConfig.{name} must be finite and > 0, got {v!r}")
-
-    @classmethod
-    def from_params(cls, rl_params: dict) -> "HargoConfig":
-        """Build from the ``rl`` block of params.yaml (keys ``alpha``, ``rho``, ``eps``,
-        ``eps_w``; missing keys keep the defaults, other keys are ignored)."""
-        kw = {k: float(rl_params[k]) for k in ("alpha", "rho", "eps", "eps_w") if k in rl_params}
-        return cls(**kw)
 
 
 class EMABaseline:

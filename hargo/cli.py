@@ -9,6 +9,8 @@ from typing import List, Optional
 
 import typer
 
+from hargo.vocab import COMPARE_METHODS, METHOD_DESCRIPTIONS, RL_METHODS
+
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="hargo: HARGO RL post-training of LLMs on HPC tasks (pipeline stages).")
 
@@ -76,11 +78,9 @@ def sft(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 
 
 @app.command()
-def rl(method: str = typer.Option(..., "--method", "-m", help="grpo, dr_grpo, hargo, hargo_b1, hargo_b2, ppo"),
+def rl(method: str = typer.Option(..., "--method", "-m", help="; ".join(f"{m}: {METHOD_DESCRIPTIONS[m]}" for m in RL_METHODS)),
        params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """RL post-training from the SFT model with one method -> models/rl/<method> (merged)."""
-    from hargo.params import RL_METHODS
-
     if method not in RL_METHODS:
         typer.secho(f"error: --method: unknown method {method!r}; valid: {', '.join(RL_METHODS)}",
                     fg="red", err=True)
@@ -115,7 +115,7 @@ def preferences(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 
 
 @app.command("compare-train")
-def compare_train(method: str = typer.Option(..., "--method", "-m", help="a method of compare.methods"),
+def compare_train(method: str = typer.Option(..., "--method", "-m", help="a method of compare.methods: " + ", ".join(COMPARE_METHODS)),
                   seed: int = typer.Option(..., "--seed", help="a seed of compare.seeds"),
                   params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Comparison: train one method with one seed -> models/compare/<method>-s<seed>."""

@@ -36,7 +36,7 @@ from typing import Mapping
 
 __all__ = ["HardwareProfile", "PROFILES", "detect_profile", "cpu_flags", "native_bf16_cpu",
            "use_bf16", "trainer_precision_kwargs", "generation_dtype", "GENERATION_DTYPES",
-           "auto_threads", "resolve_threads", "busy_cores", "allowed_cores", "describe_cpu"]
+           "auto_threads", "resolve_threads", "setup_torch", "busy_cores", "allowed_cores", "describe_cpu"]
 
 GENERATION_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -248,3 +248,18 @@ def describe_cpu() -> str:
     flags = sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"})
     return (f"{model}, {allowed_cores()} cores, "
             f"{'+'.join(flags) if flags else 'no native bf16 (AVX2)'}")
+
+
+def setup_torch(params: Mapping) -> int:
+    """Set torch's intra-op thread count from ``train.threads`` (an integer, 0 for torch's
+    default, or ``auto``: see :func:`hargo.hardware.resolve_threads`, re-checked at every call)
+    and seed Python, NumPy and torch (``transformers.set_seed(params["seed"])``).
+
+    Returns the thread count in force."""
+    import torch
+    from transformers import set_seed
+
+    threads = resolve_threads(params["train"]["threads"])
+    torch.set_num_threads(threads)
+    set_seed(int(params["seed"]))
+    return threads

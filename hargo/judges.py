@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Judge", "BaseJudge", "RewardJudge", "LLMJudge", "make_judge", "prompt_text"]
+__all__ = ["Judge", "BaseJudge", "RewardJudge", "LLMJudge", "make_judge", "sample_question"]
 
 
 @runtime_checkable
@@ -90,7 +90,7 @@ class RewardJudge(BaseJudge):
         return [_sign(r[i] - r[n + i], self.tol) for i in range(n)]
 
 
-def prompt_text(sample: dict) -> str:
+def sample_question(sample: dict) -> str:
     """The user prompt of a sample: the last message's content of a conversational ``prompt``,
     or the ``prompt`` string itself."""
     p = sample.get("prompt", "")
@@ -142,7 +142,7 @@ class LLMJudge(BaseJudge):
         """The chat messages asking which of ``first`` (A) and ``second`` (B) is better."""
         ref = sample.get("answer") or sample.get("label") or ""
         cut = self.max_chars
-        user = (f"Question:\n{prompt_text(sample)[:cut]}\n\nReference answer:\n{str(ref)[:cut]}\n\n"
+        user = (f"Question:\n{sample_question(sample)[:cut]}\n\nReference answer:\n{str(ref)[:cut]}\n\n"
                 f"Response A:\n{first[:cut]}\n\nResponse B:\n{second[:cut]}\n\n"
                 "Which response answers the question better? Reply with exactly one word: "
                 "A, B or TIE.")

@@ -31,7 +31,7 @@ import statistics
 
 from hargo.rewards import RACE_TASKS, TASKS, TaskReward, check_task, completion_text
 from hargo.rewards.mlperf import exact_match
-from hargo.rewards.race import extract_yes_no, normalise_label
+from hargo.rewards.race import extract_yes_no, canonical_label
 
 __all__ = ["score_samples", "compute_metrics", "race_classification", "win_rate",
            "PLP_CORRECT_THRESHOLD"]
@@ -50,7 +50,7 @@ def _check(samples: list[dict], completions: list, what: str = "completions") ->
         check_task(s.get("task"), f"sample id {sid!r}")
         if s["task"] in RACE_TASKS:
             try:
-                normalise_label(s.get("label"))
+                canonical_label(s.get("label"))
             except ValueError as e:
                 raise ValueError(f"sample id {sid!r}, field 'label': {e}") from None
         elif not isinstance(s.get("answer"), str):
@@ -99,7 +99,7 @@ def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward 
         if s["task"] in RACE_TASKS:
             pred = extract_yes_no(text)
             rec["prediction"] = pred
-            rec["correct"] = pred == normalise_label(s["label"])
+            rec["correct"] = pred == canonical_label(s["label"])
         elif s["task"] == "mlperf":
             rec["em"] = exact_match(text, s["answer"])
             rec["correct"] = float(rewards[i]) >= 1.0
@@ -125,7 +125,7 @@ def race_classification(labels: list[str], predictions: list[str | None]) -> dic
         return {"f1": None, "precision": None, "recall": None, "confusion": None}
     from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
 
-    y_true = [normalise_label(x) for x in labels]
+    y_true = [canonical_label(x) for x in labels]
     y_pred = [p if p is not None else ("no" if t == "yes" else "yes")
               for t, p in zip(y_true, predictions)]
     kw = dict(labels=_LABELS, pos_label="yes", average="binary", zero_division=0)

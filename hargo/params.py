@@ -8,21 +8,62 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import yaml
 
-RL_METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "ppo")
-#: Methods of the comparison (`compare.methods`): the RL methods, the preference methods and
-#: the HPC-GPT SFT baseline.
-PREFERENCE_METHODS = ("dpo", "kto", "simpo")
-COMPARE_METHODS = RL_METHODS + PREFERENCE_METHODS + ("hpcgpt",)
-TASKS = ("race_c", "race_fortran", "mlperf", "plp")
+from hargo.vocab import COMPARE_METHODS, PREFERENCE_METHODS, RL_METHODS, TASKS  # noqa: F401
 
 
 class ParamsError(ValueError):
     """A parameter is missing, of the wrong type or out of range; the message names it."""
+
+
+class ParamsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's float syntax: PyYAML follows YAML 1.1, which reads
+    ``1e-5`` and ``1e-05`` (what ``dvc exp run -S`` writes) as *strings*; here every float
+    spelling YAML 1.2 allows (``1e-5``, ``1E-5``, ``1e-05``, ``.5``, ``5.0e-5``, ``+1.5``,
+    ``.inf``, ``.nan``) is a float."""
+
+
+ParamsLoader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+ParamsLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                  |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+
+
+def as_number(key: str, value: Any, integer: bool = False) -> int | float:
+    """``value`` as a finite number, or a ParamsError naming ``key``.
+
+    Accepts ints, floats and strings in any decimal or exponent spelling (``1e-5``, ``1E-5``,
+    ``1e-05``, ``.5``, ``5.0e-5``: a YAML 1.1 reader or a hand-edited file may leave these as
+    strings). Rejects booleans, NaN, infinities and anything else; with ``integer`` only whole
+    numbers (``4``, ``4.0``, ``"4"``) pass and an int is returned.
+    """
+    v = value
+    if isinstance(v, str) and _NUMBER.match(v.strip()):
+        v = float(v.strip())
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ParamsError(f"{key}: expected {'an integer' if integer else 'a number'}, "
+                          f"got {value!r}")
+    if not math.isfinite(v):
+        raise ParamsError(f"{key}: must be finite, got {value!r}")
+    if integer:
+        if float(v) != int(v):
+            raise ParamsError(f"{key}: expected an integer, got {value!r}")
+        return int(v)
+    return v
 
 
 def get(params: Mapping, dotted: str) -> Any:
@@ -86,19 +127,29 @@ def load_params(path: str | Path = "params.yaml",
     if not path.exists():
         raise FileNotFoundError(f"{path}: params file not found (run from the repository root)")
     with path.open(encoding="utf-8") as f:
-        params = yaml.safe_load(f) or {}
+        params = yaml.load(f, Loader=ParamsLoader) or {}
     params = apply_overrides(params, overrides)
     validate_params(params)
     return params
 
 
+def _set(params, key, value) -> None:
+    *head, last = key.split(".")
+    cur = params
+    for k in head:
+        cur = cur[k]
+    cur[last] = value
+
+
 def _num(params, key, lo=None, hi=None, integer=False, lo_open=False, allow_none=False):
-    v = get(params, key)
-    if v is None and allow_none:
+    """Check a numeric parameter (any spelling, see :func:`as_number`) and its range, and
+    store it back as a number."""
+    raw = get(params, key)
+    if raw is None and allow_none:
         return
-    kind = int if integer else (int, float)
-    if isinstance(v, bool) or not isinstance(v, kind) or (isinstance(v, float) and math.isnan(v)):
-        raise ParamsError(f"{key}: expected {'an integer' if integer else 'a number'}, got {v!r}")
+    v = as_number(key, raw, integer)
+    if v is not raw:
+        _set(params, key, v)
     if lo is not None and (v <= lo if lo_open else v < lo):
         raise ParamsError(f"{key}: must be {'>' if lo_open else '>='} {lo}, got {v!r}")
     if hi is not None and v > hi:
@@ -184,12 +235,11 @@ def validate_params(params: Mapping) -> None:
     if get(params, "rl").get("max_prompt_tokens") is not None:
         _num(params, "rl.max_prompt_tokens", 1, integer=True)
     _num(params, "rl.temperature", 0, lo_open=True)
-    _num(params, "rl.beta", 0)
-    _num(params, "rl.alpha", 0)
-    _num(params, "rl.rho", 0, 1)
-    _num(params, "rl.eps", 0, lo_open=True)
-    _num(params, "rl.eps_w", 0, lo_open=True)
     _num(params, "rl.clip_range", 0, 1, lo_open=True)
+    from hargo.method_config import METHOD_PARAMS, method_params
+
+    for m in METHOD_PARAMS:   # every method's own block (rl.<method>), in use or not
+        method_params(params, m)
     _num(params, "rl.save_steps", 1, integer=True)
     _choice(params, "rl.generation_backend", ("transformers", "vllm"))
     _choice(params, "evaluate.backend", ("vllm", "transformers"))
@@ -197,6 +247,9 @@ def validate_params(params: Mapping) -> None:
     _num(params, "evaluate.max_new_tokens", 1, integer=True)
     _num(params, "evaluate.temperature", 0)
     _num(params, "evaluate.max_prompt_tokens", 1, integer=True)
+    _num(params, "evaluate.batch_size", 1, integer=True)
+    _num(params, "evaluate.kv_cache_gib", 0, lo_open=True)
+    _num(params, "evaluate.gpu_memory_utilization", 0, 1, lo_open=True)
     _choice(params, "evaluate.dtype", ("auto", "float32", "bfloat16", "float16"))
     _choice(params, "evaluate.judge", ("reward", "llm"))
     if get(params, "evaluate.judge") == "llm" and not get(params, "evaluate.judge_endpoint"):
@@ -225,12 +278,6 @@ def _validate_compare(params: Mapping) -> None:
     _num(params, "compare.samples_per_task", 1, integer=True, allow_none=True)
     _num(params, "compare.steps", 1, integer=True)
     _num(params, "compare.prompts_per_step", 1, integer=True)
-    _num(params, "compare.ppo.vf_coef", 0)
-    _num(params, "compare.ppo.gamma", 0, 1)
-    _num(params, "compare.ppo.lam", 0, 1)
-    _num(params, "compare.ppo.cliprange_value", 0, lo_open=True)
-    if not isinstance(get(params, "compare.ppo.whiten_advantages"), bool):
-        raise ParamsError("compare.ppo.whiten_advantages: expected true or false")
     _num(params, "compare.preferences.samples_per_task", 1, integer=True, allow_none=True)
     _num(params, "compare.preferences.samples_per_prompt", 2, integer=True)
     _num(params, "compare.preferences.temperature", 0, lo_open=True)

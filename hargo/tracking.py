@@ -115,7 +115,6 @@ def common_tags(params: Mapping, root: str | Path = ".") -> dict[str, str]:
 
 def parent_run_id(params: Mapping, root: str | Path = ".") -> str:
     """The pipeline's parent run: ``$HARGO_PARENT_RUN_ID`` or found/created by pipeline key."""
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     if os.environ.get(PARENT_ENV):

@@ -35,7 +35,10 @@ case "$size" in
       -S sft.samples_per_task=null -S sft.epochs=2 -S sft.max_steps=-1 -S sft.learning_rate=2e-5 \
       -S sft.batch_size=4 -S sft.lora.enabled=false -S sft.max_length=4096 \
       -S train.max_prompt_tokens=3072 -S train.threads=0 \
-      -S rl.num_generations=4 -S rl.beta=0.02 -S rl.alpha=0.3 -S rl.rho=0.9 \
+      -S rl.num_generations=4 -S rl.grpo.beta=0.02 -S rl.dr_grpo.beta=0.02 \
+      -S rl.hargo.beta=0.02 -S rl.hargo.alpha=0.3 -S rl.hargo.rho=0.9 \
+      -S rl.hargo_b1.beta=0.02 -S rl.hargo_b2.beta=0.02 -S rl.hargo_b2.alpha=0.3 \
+      -S rl.hargo_b2.rho=0.9 -S rl.ppo.kl_coef=0.02 \
       -S rl.temperature=0.6 -S rl.max_new_tokens=256 -S rl.lora.enabled=false \
       -S rl.generation_backend=vllm \
       -S 'compare.methods=[hpcgpt,ppo,dpo,kto,simpo,grpo,dr_grpo,hargo,hargo_b1,hargo_b2]' \

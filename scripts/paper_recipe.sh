@@ -12,8 +12,9 @@ exec dvc exp run -n paper-recipe \
   -S sft.batch_size=4 -S sft.lora.enabled=false -S sft.max_length=4096 \
   -S train.max_prompt_tokens=3072 -S train.threads=0 \
   -S 'rl.methods=[grpo,dr_grpo,hargo]' -S rl.samples_per_task=null -S rl.steps=500 \
-  -S rl.prompts_per_step=8 -S rl.num_generations=4 -S rl.beta=0.02 -S rl.alpha=0.3 \
-  -S rl.rho=0.9 -S rl.temperature=0.6 -S rl.max_new_tokens=256 -S rl.lora.enabled=false \
+  -S rl.prompts_per_step=8 -S rl.num_generations=4 \
+  -S rl.grpo.beta=0.02 -S rl.dr_grpo.beta=0.02 -S rl.hargo.beta=0.02 -S rl.hargo.alpha=0.3 \
+  -S rl.hargo.rho=0.9 -S rl.temperature=0.6 -S rl.max_new_tokens=256 -S rl.lora.enabled=false \
   -S rl.generation_backend=vllm \
   -S evaluate.samples_per_task=null -S evaluate.max_new_tokens=256 \
   -S evaluate.max_prompt_tokens=8192 -S evaluate.gpu_memory_utilization=0.4 "$@"

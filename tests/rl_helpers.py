@@ -1,4 +1,5 @@
-"""Crafted RL inputs shared by tests/test_rl.py and tests/test_rl_distributed.py.
+"""Crafted RL inputs shared by tests/test_rl.py and tests/test_rl_distributed.py, and
+``free_port`` for every test that starts a process group.
 
 A small prepared train split with all four tasks, a params builder for a tiny RL run, and a
 fixed batch of three prompt groups whose completions are given (not sampled), fed through TRL's
@@ -9,11 +10,20 @@ from __future__ import annotations
 import copy
 import json
 import os
+import socket
 from pathlib import Path
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL
 
 TASKS = ("race_c", "race_fortran", "mlperf", "plp")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a process group's rendezvous (torchrun's
+    ``--master_port``, ``MASTER_PORT``) -- never the fixed 29500 that concurrent runs share."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _rec(i: int, task: str, content: str, answer: str, label=None) -> dict:
@@ -53,10 +63,26 @@ def rl_params(base: dict, model_dir, data_dir, **rl) -> dict:
     p["train"].update(max_prompt_tokens=128, threads=1, gradient_checkpointing=False,
                       bf16=False)  # fp32 on every machine (tests/test_hardware.py runs bf16)
     p["rl"].update(samples_per_task=1, steps=2, prompts_per_step=4, num_generations=2,
-                   max_new_tokens=4, save_steps=2, log_completions_steps=2, beta=0.02,
+                   max_new_tokens=4, save_steps=2, log_completions_steps=2,
                    generation_backend="transformers", out_dir="models/rl", max_prompt_tokens=None)
     p["rl"]["lora"]["enabled"] = True
+    knobs = {k: rl.pop(k) for k in ("beta", "alpha", "rho", "eps", "eps_w") if k in rl}
     p["rl"].update(rl)
+    return set_method_knobs(p, **{"beta": 0.02, **knobs})
+
+
+def set_method_knobs(p: dict, **knobs) -> dict:
+    """Set a knob in every ``rl.<method>`` block that has it (``beta`` also sets PPO's
+    ``kl_coef``); returns ``p``."""
+    from hargo.method_config import METHOD_PARAMS
+
+    for m in METHOD_PARAMS:
+        block = p["rl"][m] = dict(p["rl"][m])
+        for k, v in knobs.items():
+            if k in block:
+                block[k] = v
+            if k == "beta" and m == "ppo":
+                block["kl_coef"] = v
     return p
 
 

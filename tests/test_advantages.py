@@ -168,11 +168,19 @@ def test_group_rewards():
         group_rewards(torch.zeros(2, 4), 4)
 
 
-def test_config_from_params():
-    cfg = HargoConfig.from_params({"alpha": 0.5, "rho": 0.8, "eps": 1e-5, "eps_w": 1e-4,
-                                   "beta": 0.02})
+def test_config_from_params(committed_params):
+    import copy
+
+    from hargo.method_config import method_params
+
+    p = copy.deepcopy(committed_params)
+    p["rl"]["hargo"].update(alpha=0.5, rho=0.8, eps=1e-5, eps_w=1e-4)
+    cfg = method_params(p, "hargo").hargo_config()
     assert (cfg.alpha, cfg.rho, cfg.eps, cfg.eps_w) == (0.5, 0.8, 1e-5, 1e-4)
-    assert HargoConfig.from_params({}) == HargoConfig()
+    assert method_params(committed_params, "hargo").hargo_config() == HargoConfig()
+    # B1 is alpha = 0 by definition; its block has no alpha
+    b1 = method_params(committed_params, "hargo_b1").hargo_config()
+    assert (b1.alpha, b1.eps, b1.eps_w) == (0.0, 1e-6, 1e-6)
 
 
 def test_b1_does_not_touch_baseline():

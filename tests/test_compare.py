@@ -26,7 +26,7 @@ def test_run_params_apply_the_comparison_budget_and_seed(committed_params):
     assert p["seed"] == 3 and committed_params["seed"] == 42      # a copy; the input unchanged
     assert p["rl"]["steps"] == c["steps"] and p["rl"]["prompts_per_step"] == c["prompts_per_step"]
     assert p["rl"]["samples_per_task"] == c["samples_per_task"]
-    assert p["rl"]["beta"] == committed_params["rl"]["beta"]      # shared knobs untouched
+    assert p["rl"]["hargo"] == committed_params["rl"]["hargo"]    # method knobs untouched
     h = run_params(committed_params, "hpcgpt", 1)
     assert h["sft"]["learning_rate"] == 2e-5                       # the HPC-GPT recipe
     assert (h["sft"]["lora"]["r"], h["sft"]["lora"]["alpha"]) == (8, 16.0)

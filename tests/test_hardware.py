@@ -179,7 +179,7 @@ def _build_config(params: dict, method: str, out: Path):
 
         return build_grpo_config(p, method, out)
     if fam == "preference":
-        from hargo.training.preference import build_config
+        from hargo.training.preference_trainers import build_config
 
         return build_config(p, method, out, seed=1)
     from hargo.training.sft import sft_config   # hpcgpt: SFT's config with the HPC-GPT recipe
@@ -200,7 +200,7 @@ def test_every_trainer_config_is_valid_on_every_profile(profile, method, committ
 def _construct_trainer(params: dict, method: str, model_dir: Path, out: Path):
     """Construct (not train) the trainer of ``method`` on the tiny model and crafted data."""
     from hargo.compare.train import family, run_params
-    from hargo.training import common
+    from hargo.models import loading
 
     from rl_helpers import crafted_records
 
@@ -209,23 +209,23 @@ def _construct_trainer(params: dict, method: str, model_dir: Path, out: Path):
         from hargo.training import sft
 
         p = params if method == "sft" else run_params(params, method, 1)
-        model = common.load_model(model_dir)
-        return sft.build_trainer(p, model, common.load_tokenizer(model_dir), records,
+        model = loading.load_model(model_dir)
+        return sft.build_trainer(p, model, loading.load_tokenizer(model_dir), records,
                                  sft.sft_config(p, out, report_to=()))
     p = run_params(params, method, 1)
     if family(method) == "rl":
         from hargo.training.rl import build_trainer
 
         return build_trainer(p, method, model_dir, records, out)
-    from hargo.training import preference
+    from hargo.training import preference_trainers as preference
 
     pairs = [{"prompt": r["prompt"], "chosen": [{"role": "assistant", "content": "yes"}],
               "rejected": [{"role": "assistant", "content": "no idea"}]} for r in records[:2]]
     rows = (preference.kto_rows(pairs, [0, 1], 2) if method == "kto"
             else preference.dpo_rows(pairs, [0, 1]))
     args = preference.build_config(p, method, out, seed=1)
-    return preference.build_trainer(p, method, common.load_model(model_dir),
-                                    common.load_tokenizer(model_dir), rows, args)
+    return preference.build_trainer(p, method, loading.load_model(model_dir),
+                                    loading.load_tokenizer(model_dir), rows, args)
 
 
 @pytest.mark.parametrize("profile", ["cpu", "cpu-bf16"], indirect=True)
@@ -247,14 +247,15 @@ def test_one_real_bf16_autocast_sft_step_on_the_cpu(profile, committed_params, t
     LoRA weights move."""
     import torch
 
-    from hargo.training import common, sft
+    from hargo.models import loading
+    from hargo.training import sft
 
     from rl_helpers import crafted_records
 
     params = _matrix_params(committed_params, tiny_model_dir)
     params["sft"].update(max_steps=1, batch_size=4, learning_rate=5e-3)
-    model = common.load_model(tiny_model_dir)
-    trainer = sft.build_trainer(params, model, common.load_tokenizer(tiny_model_dir),
+    model = loading.load_model(tiny_model_dir)
+    trainer = sft.build_trainer(params, model, loading.load_tokenizer(tiny_model_dir),
                                 crafted_records(1), sft.sft_config(params, tmp_path, report_to=()))
     seen: list[torch.dtype] = []
     layer = trainer.model.get_base_model().model.layers[0].self_attn.q_proj.base_layer

@@ -21,9 +21,13 @@ def test_committed_params_validate(committed_params):
 
 @pytest.mark.parametrize("override, name", [
     ("rl.num_generations=1", "rl.num_generations"),
-    ("rl.alpha=-0.1", "rl.alpha"),
+    ("rl.hargo.alpha=-0.1", "rl.hargo.alpha"),
     ("rl.methods=[grpo, ppo2]", "rl.methods"),
-    ("rl.rho=1.5", "rl.rho"),
+    ("rl.hargo.rho=1.5", "rl.hargo.rho"),
+    ("rl.ppo.kl_coef=-1", "rl.ppo.kl_coef"),
+    ("rl.learning_rate=.inf", "rl.learning_rate"),
+    ("rl.temperature=.nan", "rl.temperature"),
+    ("evaluate.kv_cache_gib=0", "evaluate.kv_cache_gib"),
     ("data.split.strategy=random", "data.split.strategy"),
     ("evaluate.backend=onnx", "evaluate.backend"),
     ("sft.learning_rate=0", "sft.learning_rate"),
@@ -113,3 +117,53 @@ def test_outputs_honour_the_umask(tmp_path):
         os.umask(old)
     assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize("spelling, value", [
+    ("1e-5", 1e-5), ("1E-5", 1e-5), ("1e-05", 1e-5), (".5", 0.5), ("5.0e-5", 5e-5),
+    ("2.0e-4", 2e-4), ("3", 3)])
+def test_every_number_spelling_loads_as_a_number(tmp_path, spelling, value):
+    """PyYAML (YAML 1.1) reads 1e-5 / 1e-05 as strings; DVC's -S writes 1e-05. Every spelling
+    is a number after load_params, in the file or as an override."""
+    from hargo.params import load_params
+
+    text = (ROOT / "params.yaml").read_text()
+    text = text.replace("  learning_rate: 5.0e-5", f"  learning_rate: {spelling}", 1)
+    assert f"learning_rate: {spelling}" in text
+    (tmp_path / "params.yaml").write_text(text)
+    p = load_params(tmp_path / "params.yaml")
+    assert p["rl"]["learning_rate"] == pytest.approx(value)
+    assert isinstance(p["rl"]["learning_rate"], (int, float))
+    q = load_params(ROOT / "params.yaml", [f"sft.learning_rate={spelling}"])
+    assert q["sft"]["learning_rate"] == pytest.approx(value)
+
+
+def _script_overrides(script: Path) -> list[str]:
+    """The ``-S`` overrides a script passes to ``dvc exp run``."""
+    import re
+    import shlex
+
+    text = script.read_text().replace("\\\n", " ")
+    words = shlex.split(" ".join(line.split("#")[0] for line in text.splitlines()))
+    return [words[i + 1] for i, w in enumerate(words) if w == "-S" and
+            not re.match(r"^\$", words[i + 1])]
+
+
+@pytest.mark.parametrize("script", ["scripts/paper_recipe.sh", "scripts/compare.sh"])
+def test_every_script_override_passes_dvcs_writer_and_the_validation(tmp_path, script):
+    """Each -S of the script, written into a copy of params.yaml by DVC's own override writer
+    (what `dvc exp run -S` does), then validated by hargo."""
+    import shutil
+
+    from dvc.utils.hydra import apply_overrides as dvc_apply
+    from hargo.params import load_params
+
+    overrides = _script_overrides(ROOT / script)
+    assert len(overrides) >= 15 and "sft.learning_rate=2e-5" in overrides
+    target = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", target)
+    dvc_apply(target, overrides)
+    assert "learning_rate: 2e-05" in target.read_text()   # DVC's spelling, a YAML 1.1 string
+    p = load_params(target)
+    assert p["sft"]["learning_rate"] == 2e-5
+    assert p["rl"]["hargo"]["alpha"] == 0.3

@@ -13,7 +13,7 @@ import torch
 
 from rl_helpers import TASKS, crafted_records, rl_params, write_jsonl
 
-from hargo.training.ppo import PPOConfig
+from hargo.method_config import method_params
 
 
 # ------------------------------------------------------------------------------ config
@@ -22,20 +22,25 @@ def test_ppo_config_from_committed_params_and_errors(committed_params):
     from hargo.params import ParamsError
     from hargo.training.grpo import trl_loss_settings
 
-    block = committed_params["compare"]["ppo"]
-    cfg = PPOConfig.from_params(committed_params)
-    assert cfg.to_dict() == {k: block[k] for k in ("vf_coef", "gamma", "lam", "cliprange_value",
-                                                   "whiten_advantages")}
+    block = committed_params["rl"]["ppo"]
+    cfg = method_params(committed_params, "ppo")
+    assert cfg.to_dict() == {k: block[k] for k in ("kl_coef", "vf_coef", "gamma", "lam",
+                                                   "cliprange_value", "whiten_advantages")}
+    assert cfg.kl_coef == 0.02 and cfg.vf_coef == 0.1 and cfg.lam == 0.95
     bad = copy.deepcopy(committed_params)
-    bad["compare"]["ppo"]["lam"] = 1.5
-    with pytest.raises(ParamsError, match="compare.ppo.lam"):
-        PPOConfig.from_params(bad)
-    bad["compare"]["ppo"]["lam"] = "high"
-    with pytest.raises(ParamsError, match="compare.ppo.lam"):
-        PPOConfig.from_params(bad)
-    del bad["compare"]
-    with pytest.raises(ParamsError, match="compare.ppo"):
-        PPOConfig.from_params(bad)
+    bad["rl"]["ppo"]["lam"] = 1.5
+    with pytest.raises(ParamsError, match=r"rl\.ppo\.lam: must be <= 1.0, got 1.5"):
+        method_params(bad, "ppo")
+    bad["rl"]["ppo"]["lam"] = "high"
+    with pytest.raises(ParamsError, match=r"rl\.ppo\.lam: expected a number, got 'high'"):
+        method_params(bad, "ppo")
+    bad["rl"]["ppo"]["lam"] = 0.9
+    bad["rl"]["ppo"]["lamda"] = 0.9
+    with pytest.raises(ParamsError, match=r"rl\.ppo: unknown key\(s\) lamda"):
+        method_params(bad, "ppo")
+    del bad["rl"]["ppo"]
+    with pytest.raises(ParamsError, match=r"rl\.ppo: missing"):
+        method_params(bad, "ppo")
     assert trl_loss_settings("ppo") == {"loss_type": "grpo", "scale_rewards": "group"}
 
 
@@ -53,7 +58,7 @@ def test_ppo_trains_value_head_and_saves_loadable_model(committed_params, tiny_m
     from safetensors import safe_open
 
     from hargo.evaluation.generate import run_generation
-    from hargo.training.common import save_merged
+    from hargo.models.loading import save_merged
     from hargo.training.grpo import read_hargo_state
     from hargo.training.ppo import HargoPPOTrainer
     from hargo.training.rl import build_trainer, load_rl_records
@@ -67,7 +72,8 @@ def test_ppo_trains_value_head_and_saves_loadable_model(committed_params, tiny_m
     trainer = build_trainer(params, "ppo", tiny_model_dir, records, tmp_path / "ckpt",
                             recorder=rec, callbacks=[RLLoggingCallback(rec, "ppo")])
     assert isinstance(trainer, HargoPPOTrainer)
-    assert trainer.ppo_config == PPOConfig.from_params(params)
+    assert trainer.ppo_config == method_params(params, "ppo")
+    assert trainer.beta == params["rl"]["ppo"]["kl_coef"]   # PPO's KL coefficient, its own knob
     head = trainer.value_head
     assert head.weight.requires_grad and torch.count_nonzero(head.weight) == 0  # zero-init
     policy = trainer.accelerator.unwrap_model(trainer.model)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hargo.io import HargoInputError
-from hargo.training import preference
+from hargo.training import preference_trainers as preference
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -59,7 +59,7 @@ def read_jsonl(path: Path) -> list[dict]:
     ("  \n", (None, L.EMPTY)),
 ])
 def test_normalise_label_on_noisy_outputs(output, expected):
-    assert L.normalise_label(output) == expected
+    assert L.parse_label(output) == expected
 
 
 def test_snippet_missing_spots_code_moved_into_the_output():
@@ -76,7 +76,7 @@ def test_real_race_c_noise_is_the_21_records_of_source_md(real_raw_dir):
     raws = P.load_file(real_raw_dir / "task2_c_c++.json")
     forms = {}
     for i, r in enumerate(raws):
-        forms.setdefault(L.normalise_label(r["output"])[1], []).append(i)
+        forms.setdefault(L.parse_label(r["output"])[1], []).append(i)
     assert {k: len(v) for k, v in forms.items()} == {L.CLEAN: 1837, L.LEADING_LABEL: 20, L.NO_LABEL: 1}
     assert forms[L.NO_LABEL] == [423]
     # 19 of the 20 label+text outputs come from instructions whose code slid into the output
@@ -325,7 +325,7 @@ def test_prompt_keeps_a_non_empty_input_and_never_truncates():
     long = "x" * 250_000
     r = P.make_record("plp", 3, {"instruction": "Explain:", "input": long, "output": "a"}, "a", None)
     assert r["prompt"][0]["content"] == "Explain:\n\n" + long
-    assert P.prompt_text("Q", "  ") == "Q"
+    assert P.instruction_prompt("Q", "  ") == "Q"
 
 
 def test_count_tokens_and_length_table():

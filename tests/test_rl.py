@@ -3,6 +3,7 @@ HARGO trainer's weights equal the pure functions'; the GRPO path equals TRL's st
 interrupted run resumes to the same result; bad input fails before training."""
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 
 from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, completion_token_ids, crafted_records,
                         fixed_completions, fixed_inputs, fixed_rollout, prompt_token_ids,
-                        rl_params, write_jsonl)
+                        rl_params, write_jsonl, set_method_knobs)
 
 METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
 PER_TASK_METRICS = ("reward_mean", "reward_std", "accuracy", "completion_length",
@@ -165,9 +166,10 @@ def test_rl_runs_every_method_and_logs_per_task_metrics(committed_params, tiny_m
 @pytest.mark.parametrize("method", ["hargo", "hargo_b1", "hargo_b2"])
 def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_path):
     """beta = 0: the trainer still computes the reference log-probs HARGO needs."""
-    from hargo.advantages import EMABaseline, HargoConfig, estimate
+    from hargo.advantages import EMABaseline, estimate
+    from hargo.method_config import method_params
 
-    params = {**fixed_params, "rl": {**fixed_params["rl"], "beta": 0.0}}
+    params = set_method_knobs(copy.deepcopy(fixed_params), beta=0.0)
     trainer = _fixed_trainer(params, method, tmp_path)
     out = trainer._generate_and_score_completions(fixed_inputs())
 
@@ -176,8 +178,8 @@ def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_pa
     assert rewards[2].tolist() == [1.0, 1.0, 1.0, 1.0]   # no contrast
     l = _reference_logprob(params["sft"]["out_dir"], trainer.processing_class,
                            params["rl"]["temperature"])
-    exp = estimate(method, rewards, l, EMABaseline(params["rl"]["rho"]),
-                   HargoConfig.from_params(params["rl"]))
+    cfg = method_params(params, method).hargo_config()
+    exp = estimate(method, rewards, l, EMABaseline(cfg.rho), cfg)
     torch.testing.assert_close(out["hargo_weights"], exp.weights.reshape(-1), atol=1e-5, rtol=0)
     torch.testing.assert_close(out["advantages"], exp.advantages.reshape(-1), atol=1e-5, rtol=0)
     assert out["hargo_weights"][8:].tolist() == [0.25] * 4
@@ -204,7 +206,8 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
     from trl import GRPOTrainer
 
     from hargo.rewards import RewardConfig, TaskReward
-    from hargo.training.common import load_model, load_tokenizer, lora_config
+    from hargo.models.loading import load_model, load_tokenizer
+    from hargo.training.common import lora_config
     from hargo.training.rl import build_grpo_config, to_dataset
 
     params = fixed_params
@@ -252,7 +255,7 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
     ratio = torch.exp(logp - in_e["old_per_token_logps"])  # TRL 1.16 use_bias_correction_kl=True
     mask = in_e["completion_mask"].float()
     kl_i = ((torch.exp(d) - d - 1) * ratio * mask).sum(1) / mask.sum(1)
-    expected = (w * params["rl"]["beta"] * kl_i).sum() / len(FIXED_GROUPS)
+    expected = (w * params["rl"]["hargo"]["beta"] * kl_i).sum() / len(FIXED_GROUPS)
     assert kl_i.min() > 0
     assert abs(loss_kl.item() - expected.item()) < 1e-7
 
@@ -353,7 +356,7 @@ def test_bad_params_and_inputs_fail_before_training(committed_params, tiny_model
     base = rl_params(committed_params, tiny_model_dir, data_dir)
     with pytest.raises(ParamsError, match="rl.num_generations"):
         rl.run(rl_params(base, tiny_model_dir, data_dir, num_generations=1), "hargo", root=tmp_path)
-    with pytest.raises(ParamsError, match="rl.alpha"):
+    with pytest.raises(ParamsError, match=r"rl\.hargo\.alpha: must be >= 0"):
         rl.run(rl_params(base, tiny_model_dir, data_dir, alpha=-0.1), "hargo", root=tmp_path)
     with pytest.raises(ParamsError, match="unknown method 'reinforce'"):
         rl.run(base, "reinforce", root=tmp_path)

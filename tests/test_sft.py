@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from hargo.io import HargoInputError, atomic_write_jsonl
+from hargo.data import records
+from hargo.models import loading
 from hargo.training import common, sft
 
 TASKS = ("race_c", "race_fortran", "mlperf", "plp")
@@ -24,7 +26,9 @@ def crafted_records() -> list[dict]:
         for i in range(3):
             recs.append({"id": f"{task}-{i}", "task": task,
                          "prompt": [{"role": "user", "content": f"{task} question number {i}?"}],
-                         "answer": ANSWERS[task], "label": None, "alt_answers": [],
+                         "answer": ANSWERS[task],
+                         "label": ANSWERS[task] if task.startswith("race") else None,
+                         "alt_answers": [],
                          "source": {"file": "crafted", "index": i}})
     recs.append({"id": "race_c-long", "task": "race_c",
                  "prompt": [{"role": "user", "content": "int a[100];\n" * 2500}],
@@ -121,25 +125,25 @@ def test_sft_rejects_bad_input_before_training(workdir, committed_params):
 
 
 def test_select_subset_skips_overlong_and_is_balanced_and_deterministic(tiny_tokenizer_dir):
-    tok = common.load_tokenizer(tiny_tokenizer_dir)
+    tok = loading.load_tokenizer(tiny_tokenizer_dir)
     recs = crafted_records()
     # a prompt of 40 short words is under the 8-chars-per-token shortcut but over 32 tokens:
     # it is tokenised and skipped
     recs.append({"task": "plp", "prompt": [{"role": "user", "content": "word " * 40}],
                  "answer": "x"})
-    sub, skipped = common.select_subset(recs, 2, 7, tok, max_prompt_tokens=40)
+    sub, skipped = records.select_subset(recs, 2, 7, tok, max_prompt_tokens=40)
     assert skipped == {"mlperf": 0, "plp": 1, "race_c": 1, "race_fortran": 0}
     assert sorted(r["task"] for r in sub) == sorted(t for t in TASKS for _ in range(2))
     assert all(len(r["prompt"][0]["content"]) < 100 for r in sub)
-    again, _ = common.select_subset(recs, 2, 7, tok, max_prompt_tokens=40)
+    again, _ = records.select_subset(recs, 2, 7, tok, max_prompt_tokens=40)
     assert [r["id"] for r in again] == [r["id"] for r in sub]
-    all_, skipped_all = common.select_subset(recs, None, 7, tok, max_prompt_tokens=40)
+    all_, skipped_all = records.select_subset(recs, None, 7, tok, max_prompt_tokens=40)
     assert len(all_) == 12 and sum(skipped_all.values()) == 2
     # the exact token rule: the system prompt + "word " * 40 under ChatML
-    n = common.prompt_tokens(tok, [{"role": "user", "content": "word " * 40}])
+    n = records.prompt_tokens(tok, [{"role": "user", "content": "word " * 40}])
     assert 40 < n < 80
-    assert common.select_subset(recs[-1:], None, 7, tok, max_prompt_tokens=n)[0] == recs[-1:]
-    assert common.select_subset(recs[-1:], None, 7, tok, max_prompt_tokens=n - 1)[0] == []
+    assert records.select_subset(recs[-1:], None, 7, tok, max_prompt_tokens=n)[0] == recs[-1:]
+    assert records.select_subset(recs[-1:], None, 7, tok, max_prompt_tokens=n - 1)[0] == []
 
 
 def test_lora_config_and_bf16_flag(committed_params):

@@ -21,7 +21,7 @@ def test_stage_runs_share_one_parent_and_carry_tags(mlflow_uri, committed_params
     assert client.get_run(parent).data.tags["hargo.kind"] == "pipeline"
     assert a.data.tags["hargo.door"] == "prefect"
     assert a.data.tags["hargo.data_version"] == "d4b8976c107bec18a39c09fdbc1f0999.dir"
-    assert a.data.params["rl.beta"] == "0.02"
+    assert a.data.params["rl.hargo.beta"] == "0.02"
     assert a.data.metrics["n"] == 3
     assert a.info.experiment_id == b.info.experiment_id
 

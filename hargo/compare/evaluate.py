@@ -74,7 +74,8 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
     from hargo.io import require_complete_dir
     from hargo.metrics import compute_metrics, score_samples
     from hargo.rewards import RewardConfig, TaskReward
-    from hargo.training.common import load_tokenizer, setup_torch
+    from hargo.hardware import setup_torch
+    from hargo.models.loading import load_tokenizer
 
     validate_params(params)
     root = Path(root)

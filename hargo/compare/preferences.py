@@ -11,7 +11,7 @@ Steps (params.yaml ``compare.preferences``; paths relative to ``root``):
 1. Read ``data.out_dir/train.jsonl`` (:func:`load_train_records`) and the SFT model
    (``sft.out_dir``).
 2. Draw ``samples_per_task`` prompts per task with
-   :func:`hargo.training.common.select_subset` (seeded by ``seed``; prompts over
+   :func:`hargo.data.records.select_subset` (seeded by ``seed``; prompts over
    ``train.max_prompt_tokens`` chat-templated tokens are skipped and counted).
 3. Sample ``samples_per_prompt`` completions per prompt
    (:func:`hargo.evaluation.generate.run_generation` with ``num_samples``; ``backend`` vllm or
@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl, read_jsonl
+from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
 from hargo.params import PREFERENCE_METHODS
 
 __all__ = ["PAIRS_FILE", "STATS_FILE", "check_params", "load_train_records", "make_pairs",
@@ -69,41 +69,14 @@ def check_params(params: Mapping) -> None:
 
 
 def load_train_records(path: str | Path) -> list[dict]:
-    """Read the prepared train split and check the fields this stage uses: ``id`` (non-empty
-    string), ``task`` (one of :data:`hargo.rewards.TASKS`), ``prompt`` (non-empty list of
-    ``{"role", "content"}`` messages), ``label`` yes/no for race tasks, a string ``answer``
-    for the others.
+    """The prepared train split, checked (:func:`hargo.data.records.read_prepared`).
 
     Raises:
-        HargoInputError: missing file, or a record breaking the above (names file, record,
-            field).
+        HargoInputError: missing file, or a bad record (names file, record, field).
     """
-    from hargo.rewards import RACE_TASKS, TASKS
+    from hargo.data.records import read_prepared
 
-    path = Path(path)
-    if not path.exists():
-        raise HargoInputError(path, "train split not found; run the prepare stage (hargo prepare)")
-    records = read_jsonl(path)
-    for i, r in enumerate(records):
-        if not isinstance(r.get("id"), str) or not r["id"]:
-            raise HargoInputError(path, f"expected a non-empty string id, got {r.get('id')!r}",
-                                  i, "id")
-        if r.get("task") not in TASKS:
-            raise HargoInputError(path, f"unknown task {r.get('task')!r}; valid: "
-                                  f"{', '.join(TASKS)}", i, "task")
-        p = r.get("prompt")
-        if not isinstance(p, list) or not p or not all(
-                isinstance(m, dict) and isinstance(m.get("content"), str) for m in p):
-            raise HargoInputError(path, "expected a non-empty list of {role, content} messages",
-                                  i, "prompt")
-        if r["task"] in RACE_TASKS:
-            if r.get("label") not in ("yes", "no"):
-                raise HargoInputError(path, f"race record needs label yes/no, got "
-                                      f"{r.get('label')!r}", i, "label")
-        elif not isinstance(r.get("answer"), str):
-            raise HargoInputError(path, f"expected a string answer, got {r.get('answer')!r}",
-                                  i, "answer")
-    return records
+    return read_prepared(path)
 
 
 def make_pairs(records: Sequence[Mapping], completions: Sequence[str],
@@ -200,7 +173,8 @@ def run(params: dict, root: str | Path = ".") -> dict[str, Any]:
     from hargo import tracking
     from hargo.evaluation.generate import run_generation
     from hargo.rewards import RewardConfig, TaskReward
-    from hargo.training.common import load_tokenizer, resolve_model_dir, select_subset
+    from hargo.data.records import select_subset
+    from hargo.models.loading import load_tokenizer, resolve_model_dir
 
     t_start = time.perf_counter()
     check_params(params)

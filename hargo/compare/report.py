@@ -106,13 +106,13 @@ def _load_eval_records(path: Path) -> dict[str, dict]:
 
 
 def _race_labels(records: Mapping[str, dict], path: Path) -> dict[str, str]:
-    from hargo.rewards.race import normalise_label
+    from hargo.rewards.race import canonical_label
 
     out = {}
     for i, r in records.items():
         if r.get("task") in RACE_TASKS:
             try:
-                out[i] = normalise_label(r.get("label"))
+                out[i] = canonical_label(r.get("label"))
             except ValueError as e:
                 raise HargoInputError(path, f"record id {i!r}: {e}", field="label") from None
     return out

@@ -10,7 +10,7 @@ comparison flow) trains from the shared upstream outputs -- nothing upstream re-
     knob (G, temperature, beta, alpha, rho, clip range, learning rate, LoRA) is shared with the
     ``rl`` stage. Checkpoints go to ``checkpoints/compare/<run>`` (an interrupted run resumes).
 ``dpo``, ``kto``, ``simpo`` (preference)
-    :func:`hargo.training.preference.train_preference` from the SFT model on the pairs of the
+    :func:`hargo.training.preference_trainers.train_preference` from the SFT model on the pairs of the
     ``preferences`` stage (``data/preferences/pairs.jsonl``): ``compare.steps`` optimizer steps
     of ``compare.prompts_per_step`` pairs.
 ``hpcgpt`` (the HPC-GPT baseline)
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Mapping
 
 from hargo.io import HargoInputError, atomic_write_json, read_jsonl
-from hargo.params import (COMPARE_METHODS, PREFERENCE_METHODS, RL_METHODS, ParamsError,
-                          validate_params)
+from hargo import vocab
+from hargo.params import ParamsError, validate_params
 
 __all__ = ["run", "run_name", "run_params", "family", "model_dir", "metrics_path",
            "TRAIN_METRICS_ROOT", "CHECKPOINT_ROOT"]
@@ -51,19 +51,17 @@ def run_name(method: str, seed: int) -> str:
 
 
 def family(method: str) -> str:
-    """``"rl"``, ``"preference"`` or ``"sft"`` (hpcgpt).
+    """``"rl"`` (online RL: the GRPO family and PPO), ``"preference"`` or ``"sft"`` (hpcgpt), from
+    :func:`hargo.vocab.family`.
 
     Raises:
         ParamsError: not a comparison method.
     """
-    if method in RL_METHODS:
-        return "rl"
-    if method in PREFERENCE_METHODS:
-        return "preference"
-    if method == "hpcgpt":
-        return "sft"
-    raise ParamsError(f"method: unknown method {method!r}; valid: "
-                      f"{', '.join(COMPARE_METHODS)}")
+    try:
+        fam = vocab.family(method)
+    except ValueError as e:
+        raise ParamsError(f"method: {e}") from None
+    return "rl" if fam in ("grpo_family", "value") else fam
 
 
 def model_dir(params: Mapping, method: str, seed: int, root: str | Path = ".") -> Path:
@@ -97,15 +95,15 @@ def run_params(params: Mapping, method: str, seed: int) -> dict:
 
 
 def _train_hpcgpt(p: dict, root: Path, out_dir: Path) -> dict:
-    from hargo.training import common, sft
-    from hargo.training.sft import check_records
+    from hargo.data.records import read_prepared, select_subset
+    from hargo.models import loading
+    from hargo.training import sft
 
-    base = common.resolve_model_dir(root / p["model"]["out_dir"])
+    base = loading.resolve_model_dir(root / p["model"]["out_dir"])
     train_path = root / p["data"]["out_dir"] / "train.jsonl"
-    records = read_jsonl(train_path)
-    check_records(train_path, records)
-    tok = common.load_tokenizer(base)
-    subset, skipped = common.select_subset(records, p["sft"]["samples_per_task"], int(p["seed"]),
+    records = read_prepared(train_path, require_answer=True)
+    tok = loading.load_tokenizer(base)
+    subset, skipped = select_subset(records, p["sft"]["samples_per_task"], int(p["seed"]),
                                            tok, int(p["train"]["max_prompt_tokens"]))
     if not subset:
         raise HargoInputError(train_path, "every prompt is longer than train.max_prompt_tokens")
@@ -117,8 +115,8 @@ def _train_hpcgpt(p: dict, root: Path, out_dir: Path) -> dict:
 
 
 def _train_preference(p: dict, method: str, seed: int, root: Path, out_dir: Path) -> dict:
-    from hargo.training.common import resolve_model_dir
-    from hargo.training.preference import train_preference
+    from hargo.models.loading import resolve_model_dir
+    from hargo.training.preference_trainers import train_preference
 
     pairs_path = root / p["compare"]["preferences"]["out_dir"] / "pairs.jsonl"
     if not pairs_path.is_file():

@@ -16,7 +16,7 @@ import re
 
 LABELS = ("yes", "no")
 
-# Reasons returned by normalise_label (stable strings: they are counted in stats.json).
+# Reasons returned by parse_label (stable strings: they are counted in stats.json).
 CLEAN = "clean"                      # the output is exactly a label (case/space/punctuation aside)
 LEADING_LABEL = "label_then_text"    # a label followed by code or prose, normalised to the label
 NO_LABEL = "no_label"                # no yes/no at the start of the output
@@ -28,7 +28,7 @@ _WORD = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 _SNIPPET = re.compile(r"code snippet:(.*),\s*help me detect", re.IGNORECASE | re.DOTALL)
 
 
-def normalise_label(output: str) -> tuple[str | None, str]:
+def parse_label(output: str) -> tuple[str | None, str]:
     """Map a raw race-detection output to ``"yes"``/``"no"``.
 
     Rule: the output must start with the word ``yes`` or ``no`` (any case; optional quotes,

@@ -15,7 +15,7 @@ Two split strategies (``data.split.strategy``):
 
 ``grouped`` (default, a fair eval)
     1. Quarantine (-> rejects): an empty instruction; an empty mlperf/plp answer; a race output
-       with no unambiguous yes/no label (:func:`hargo.data.labels.normalise_label`); a race
+       with no unambiguous yes/no label (:func:`hargo.data.labels.parse_label`); a race
        instruction whose code snippet is missing (the upstream fault that moved the code into the
        output, :func:`hargo.data.labels.snippet_missing`): its label refers to code the model
        never sees.
@@ -51,6 +51,7 @@ from typing import Any, Callable, Iterable
 
 from hargo.data import labels as L
 from hargo.io import HargoInputError, atomic_write_json, atomic_write_jsonl, atomic_write_text
+from hargo.vocab import RACE_TASKS, TASKS
 
 # task -> upstream file name. Order: the order tables and statistics are printed in.
 TASK_FILES: dict[str, str] = {
@@ -59,8 +60,7 @@ TASK_FILES: dict[str, str] = {
     "mlperf": "task1_ml_perf.json",
     "plp": "task1_plp.json",
 }
-TASKS: tuple[str, ...] = tuple(TASK_FILES)
-RACE_TASKS: tuple[str, ...] = ("race_c", "race_fortran")
+assert tuple(TASK_FILES) == TASKS, "TASK_FILES must list hargo.vocab.TASKS in order"
 FIELDS: tuple[str, ...] = ("instruction", "input", "output")
 STRATEGIES = ("grouped", "paper")
 CONFLICT_POLICIES = ("majority", "drop")
@@ -203,7 +203,7 @@ def load_raw(raw_dir: str | Path) -> dict[str, list[dict]]:
 
 # ----------------------------------------------------------------------------- records
 
-def prompt_text(instruction: str, input_: str) -> str:
+def instruction_prompt(instruction: str, input_: str) -> str:
     """The user turn: the instruction, plus a blank line and the input when the input is not
     blank (upstream inputs are all empty)."""
     return f"{instruction}\n\n{input_}" if input_.strip() else instruction
@@ -226,7 +226,7 @@ def make_record(task: str, index: int, raw: dict, answer: str, label: str | None
     return {
         "id": make_id(task, index),
         "task": task,
-        "prompt": [{"role": "user", "content": prompt_text(raw["instruction"], raw["input"])}],
+        "prompt": [{"role": "user", "content": instruction_prompt(raw["instruction"], raw["input"])}],
         "answer": answer,
         "label": label,
         "alt_answers": list(alt_answers),
@@ -271,7 +271,7 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
     for i, r in enumerate(raws):
         label = None
         if race:
-            label, form = L.normalise_label(r["output"])
+            label, form = L.parse_label(r["output"])
             c["label_forms"][form] += 1
         if not r["instruction"].strip():
             reason, detail = EMPTY_INSTRUCTION, ""
@@ -305,7 +305,7 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
     groups: "OrderedDict[str, list[tuple[int, str, str | None]]]" = OrderedDict()
     for cand in uniq:
         r = raws[cand[0]]
-        groups.setdefault(prompt_text(r["instruction"], r["input"]), []).append(cand)
+        groups.setdefault(instruction_prompt(r["instruction"], r["input"]), []).append(cand)
     kept: list[dict] = []
     for members in groups.values():
         votes: "OrderedDict[str, int]" = OrderedDict()
@@ -344,7 +344,7 @@ def paper_records(task: str, raws: list[dict]) -> list[dict]:
     output as ``answer``; for race tasks the normalised label, or ``None`` where there is none."""
     out = []
     for i, r in enumerate(raws):
-        label = L.normalise_label(r["output"])[0] if task in RACE_TASKS else None
+        label = L.parse_label(r["output"])[0] if task in RACE_TASKS else None
         out.append(make_record(task, i, r, r["output"], label))
     return out
 
@@ -583,7 +583,7 @@ def prepare(params: dict) -> dict:
     for task, raws in raw.items():
         if strategy == "paper":
             recs = paper_records(task, raws)
-            forms = Counter(L.normalise_label(r["output"])[1] for r in raws) if task in RACE_TASKS else {}
+            forms = Counter(L.parse_label(r["output"])[1] for r in raws) if task in RACE_TASKS else {}
             handling[task] = {"raw": len(raws), "kept": len(recs), "label_forms": dict(sorted(forms.items())),
                               "unlabelled": sum(r["label"] is None for r in recs) if task in RACE_TASKS else 0}
         else:

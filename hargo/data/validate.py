@@ -29,7 +29,6 @@ a few offending ids), GX data docs (``reports/validation/index.html``) and
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any

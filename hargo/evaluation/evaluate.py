@@ -10,7 +10,7 @@ Steps (params.yaml ``evaluate``; paths relative to ``root``, the repository root
    conversational prompt and its reference (label for race tasks, answer otherwise).
 2. The prompt set: records whose chat-templated prompt is longer than
    ``evaluate.max_prompt_tokens`` tokens are skipped and counted per task (the training stages'
-   rule, ``hargo.training.common.select_subset``: prompts over 8 characters per allowed token are
+   rule, ``hargo.data.records.select_subset``: prompts over 8 characters per allowed token are
    skipped without tokenising them), then a seeded subset of ``evaluate.samples_per_task`` per
    task is drawn (``null``: all). Tokens are counted with the SFT model's tokenizer; every model
    answers exactly this set.
@@ -39,9 +39,10 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from hargo.data.records import read_prepared, select_subset
 from hargo.hardware import generation_dtype
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl, \
-    read_jsonl, require_complete_dir
+    require_complete_dir
 
 __all__ = ["METRICS_FILE", "GENERATIONS_DIR", "PLOTS_DIR", "SFT", "model_dirs",
            "load_eval_records", "select_prompts", "eval_json_entry", "run"]
@@ -75,61 +76,24 @@ def model_dirs(params: Mapping, root: str | Path = ".") -> dict[str, Path]:
 
 
 def load_eval_records(path: str | Path) -> list[dict]:
-    """Read and check the eval split.
-
-    Each record needs ``id`` (a string), ``task`` (one of ``hargo.rewards.TASKS``), ``prompt``
-    (a non-empty list of ``{"role", "content"}`` messages), ``label`` yes/no for race tasks and
-    a string ``answer`` for the others.
+    """The prepared eval split, checked (:func:`hargo.data.records.read_prepared`: ids unique,
+    tasks known, conversational prompts, yes/no labels on race tasks, string answers elsewhere).
 
     Raises:
-        HargoInputError: the file is missing/unreadable, or a record breaks the above (the
-            message names the file, the record index and id, and the field).
+        HargoInputError: the file is missing/unreadable, or a bad record (the message names the
+            file, the record index and id, and the field).
     """
-    from hargo.rewards import RACE_TASKS, TASKS
-    from hargo.rewards.race import normalise_label
-
-    path = Path(path)
-    if not path.exists():
-        raise HargoInputError(path, "eval split not found; run the prepare stage (hargo prepare)")
-    records = read_jsonl(path)
-    seen: set[str] = set()
-    for i, r in enumerate(records):
-        rid = r.get("id")
-        if not isinstance(rid, str) or not rid:
-            raise HargoInputError(path, f"expected a non-empty string id, got {rid!r}", i, "id")
-        if rid in seen:
-            raise HargoInputError(path, f"duplicate id {rid!r}", i, "id")
-        seen.add(rid)
-        task = r.get("task")
-        if task not in TASKS:
-            raise HargoInputError(path, f"record {rid!r}: unknown task {task!r}; the metrics "
-                                  f"know {', '.join(TASKS)}", i, "task")
-        prompt = r.get("prompt")
-        if not isinstance(prompt, list) or not prompt or not all(
-                isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt):
-            raise HargoInputError(path, f"record {rid!r}: expected a non-empty list of "
-                                  "{'role', 'content'} messages", i, "prompt")
-        if task in RACE_TASKS:
-            try:
-                normalise_label(r.get("label"))
-            except ValueError as e:
-                raise HargoInputError(path, f"record {rid!r}: {e}", i, "label") from None
-        elif not isinstance(r.get("answer"), str):
-            raise HargoInputError(path, f"record {rid!r}: expected a string answer, got "
-                                  f"{r.get('answer')!r}", i, "answer")
-    return records
+    return read_prepared(path)
 
 
 def select_prompts(records: Sequence[dict], params_evaluate: Mapping, seed: int,
                    tokenizer) -> tuple[list[dict], dict[str, int]]:
     """The eval prompt set: over-long prompts skipped and counted per task, then a seeded
-    subset per task (``hargo.training.common.select_subset``).
+    subset per task (:func:`hargo.data.records.select_subset`).
 
     Returns ``(subset, skipped_per_task)``; ``subset`` is interleaved across tasks and
     deterministic for fixed records, params and seed.
     """
-    from hargo.training.common import select_subset
-
     return select_subset(records, params_evaluate.get("samples_per_task"), int(seed), tokenizer,
                          int(params_evaluate["max_prompt_tokens"]))
 
@@ -193,7 +157,8 @@ def run(params: dict, root: str | Path = ".") -> dict:
     from hargo.judges import make_judge
     from hargo.metrics import compute_metrics, score_samples, win_rate
     from hargo.rewards import RewardConfig, TaskReward
-    from hargo.training.common import load_tokenizer, setup_torch
+    from hargo.hardware import setup_torch
+    from hargo.models.loading import load_tokenizer
 
     root = Path(root)
     ev = params["evaluate"]

@@ -37,12 +37,12 @@ def confusion_rows(scored: Sequence[Mapping], samples: Sequence[Mapping]) -> lis
         scored: ``hargo.metrics.score_samples`` output (``prediction`` on race rows).
         samples: the aligned eval records (``task``, ``label``).
     """
-    from hargo.rewards.race import normalise_label
+    from hargo.rewards.race import canonical_label
 
     rows = []
     for s, r in zip(samples, scored):
         if s["task"] in RACE_TASKS:
-            rows.append({"actual": normalise_label(s["label"]),
+            rows.append({"actual": canonical_label(s["label"]),
                          "predicted": r.get("prediction") or "unparsed"})
     return rows
 

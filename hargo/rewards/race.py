@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["extract_yes_no", "race_reward", "normalise_label", "LABELS"]
+__all__ = ["extract_yes_no", "race_reward", "canonical_label", "LABELS"]
 
 LABELS = ("yes", "no")
 
@@ -40,7 +40,7 @@ def extract_yes_no(text: str) -> str | None:
     return "yes" if has_yes else "no"
 
 
-def normalise_label(label) -> str:
+def canonical_label(label) -> str:
     """A race label as ``"yes"``/``"no"`` (case and surrounding whitespace ignored).
 
     Raises ValueError for anything else (bad data, not a bad completion).
@@ -57,4 +57,4 @@ def race_reward(completion: str, label: str) -> float:
 
     Raises ValueError for a label other than yes/no; never raises because of the completion.
     """
-    return 1.0 if extract_yes_no(completion) == normalise_label(label) else 0.0
+    return 1.0 if extract_yes_no(completion) == canonical_label(label) else 0.0

@@ -11,7 +11,7 @@ module holds the configuration and the trainer; the math is in :mod:`hargo.losse
 1. value head ``V = Linear(hidden_size, 1)`` on the policy's last hidden state (shared backbone),
    zero-initialised, so ``V = 0`` before training;
 2. per-token rewards (``token_rewards``): ``-beta * (log pi(y_t) - log pi_ref(y_t))`` on each
-   completion token (the KL penalty in the reward, TRL PPO's ``kl_coef``; ``beta = rl.beta``) plus
+   completion token (the KL penalty in the reward, TRL PPO's ``kl_coef``; ``rl.ppo.kl_coef``) plus
    the sequence's task reward on its last completion token;
 3. GAE (``gae_advantages``, Schulman et al. 2016 eq. 16) with ``gamma``, ``lam`` from the
    detached values; returns ``R = A + V``; advantages whitened over the batch's completion tokens
@@ -20,92 +20,26 @@ module holds the configuration and the trainer; the math is in :mod:`hargo.losse
    ``vf_coef`` x clipped value loss (``clipped_value_loss``), both token-averaged over the
    valid completion tokens of the batch.
 
-The PPO knobs live in params.yaml ``compare.ppo`` (:class:`PPOConfig`); the other settings (G,
-temperature, beta, clip range, learning rate, LoRA, steps) are ``rl.*`` as for every RL method.
+The PPO knobs live in params.yaml ``rl.ppo`` (:class:`hargo.method_config.PPOParams`); the shared
+settings (G, temperature, clip range, learning rate, LoRA, steps) are ``rl.*`` as for every RL
+method.
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass
-from typing import Any, Mapping
 
 import torch
 from trl.models.utils import disable_gradient_checkpointing
 
 from hargo.losses import (clipped_policy_loss, clipped_value_loss, explained_variance,
                           gae_advantages, kl_penalty, masked_mean, token_rewards, whiten)
-from hargo.params import ParamsError
+from hargo.method_config import PPOParams
 from hargo.training.grpo import HargoGRPOTrainer
 
-__all__ = ["PPOConfig", "HargoPPOTrainer", "VALUE_HEAD_NAME"]
+__all__ = ["HargoPPOTrainer", "VALUE_HEAD_NAME"]
 
 #: Attribute name of the value head on the policy module while training (TRL's old ``v_head``).
 VALUE_HEAD_NAME = "v_head"
-
-
-@dataclass(frozen=True)
-class PPOConfig:
-    """PPO constants (params.yaml ``compare.ppo``; defaults are the committed values).
-
-    Attributes:
-        vf_coef: weight of the value loss in the total loss (TRL's old ``PPOConfig`` default 0.1).
-        gamma: discount over completion tokens, in [0, 1].
-        lam: GAE lambda, in [0, 1].
-        cliprange_value: the value prediction may move at most this far from the rollout's value
-            before its loss is clipped (> 0).
-        whiten_advantages: whiten the advantages over the batch's completion tokens.
-
-    Raises:
-        ValueError: a value out of range (names the field).
-    """
-
-    vf_coef: float = 0.1
-    gamma: float = 1.0
-    lam: float = 0.95
-    cliprange_value: float = 0.2
-    whiten_advantages: bool = True
-
-    def __post_init__(self):
-        if not self.vf_coef >= 0:
-            raise ValueError(f"compare.ppo.vf_coef: must be >= 0, got {self.vf_coef}")
-        for name in ("gamma", "lam"):
-            v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise ValueError(f"compare.ppo.{name}: must be in [0, 1], got {v}")
-        if not self.cliprange_value > 0:
-            raise ValueError(f"compare.ppo.cliprange_value: must be > 0, got "
-                             f"{self.cliprange_value}")
-
-    @classmethod
-    def from_params(cls, params: Mapping) -> "PPOConfig":
-        """Read ``params["compare"]["ppo"]`` (the whole params dict: ``rl.methods: [ppo]`` in the
-        plain rl stage reads the same block).
-
-        Raises:
-            ParamsError: the block or one of its keys is missing, or a value has the wrong type
-                or range (names ``compare.ppo.<key>``).
-        """
-        block = (params.get("compare") or {}).get("ppo")
-        if not isinstance(block, Mapping):
-            raise ParamsError("compare.ppo: missing (vf_coef, gamma, lam, cliprange_value, "
-                              "whiten_advantages); method ppo needs it")
-        kw: dict[str, Any] = {}
-        for name in ("vf_coef", "gamma", "lam", "cliprange_value"):
-            v = block.get(name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ParamsError(f"compare.ppo.{name}: expected a number, got {v!r}")
-            kw[name] = float(v)
-        if not isinstance(block.get("whiten_advantages"), bool):
-            raise ParamsError(f"compare.ppo.whiten_advantages: expected true or false, got "
-                              f"{block.get('whiten_advantages')!r}")
-        kw["whiten_advantages"] = block["whiten_advantages"]
-        try:
-            return cls(**kw)
-        except ValueError as e:
-            raise ParamsError(str(e)) from e
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # -------------------------------------------------------------------------------- trainer
@@ -139,13 +73,13 @@ class HargoPPOTrainer(HargoGRPOTrainer):
     it stays trainable under LoRA; its weights are saved in ``hargo_state.json`` of every
     checkpoint (a LoRA checkpoint holds only the adapter) and restored on resume. ``train()``
     removes it from the policy when it returns, so the model saved afterwards
-    (``hargo.training.common.save_merged``) is a plain causal LM; it stays available as
+    (``hargo.training.loading.save_merged``) is a plain causal LM; it stays available as
     :attr:`value_head`.
 
     Args:
         *args, **kwargs: as :class:`~hargo.training.grpo.HargoGRPOTrainer` (``method`` must be
             ``"ppo"``).
-        ppo_config: the PPO constants; default ``PPOConfig()``.
+        ppo_config: the PPO knobs (``rl.ppo``); default ``PPOParams()``.
 
     Logged into TRL's metrics (``self._metrics``): ``ppo/value_loss``, ``ppo/value_clipfrac``,
     ``ppo/policy_loss``, ``ppo/explained_variance``, ``ppo/value_mean``, ``ppo/return_mean``,
@@ -158,9 +92,9 @@ class HargoPPOTrainer(HargoGRPOTrainer):
 
     accepted_methods = ("ppo",)
 
-    def __init__(self, *args, method: str = "ppo", ppo_config: PPOConfig | None = None,
+    def __init__(self, *args, method: str = "ppo", ppo_config: PPOParams | None = None,
                  **kwargs):
-        self.ppo_config = ppo_config or PPOConfig()
+        self.ppo_config = ppo_config or PPOParams()
         self._hidden_chunks: list[torch.Tensor] | None = None
         super().__init__(*args, method=method, **kwargs)
         self._check_ppo_supported()

@@ -5,7 +5,7 @@
 1. validates params and method, reads ``data/prepared/train.jsonl`` and draws
    ``rl.samples_per_task`` prompts per task (prompts over :func:`prompt_cap` tokens --
    ``rl.max_prompt_tokens``, or ``train.max_prompt_tokens`` when that is absent or null -- are
-   skipped and counted, never truncated; ``hargo.training.common.select_subset``). RL pads every
+   skipped and counted, never truncated; ``hargo.data.records.select_subset``). RL pads every
    prompt of a step to the longest one, so this cap bounds the cost of a step;
 2. builds :class:`hargo.training.grpo.HargoGRPOTrainer` on the SFT model (``sft.out_dir``, also
    the frozen reference model) with the task rewards (``hargo.rewards.TaskReward``) through
@@ -44,8 +44,10 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from hargo.io import HargoInputError, atomic_write_json, read_jsonl
-from hargo.params import RL_METHODS, TASKS, ParamsError, validate_params
+from hargo.data.records import read_prepared
+from hargo.io import HargoInputError, atomic_write_json
+from hargo.method_config import kl_coef, method_params
+from hargo.params import RL_METHODS, ParamsError, validate_params
 
 __all__ = ["run", "prompt_cap", "build_grpo_config", "load_rl_records", "to_dataset",
            "build_trainer", "run_fingerprint", "CHECKPOINT_ROOT", "METRICS_ROOT"]
@@ -63,6 +65,15 @@ VLLM_GPU_MEMORY_UTILIZATION = 0.3
 TABLE_ROWS = 32
 
 
+def _hargo_config(params: Mapping, method: str):
+    """The estimator constants of a GRPO-family method (``rl.<method>``); PPO: the defaults
+    (its advantages are GAE's)."""
+    from hargo.advantages import HargoConfig
+
+    p = method_params(params, method)
+    return p.hargo_config() if hasattr(p, "hargo_config") else HargoConfig()
+
+
 def _check_method(method: str) -> None:
     if method not in RL_METHODS:
         raise ParamsError(f"rl method: unknown method {method!r}; valid: {', '.join(RL_METHODS)}")
@@ -76,28 +87,12 @@ def prompt_cap(params: Mapping) -> int:
 
 
 def load_rl_records(path: str | os.PathLike) -> list[dict]:
-    """Read prepared records for RL and check the fields RL uses.
+    """The prepared train split, checked (:func:`hargo.data.records.read_prepared`).
 
     Raises:
-        HargoInputError: missing file, or a record without a non-empty conversational ``prompt``,
-            with an unknown ``task``, or a non-string ``answer`` (names file, record, field).
+        HargoInputError: missing file or a bad record (names file, record, field).
     """
-    records = read_jsonl(path)
-    for i, r in enumerate(records):
-        p = r.get("prompt")
-        if not isinstance(p, list) or not p or not all(isinstance(m, dict) and "content" in m
-                                                        for m in p):
-            raise HargoInputError(path, "expected a non-empty list of {role, content} messages",
-                                  record=i, field="prompt")
-        if r.get("task") not in TASKS:
-            raise HargoInputError(path, f"unknown task {r.get('task')!r}; valid: "
-                                  f"{', '.join(TASKS)}", record=i, field="task")
-        if not isinstance(r.get("answer"), str):
-            raise HargoInputError(path, "expected a string", record=i, field="answer")
-        if r["task"].startswith("race") and r.get("label") not in ("yes", "no"):
-            raise HargoInputError(path, f"race record needs label yes/no, got {r.get('label')!r}",
-                                  record=i, field="label")
-    return records
+    return read_prepared(path)
 
 
 def to_dataset(records: list[dict]):
@@ -115,7 +110,8 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
 
     Mapping: ``num_generations=G``, ``per_device_train_batch_size = prompts_per_step * G /
     world_size`` (TRL counts completions), ``max_completion_length=max_new_tokens``,
-    ``epsilon=clip_range``, ``max_steps=steps``, ``beta``, ``temperature``, ``learning_rate``
+    ``epsilon=clip_range``, ``max_steps=steps``, ``beta`` = the method's KL coefficient
+    (``rl.<method>.beta``, PPO's ``rl.ppo.kl_coef``), ``temperature``, ``learning_rate``
     (constant schedule), device and precision from :func:`hargo.hardware.trainer_precision_kwargs`,
     ``gradient_checkpointing`` (``train``), checkpoints every ``save_steps``. The loss settings
     come from :func:`hargo.training.grpo.trl_loss_settings`. ``overrides`` replace any field.
@@ -141,7 +137,7 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
         gradient_checkpointing=bool(params["train"]["gradient_checkpointing"]),
         per_device_train_batch_size=completions // world_size, gradient_accumulation_steps=1,
         num_generations=G, max_completion_length=int(rl["max_new_tokens"]),
-        temperature=float(rl["temperature"]), beta=float(rl["beta"]),
+        temperature=float(rl["temperature"]), beta=kl_coef(params, method),
         epsilon=float(rl["clip_range"]), learning_rate=float(rl["learning_rate"]),
         lr_scheduler_type="constant", warmup_steps=0, max_steps=int(rl["steps"]),
         num_iterations=1, shuffle_dataset=True, disable_dropout=True,
@@ -178,7 +174,7 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
                   reward_funcs=None, trainer_kwargs: Mapping | None = None, **config_overrides):
     """A ready :class:`~hargo.training.grpo.HargoGRPOTrainer` for ``method`` on ``records``
     (for ``ppo`` its subclass :class:`~hargo.training.ppo.HargoPPOTrainer`, with
-    ``PPOConfig.from_params(params)`` from ``compare.ppo``).
+    its ``rl.ppo`` knobs, :class:`hargo.method_config.PPOParams`).
 
     ``model_dir``: a complete model folder (the SFT model), loaded in float32 as the policy;
     with ``rl.lora.enabled`` a fresh LoRA adapter is trained and the reference model is the
@@ -188,9 +184,9 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     """
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from hargo.advantages import HargoConfig
     from hargo.rewards import RewardConfig, TaskReward
-    from hargo.training.common import load_model, load_tokenizer, lora_config
+    from hargo.models.loading import load_model, load_tokenizer
+    from hargo.training.common import lora_config
     from hargo.training.grpo import HargoGRPOTrainer
 
     rl = params["rl"]
@@ -201,9 +197,9 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
         reward_funcs = [TaskReward(RewardConfig.from_params(params.get("rewards")))]
     trainer_cls, extra = HargoGRPOTrainer, {}
     if method == "ppo":
-        from hargo.training.ppo import HargoPPOTrainer, PPOConfig
+        from hargo.training.ppo import HargoPPOTrainer
 
-        trainer_cls, extra = HargoPPOTrainer, {"ppo_config": PPOConfig.from_params(params)}
+        trainer_cls, extra = HargoPPOTrainer, {"ppo_config": method_params(params, "ppo")}
     args = build_grpo_config(params, method, output_dir, **config_overrides)
     if args.use_vllm:
         _check_vllm_usable()
@@ -212,7 +208,7 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     trainer = trainer_cls(
         model=model, reward_funcs=reward_funcs, args=args, train_dataset=to_dataset(records),
         processing_class=tokenizer, peft_config=lora_config(rl["lora"]), callbacks=list(callbacks),
-        method=method, hargo_config=HargoConfig.from_params(rl), recorder=recorder,
+        method=method, hargo_config=_hargo_config(params, method), recorder=recorder,
         **extra, **dict(trainer_kwargs or {}))
     # One concise line per step comes from RLLoggingCallback; drop transformers' dict printer.
     trainer.remove_callback(PrinterCallback)
@@ -234,13 +230,14 @@ def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
                     data_path: str | os.PathLike) -> dict:
     """What a checkpoint must agree with to be resumed: the method, the params that shape
     training (seed, train.*, rewards.*, rl.* except methods/out_dir/save_steps/
-    log_completions_steps, and compare.ppo for ppo) and digests of the SFT model's files and of the train data."""
-    rl = {k: v for k, v in params["rl"].items() if k not in _NON_TRAINING_KEYS}
+    log_completions_steps and the other methods' blocks) and digests of the SFT model's files and
+    of the train data."""
+    rl = {k: v for k, v in params["rl"].items()
+          if k not in _NON_TRAINING_KEYS and (k == method or k not in RL_METHODS)}
     model_files = [p for p in Path(model_dir).iterdir()
                    if p.is_file() and p.suffix in (".safetensors", ".json", ".bin")]
     return {"method": method, "seed": params["seed"], "train": params["train"],
             "rewards": params.get("rewards"), "rl": rl,
-            "ppo": params.get("compare", {}).get("ppo") if method == "ppo" else None,
             "model_sha256": _digest_files(model_files),
             "data_sha256": _digest_files([Path(data_path)])}
 
@@ -316,8 +313,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     import mlflow
 
     from hargo import tracking
-    from hargo.training.common import (load_tokenizer, resolve_model_dir, save_merged,
-                                       select_subset, setup_torch)
+    from hargo.data.records import select_subset
+    from hargo.hardware import setup_torch
+    from hargo.models.loading import load_tokenizer, resolve_model_dir, save_merged
     from hargo.training.launch import launch_state
     from hargo.training.rl_logging import (RLLoggingCallback, StepRecorder, plot_history,
                                            summarize_history)

@@ -36,8 +36,10 @@ from typing import Any, Callable, Sequence
 
 from transformers import TrainerCallback
 
+from hargo.rewards import completion_text
+
 __all__ = ["PLP_ACCURACY_THRESHOLD", "is_correct", "StepRecorder", "RLLoggingCallback",
-           "plot_history", "summarize_history", "prompt_text", "completion_text"]
+           "plot_history", "summarize_history", "prompt_preview"]
 
 #: plp has no exact answer: a completion counts as correct when its reward (MiniLM cosine plus
 #: the format bonus minus the length penalty) reaches this value.
@@ -56,20 +58,13 @@ def is_correct(task: str, reward: float) -> bool:
     return reward >= 1.0 - _FULL_REWARD_TOL
 
 
-def prompt_text(prompt: Any, limit: int = 400) -> str:
+def prompt_preview(prompt: Any, limit: int = 400) -> str:
     """The last user message of a conversational prompt (or the prompt string), cut to ``limit``
     characters with a trailing ``...``."""
     if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[-1], dict):
         prompt = prompt[-1].get("content", "")
     text = prompt if isinstance(prompt, str) else str(prompt)
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def completion_text(completion: Any) -> str:
-    """Text of a completion as TRL logs it (a string or ``[{"role": "assistant", ...}]``)."""
-    if isinstance(completion, (list, tuple)) and completion and isinstance(completion[-1], dict):
-        return str(completion[-1].get("content", ""))
-    return completion if isinstance(completion, str) else str(completion)
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -229,7 +224,7 @@ class StepRecorder:
             "step": [int(step)] * n,
             "task": g["tasks"][:n],
             "group": [i // G for i in range(n)],
-            "prompt": [prompt_text(g["prompts"][i]) if g["prompts"] else "" for i in range(n)],
+            "prompt": [prompt_preview(g["prompts"][i]) if g["prompts"] else "" for i in range(n)],
             "completion": [completion_text(c) for c in g["completions"][:n]],
             "reward": [float(x) for x in g["rewards"][:n]],
             "advantage": [float(x) for x in g["advantages"][:n]],

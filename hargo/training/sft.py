@@ -6,7 +6,7 @@ examples ``{"prompt": record["prompt"], "completion": [{"role": "assistant", "co
 record["answer"]}]}``, rendered with the model's own chat template; the loss is on the completion
 tokens only (``completion_only_loss=True``). A seeded, task-balanced subset of
 ``sft.samples_per_task`` records per task is used; prompts over ``train.max_prompt_tokens`` are
-skipped and counted (:func:`hargo.training.common.select_subset`). Sequences longer than
+skipped and counted (:func:`hargo.data.records.select_subset`). Sequences longer than
 ``sft.max_length`` have their completion's tail cut by TRL (counted as ``truncated``).
 
 Outputs: ``sft.out_dir`` (adapters merged, whole or nothing; the frozen reference model and the
@@ -38,33 +38,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hargo.io import HargoInputError, atomic_write_json, read_jsonl
+from hargo.data.records import read_prepared, select_subset
+from hargo.io import HargoInputError, atomic_write_json
+from hargo import hardware
+from hargo.models import loading
 from hargo.training import common
 
 METRICS_PATH = Path("metrics") / "sft.json"
-
-
-def check_records(path: str | Path, records: Sequence[dict]) -> None:
-    """Check the fields SFT reads: ``task`` (str), ``prompt`` (non-empty list of
-    ``{"role", "content"}`` with string content) and ``answer`` (non-empty str).
-
-    Raises:
-        HargoInputError: naming the file, record index and field; also for an empty file.
-    """
-    if not records:
-        raise HargoInputError(path, "no records: the train split is empty")
-    for i, r in enumerate(records):
-        if not isinstance(r.get("task"), str) or not r["task"]:
-            raise HargoInputError(path, "expected a task name", record=i, field="task")
-        prompt = r.get("prompt")
-        if not isinstance(prompt, list) or not prompt or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str)
-                and isinstance(m.get("content"), str) for m in prompt):
-            raise HargoInputError(path, "expected a non-empty list of {role, content} messages",
-                                  record=i, field="prompt")
-        if not isinstance(r.get("answer"), str) or not r["answer"].strip():
-            raise HargoInputError(path, "expected a non-empty answer string", record=i,
-                                  field="answer")
 
 
 def to_prompt_completion(records: Sequence[dict]) -> list[dict]:
@@ -250,17 +230,17 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
     from hargo.training.launch import launch_state
 
     launch = launch_state()
-    common.setup_torch(params)
-    model = common.load_model(model_dir, dtype="float32",
+    hardware.setup_torch(params)
+    model = loading.load_model(model_dir, dtype="float32",
                               trust_remote_code=bool(params["model"]["trust_remote_code"]))
-    tok = common.load_tokenizer(model_dir)
+    tok = loading.load_tokenizer(model_dir)
     work = Path(tempfile.mkdtemp(prefix="hargo-sft-"))
     try:
         args = sft_config(params, work / "trainer", report_to, world_size=launch.num_processes)
         trainer = build_trainer(params, model, tok, records, args)
         max_length = int(params["sft"]["max_length"])
         truncated = sum(1 for ids in trainer.train_dataset["input_ids"] if len(ids) >= max_length)
-        counts = common.describe(trainer.model)
+        counts = loading.describe(trainer.model)
         t0, c0 = time.perf_counter(), time.process_time()
         out = trainer.train()
         seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
@@ -294,7 +274,7 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
             if launch.num_processes > 1:
                 trainer.accelerator.wait_for_everyone()
             if launch.is_main:   # one writer: atomic_dir's rename would race between processes
-                common.save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
+                loading.save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
                                    dtype=params["model"]["dtype"])
         return metrics
     finally:
@@ -318,14 +298,13 @@ def run(params: Mapping) -> dict[str, Any]:
     from hargo.training.launch import launch_state
 
     t_start = time.perf_counter()
-    model_dir = common.resolve_model_dir(params["model"]["out_dir"])
+    model_dir = loading.resolve_model_dir(params["model"]["out_dir"])
     train_path = Path(params["data"]["out_dir"]) / "train.jsonl"
-    records = read_jsonl(train_path)
-    check_records(train_path, records)
-    tok = common.load_tokenizer(model_dir)
-    subset, skipped = common.select_subset(records, params["sft"]["samples_per_task"],
-                                           int(params["seed"]), tok,
-                                           int(params["train"]["max_prompt_tokens"]))
+    records = read_prepared(train_path, require_answer=True)
+    tok = loading.load_tokenizer(model_dir)
+    subset, skipped = select_subset(records, params["sft"]["samples_per_task"],
+                                    int(params["seed"]), tok,
+                                    int(params["train"]["max_prompt_tokens"]))
     if not subset:
         raise HargoInputError(train_path, f"every prompt is longer than train.max_prompt_tokens="
                               f"{params['train']['max_prompt_tokens']} tokens (skipped: {skipped})")

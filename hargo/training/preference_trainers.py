@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hargo.io import HargoInputError, read_jsonl
+from hargo import hardware
+from hargo.models import loading
 from hargo.training import common
 
 __all__ = ["METHODS", "check_params", "check_pairs", "pair_order", "dpo_rows", "kto_rows",
@@ -287,21 +289,21 @@ def train_preference(params: Mapping, method: str, model_dir: str | Path,
     else:
         path = Path(params["compare"]["preferences"]["out_dir"]) / "pairs.jsonl"
     check_pairs(path, pairs)
-    model_dir = common.resolve_model_dir(model_dir)
+    model_dir = loading.resolve_model_dir(model_dir)
     c = params["compare"]
     steps, pps = int(c["steps"]), int(c["prompts_per_step"])
     order = pair_order(len(pairs), steps * pps, int(seed))
     rows = kto_rows(pairs, order, pps) if method == "kto" else dpo_rows(pairs, order)
 
-    common.setup_torch({**params, "seed": int(seed)})
-    model = common.load_model(model_dir, dtype="float32",
+    hardware.setup_torch({**params, "seed": int(seed)})
+    model = loading.load_model(model_dir, dtype="float32",
                               trust_remote_code=bool(params["model"]["trust_remote_code"]))
-    tok = common.load_tokenizer(model_dir)
+    tok = loading.load_tokenizer(model_dir)
     work = Path(tempfile.mkdtemp(prefix=f"hargo-{method}-"))
     try:
         args = build_config(params, method, work / "trainer", int(seed))
         trainer = build_trainer(params, method, model, tok, rows, args)
-        counts = common.describe(trainer.model)
+        counts = loading.describe(trainer.model)
         t0 = time.perf_counter()
         trainer.train()
         train_s = time.perf_counter() - t0
@@ -320,7 +322,7 @@ def train_preference(params: Mapping, method: str, model_dir: str | Path,
             "trainable_parameters": counts["trainable"],
         }
         if out_dir is not None:
-            common.save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
+            loading.save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
                                dtype=params["model"]["dtype"])
         return result
     finally:

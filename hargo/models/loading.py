@@ -1,0 +1,99 @@
+"""Loading and saving model folders: the policy, the reference model and every stage's output.
+
+A *model folder* is a plain transformers folder (safetensors weights, config, tokenizer,
+generation config) written whole or not at all (:func:`hargo.io.atomic_dir`, a ``.complete``
+marker); LoRA adapters are merged before saving, so vLLM and the reference model load the folder
+directly.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hargo.io import atomic_dir, require_complete_dir
+
+__all__ = ["DTYPES", "resolve_model_dir", "load_model", "load_tokenizer", "save_merged",
+           "describe"]
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """Check that ``path`` is a complete model folder written by a stage.
+
+    Raises:
+        FileNotFoundError: missing or half-written; the message names the stage to run.
+    """
+    path = Path(path)
+    stage = {"base": "base_model (hargo base-model)", "sft": "sft (hargo sft)"}.get(
+        path.name, "the stage that writes it")
+    try:
+        return require_complete_dir(path, what="model folder")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{e} (written by stage {stage}; `dvc repro` runs it)") from None
+
+
+def load_model(path: str | Path, dtype: str = "float32", trust_remote_code: bool = False):
+    """Load a causal LM from a complete local model folder (see :func:`resolve_model_dir`).
+
+    ``dtype`` is one of float32, bfloat16, float16: the weights' dtype in memory.
+
+    Raises:
+        FileNotFoundError: the folder is missing or incomplete.
+        ValueError: unknown dtype.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    path = resolve_model_dir(path)
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype),
+                                                trust_remote_code=trust_remote_code)
+
+
+def load_tokenizer(path: str | Path):
+    """Load the tokenizer of a model folder; a missing pad token is set to the EOS token.
+
+    The padding side is left as saved; left padding for generation is the caller's business.
+    """
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32") -> None:
+    """Save ``model`` as a plain model folder (safetensors, tokenizer, generation config).
+
+    A PEFT model's adapters are merged into the base weights first (``merge_and_unload``), so
+    vLLM and the reference model load the folder directly. The weights are cast to ``dtype``
+    (the model is modified in place). Written through :func:`hargo.io.atomic_dir`: whole, with a
+    ``.complete`` marker, or not at all.
+    """
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    try:
+        from peft import PeftModel
+    except ImportError:  # peft is a dependency; keep plain models working without it
+        PeftModel = ()  # type: ignore[assignment]
+    if PeftModel and isinstance(model, PeftModel):
+        model = model.merge_and_unload()
+    model = model.to(getattr(torch, dtype))
+    model.config.use_cache = True  # trainers turn the cache off for gradient checkpointing
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(tmp)
+
+
+def describe(model: Any) -> dict[str, int]:
+    """``{"parameters": total, "trainable": requires_grad}`` counts of a torch model."""
+    params = list(model.parameters())
+    return {"parameters": sum(p.numel() for p in params),
+            "trainable": sum(p.numel() for p in params if p.requires_grad)}
