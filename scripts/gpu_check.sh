@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (hargo/gpu_check.py): build its payload here, run it on the lent GPU machine in
+# The GPU check (hargo/gpu_check/): build its payload here, run it on the lent GPU machine in
 # two device calls, or dry-run it on the CPU.
 #
 #   scripts/gpu_check.sh build          here: .gpu_payload/1 and .gpu_payload/2, each under 64 MiB

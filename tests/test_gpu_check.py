@@ -1,4 +1,4 @@
-"""The GPU check's CPU half (hargo/gpu_check.py, scripts/gpu_check.sh).
+"""The GPU check's CPU half (hargo/gpu_check/, scripts/gpu_check.sh).
 
 The dry run runs end to end once, in a subprocess (it hides MLflow, Prefect, DVC, Great
 Expectations and vLLM from itself, as they are absent on the GPU machine, so it must not share
@@ -22,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 from hargo import gpu_check  # noqa: E402
+from hargo.gpu_check import inputs  # noqa: E402
 
 METHODS = ("grpo", "dr_grpo", "hargo")
 
@@ -89,7 +90,7 @@ def test_correctness_cpu_vs_cpu_differs_nowhere(dry_run):
                                   "ema_type": "float", "ema_value": run["ema"]}
         rt = variant["roundtrip"]
         assert rt["passed"] and rt["resumed_global_step"] == 2
-        assert {"hargo_state.json", "trainer_state.json", "optimizer.pt"} <= set(
+        assert {"method_state.json", "trainer_state.json", "optimizer.pt"} <= set(
             rt["checkpoint_files"])
         assert rt["checkpoint_ema"] == rt["step1_ema"]
         assert rt["diffs"]["ema"] == 0.0 and rt["diffs"]["weights"] == 0.0
@@ -231,7 +232,7 @@ def test_fixed_batch_leaves_plp_out_without_minilm(monkeypatch):
     """Device call 1 carries no MiniLM: its smoke run trains on the three other groups."""
     assert [r["task"] for r in gpu_check.fixed_records()] == ["race_c", "mlperf",
                                                               "race_fortran", "plp"]
-    monkeypatch.setattr(gpu_check, "_minilm_available", lambda: False)
+    monkeypatch.setattr(inputs, "_minilm_available", lambda: False)
     assert [r["task"] for r in gpu_check.fixed_records()] == ["race_c", "mlperf",
                                                               "race_fortran"]
 

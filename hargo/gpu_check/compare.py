@@ -1,0 +1,322 @@
+"""The GPU check's ``compare`` part: SFT, then grpo, dr_grpo and hargo on one budget, evaluated.
+
+SFT on the whole train split (LoRA, as params.yaml, batch 16, one epoch), then ``grpo``,
+``dr_grpo`` and ``hargo`` from that SFT model with the same budget (50 steps of 16 prompts x G=4,
+48 new tokens, prompts up to 384 tokens; fewer steps if the time budget says so: a method stopped
+early by its deadline imposes its step count on the methods after it, and ``equal_budget`` says
+whether all got the same), each model answering the whole eval split greedily (transformers
+backend, bf16 on the GPU). DR-F1, PLP similarity, MLPerf EM, AvgScore (``hargo.metrics``),
+WinRate vs SFT (judge ``task-reward``), next to an always-"yes" answerer and the SFT model, and
+95% paired-bootstrap intervals of HARGO minus GRPO and HARGO minus Dr. GRPO
+(``hargo.compare.stats``).
+
+Within the part's time SFT gets a fifth and each RL method an equal share of the rest, its
+evaluation (timed on SFT's) kept back. :func:`rescore` recomputes the tables here from the
+answers the run brought back (``--rescore``).
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from hargo.gpu_check.common import (RESERVE_S, _deadline_callback, _free_memory, _now,
+                                    _peak_gpu_mib, _reset_peak, _write_json, log)
+from hargo.gpu_check.speed import _history_split
+
+HEADLINE = ("dr_f1", "plp_similarity", "mlperf_em", "avg_score", "win_rate")
+
+
+def _eval_model(name: str, model_dir: Path, subset: list[dict], ev: Mapping, reward_fn,
+                seed: int) -> dict:
+    from hargo.evaluation.generate import run_generation
+    from hargo.metrics import compute_metrics, score_samples
+
+    t0 = _now()
+    res = run_generation(model_dir, [r["prompt"] for r in subset], ev, "transformers", seed=seed)
+    scored = score_samples(subset, res.completions, reward_fn)
+    m = compute_metrics(subset, res.completions, rewards=[s["reward"] for s in scored],
+                        reward_fn=reward_fn)
+    m = {k: v for k, v in m.items() if k != "dr_confusion"} | {
+        "dr_confusion": None if m.get("dr_confusion") is None else
+        {c: int(m["dr_confusion"][c]) for c in ("tp", "fp", "fn", "tn")}}
+    m.update(eval_s=round(_now() - t0, 2), generate_s=round(res.generate_s, 2),
+             load_s=round(res.load_s, 2), completion_tokens=int(sum(res.completion_tokens)),
+             gen_tokens_per_s=round(res.tokens_per_s, 1), dtype=res.dtype)
+    log(f"eval {name}: DR-F1 {m.get('dr_f1')}, PLP {m.get('plp_similarity')}, MLPerf EM "
+        f"{m.get('mlperf_em')}, AvgScore {m.get('avg_score')} ({m['eval_s']} s)")
+    return {"completions": res.completions, "scored": scored, "metrics": m}
+
+
+def _per_prompt(subset: Sequence[Mapping], scored: Sequence[Mapping]) -> dict:
+    """Per-prompt arrays for the paired bootstrap (hargo.compare.stats)."""
+    import numpy as np
+
+    from hargo.compare.stats import race_f1_records
+
+    race = [(s, r) for s, r in zip(subset, scored) if s["task"] in ("race_c", "race_fortran")]
+    out = {"avg_score": np.array([r["reward"] for r in scored], dtype=float)}
+    if race:
+        out["dr_f1"] = race_f1_records([s["label"] for s, _ in race],
+                                       [r["prediction"] for _, r in race])
+    plp = [r["similarity"] for s, r in zip(subset, scored) if s["task"] == "plp"]
+    if plp:
+        out["plp_similarity"] = np.array(plp, dtype=float)
+    em = [float(r["em"]) for s, r in zip(subset, scored) if s["task"] == "mlperf"]
+    if em:
+        out["mlperf_em"] = np.array(em, dtype=float)
+    return out
+
+
+def _comparison_tables(subset: list[dict], evals: Mapping[str, Mapping], reward_fn,
+                       resamples: int, seed: int) -> tuple[dict, dict]:
+    """Metrics per model (WinRate vs SFT added) and the bootstrap intervals of HARGO minus the
+    others; works from completions alone (also used by ``--rescore``)."""
+    import numpy as np
+
+    from hargo.compare.stats import f1_statistic, mean_statistic, paired_bootstrap_ci
+    from hargo.judges import make_judge
+
+    judge = make_judge({"judge": "reward"}, reward_fn)
+    models: dict[str, dict] = {}
+    per_prompt: dict[str, dict] = {}
+    for name, e in evals.items():
+        models[name] = dict(e["metrics"])
+        per_prompt[name] = _per_prompt(subset, e["scored"])
+    if "sft" in evals:
+        for name, e in evals.items():
+            if name in ("sft", "always_yes"):
+                continue
+            v = judge.compare_batch(subset, e["completions"], evals["sft"]["completions"])
+            wins, ties, losses = v.count(1), v.count(0), v.count(-1)
+            models[name].update(win_rate=(wins + 0.5 * ties) / len(v) if v else None,
+                                win_wins=wins, win_ties=ties, win_losses=losses,
+                                win_judge=judge.name)
+            per_prompt[name]["win_rate"] = np.array([{1: 1.0, 0: 0.5, -1: 0.0}[x] for x in v])
+    ci: dict[str, dict] = {}
+    for other in ("grpo", "dr_grpo"):
+        if "hargo" not in per_prompt or other not in per_prompt:
+            continue
+        pair = {}
+        for k in HEADLINE:
+            a, b = per_prompt["hargo"].get(k), per_prompt[other].get(k)
+            if a is None or b is None:
+                continue
+            stat = f1_statistic if k == "dr_f1" else mean_statistic
+            pair[k] = paired_bootstrap_ci(a, b, stat, resamples=resamples, confidence=0.95,
+                                          seed=seed)
+        ci[f"hargo-{other}"] = pair
+    return models, ci
+
+
+def _train_sft(ctx: dict, records: list[dict], out_dir: Path, end: float) -> dict:
+    from hargo.hardware import setup_torch
+    from hargo.models.loading import load_model, load_tokenizer, save_merged
+    from hargo.training import sft
+
+    p = ctx["params"]
+    setup_torch(p)
+    model = load_model(ctx["model_dir"], dtype="float32")
+    tok = load_tokenizer(ctx["model_dir"])
+    args = sft.sft_config(p, ctx["work"] / "sft-trainer", report_to=())
+    args.disable_tqdm = True
+    trainer = sft.build_trainer(p, model, tok, records, args)
+    stop = _deadline_callback(end)
+    trainer.add_callback(stop)
+    t0 = _now()
+    out = trainer.train()
+    train_s = _now() - t0
+    save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
+                dtype=p["model"]["dtype"])
+    curve = [(int(e["step"]), float(e["loss"])) for e in trainer.state.log_history
+             if "loss" in e and "step" in e and "train_loss" not in e]
+    res = {"examples": len(records), "steps": int(trainer.state.global_step),
+           "max_steps": int(trainer.state.max_steps), "train_s": round(train_s, 2),
+           "mean_train_loss": float(out.training_loss), "bf16": bool(args.bf16),
+           "first_loss": curve[0][1] if curve else None,
+           "last_loss": curve[-1][1] if curve else None,
+           "stopped_by_deadline": bool(stop.stopped), "lora": bool(p["sft"]["lora"]["enabled"]),
+           "batch_size": int(p["sft"]["batch_size"]), "learning_rate": float(
+               p["sft"]["learning_rate"])}
+    for step, loss in curve:
+        ctx["tracker"].metrics("compare/sft", {"loss": loss}, step=step)
+    del trainer, model
+    _free_memory()
+    return res
+
+
+def _train_rl(ctx: dict, method: str, sft_dir: Path, records: list[dict], steps: int,
+              out_dir: Path, end: float) -> dict:
+    from hargo.hardware import setup_torch
+    from hargo.models.loading import load_tokenizer, save_merged
+    from hargo.training.rl import build_trainer
+    from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
+
+    p = copy.deepcopy(ctx["params"])
+    p["rl"]["steps"] = int(steps)
+    setup_torch(p)
+    tok = load_tokenizer(sft_dir)
+    rec = StepRecorder()
+    stop = _deadline_callback(end)
+    trainer = build_trainer(p, method, sft_dir, records, ctx["work"] / f"rl-{method}",
+                            recorder=rec, callbacks=[RLLoggingCallback(rec, method), stop],
+                            tokenizer=tok)
+    _reset_peak()
+    t0 = _now()
+    trainer.train()
+    train_s = _now() - t0
+    save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
+                dtype=p["model"]["dtype"])
+    hist = rec.history
+    for h in hist:
+        ctx["tracker"].metrics(f"compare/rl-{method}", {k: v for k, v in h.items() if k != "step"},
+                               step=int(h["step"]))
+    split = _history_split(hist)
+    res = {"method": method, "steps": int(trainer.state.global_step), "max_steps": int(steps),
+           "train_s": round(train_s, 2), "s_per_step": round(split["step_s"], 3),
+           "time_split_s_per_step": {k: round(split[k], 3)
+                                     for k in ("generation_s", "scoring_s", "update_s")},
+           "ema_baseline": trainer.ema.value, "bf16": bool(trainer.args.bf16),
+           "stopped_by_deadline": bool(stop.stopped), "peak_gpu_mib": _peak_gpu_mib(),
+           "reward_curve": [(int(h["step"]), h.get("all/reward_mean")) for h in hist],
+           "final_reward_mean": hist[-1].get("all/reward_mean") if hist else None}
+    del trainer
+    _free_memory()
+    return res
+
+
+def run_compare(ctx: dict) -> dict:
+    from hargo.data.records import select_subset
+    from hargo.evaluation.evaluate import select_prompts
+    from hargo.io import read_jsonl
+    from hargo.models.loading import load_tokenizer
+    from hargo.rewards import RewardConfig, TaskReward
+    from hargo.training.rl import prompt_cap
+
+    plan, work, dl = ctx["plan"], ctx["work"], ctx["deadline"]
+    p = ctx["params"]
+    seed = int(p["seed"])
+    p["sft"].update(plan.sft)
+    p["rl"].update({k: v for k, v in plan.rl.items() if k != "steps"})
+    ev = dict(p["evaluate"], **plan.eval, backend="transformers", temperature=0.0)
+    tok = load_tokenizer(ctx["model_dir"])
+    train = read_jsonl(ctx["data_dir"] / "train.jsonl")
+    eval_records = read_jsonl(ctx["data_dir"] / "eval.jsonl")
+    sft_records, sft_skipped = select_subset(train, plan.sft["samples_per_task"], seed, tok,
+                                             int(p["train"]["max_prompt_tokens"]))
+    rl_records, rl_skipped = select_subset(train, plan.rl["samples_per_task"], seed, tok,
+                                           prompt_cap(p))
+    subset, eval_skipped = select_prompts(eval_records, ev, seed, tok)
+    reward_fn = TaskReward(RewardConfig.from_params(p.get("rewards")))
+    setup = {"sft_examples": len(sft_records), "sft_skipped": sft_skipped,
+             "rl_prompt_pool": len(rl_records), "rl_skipped": rl_skipped,
+             "eval_prompts": len(subset), "eval_skipped": eval_skipped,
+             "eval_per_task": dict(Counter(r["task"] for r in subset)),
+             "rl": dict(plan.rl), "sft": dict(plan.sft),
+             "eval": {k: ev[k] for k in ("max_new_tokens", "batch_size", "max_prompt_tokens")},
+             "judge": "task-reward", "methods": list(plan.rl_methods)}
+    ctx["tracker"].params("compare", {"setup": setup})
+    result: dict[str, Any] = {"setup": setup, "models": {}, "rl": {}, "bootstrap": {}}
+    evals: dict[str, dict] = {}
+
+    def budget_left() -> float:
+        return dl.end - RESERVE_S - _now()
+
+    # always-yes: the trivial answerer
+    yes = ["yes"] * len(subset)
+    from hargo.metrics import compute_metrics, score_samples
+
+    sc = score_samples(subset, yes, reward_fn)
+    m = compute_metrics(subset, yes, rewards=[s["reward"] for s in sc], reward_fn=reward_fn)
+    m["dr_confusion"] = None if m.get("dr_confusion") is None else {
+        c: int(m["dr_confusion"][c]) for c in ("tp", "fp", "fn", "tn")}
+    evals["always_yes"] = {"completions": yes, "scored": sc, "metrics": m}
+
+    # SFT: up to a fifth of what is left
+    log(f"compare: SFT on {len(sft_records)} examples ({budget_left():.0f} s left)")
+    sft_dir = work / "sft"
+    result["sft"] = _train_sft(ctx, sft_records, sft_dir, _now() + 0.2 * budget_left())
+    ctx["save_partial"]("compare", result)
+    evals["sft"] = _eval_model("sft", sft_dir, subset, ev, reward_fn, seed)
+    eval_s = evals["sft"]["metrics"]["eval_s"]
+
+    methods = list(plan.rl_methods)
+    steps = int(plan.rl["steps"])
+    for i, method in enumerate(methods):
+        n_left = len(methods) - i
+        # this method's share of what is left, its evaluation (like SFT's) kept back
+        share = (budget_left() - n_left * (eval_s * 1.2 + 5.0)) / n_left
+        if share <= 0:
+            result["rl"][method] = {"skipped": "time budget"}
+            log(f"compare: {method} skipped (time budget)")
+            continue
+        log(f"compare: {method}, {steps} steps x {plan.rl['prompts_per_step']} prompts x "
+            f"G={plan.rl['num_generations']} ({share:.0f} s for it)")
+        try:
+            r = _train_rl(ctx, method, sft_dir, rl_records, steps, work / f"rl-{method}-model",
+                          _now() + share)
+            result["rl"][method] = r
+            if r["steps"] < steps:
+                log(f"compare: {method} stopped at step {r['steps']} by the time budget; the "
+                    f"methods after it get {r['steps']} steps")
+                steps = max(1, r["steps"])
+            evals[method] = _eval_model(method, work / f"rl-{method}-model", subset, ev,
+                                        reward_fn, seed)
+        except Exception as e:   # one method failing must not lose the others
+            traceback.print_exc()
+            result["rl"][method] = {"error": f"{type(e).__name__}: {e}"}
+            _free_memory()
+        ctx["save_partial"]("compare", result)
+    models, ci = _comparison_tables(subset, evals, reward_fn, plan.bootstrap_resamples, seed)
+    result["models"], result["bootstrap"] = models, ci
+    done = [m for m in methods if m in evals]
+    result["budget"] = {m: result["rl"][m].get("steps") for m in done}
+    result["errors"] = {m: r["error"] for m, r in result["rl"].items() if "error" in r}
+    result["equal_budget"] = len({result["budget"][m] for m in done}) <= 1 and len(done) == \
+        len(methods)
+    result["steps_requested"] = int(plan.rl["steps"])
+    for name, mm in models.items():
+        ctx["tracker"].metrics(f"compare/eval-{name}", mm)
+    for pair, d in ci.items():
+        for k, v in d.items():
+            ctx["tracker"].metrics(f"compare/bootstrap-{pair}",
+                                   {f"{k}/diff": v["diff"], f"{k}/low": v["low"],
+                                    f"{k}/high": v["high"]})
+    ctx["generations"] = {"subset": subset, "evals": evals}
+    return result
+
+
+def rescore(src: Path, data_dir: Path, out: Path, resamples: int = 2000, seed: int = 42) -> dict:
+    """Recompute the comparison's metrics from ``src/generations.jsonl.gz`` with this machine's
+    (exact, fp32) MiniLM and the eval records of ``data_dir``; writes ``out/rescored.json``."""
+    from hargo.io import read_jsonl
+    from hargo.metrics import compute_metrics, score_samples
+    from hargo.rewards import RewardConfig, TaskReward
+
+    rows = [json.loads(line) for line in gzip.open(Path(src) / "generations.jsonl.gz", "rt",
+                                                    encoding="utf-8")]
+    by_id = {r["id"]: r for r in read_jsonl(Path(data_dir) / "eval.jsonl")}
+    models: dict[str, list[dict]] = {}
+    for r in rows:
+        models.setdefault(r["model"], []).append(r)
+    first = next(iter(models.values()))
+    subset = [by_id[r["id"]] for r in first]
+    reward_fn = TaskReward(RewardConfig())
+    evals = {}
+    for name, rs in models.items():
+        if [r["id"] for r in rs] != [s["id"] for s in subset]:
+            raise ValueError(f"{name}: answers are not in the same prompt order as the others")
+        comps = [r["completion"] for r in rs]
+        sc = score_samples(subset, comps, reward_fn)
+        m = compute_metrics(subset, comps, rewards=[s["reward"] for s in sc], reward_fn=reward_fn)
+        m.pop("dr_confusion", None)
+        evals[name] = {"completions": comps, "scored": sc, "metrics": m}
+    tables, ci = _comparison_tables(subset, evals, reward_fn, resamples, seed)
+    res = {"models": tables, "bootstrap": ci, "source": str(src), "n_prompts": len(subset)}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    _write_json(Path(out) / "rescored.json", res)
+    return res
