@@ -59,7 +59,7 @@ def test_ppo_trains_value_head_and_saves_loadable_model(committed_params, tiny_m
 
     from hargo.evaluation.generate import run_generation
     from hargo.models.loading import save_merged
-    from hargo.training.grpo import read_hargo_state
+    from hargo.training.grpo import read_method_state
     from hargo.training.ppo import HargoPPOTrainer
     from hargo.training.rl import build_trainer, load_rl_records
     from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
@@ -103,11 +103,11 @@ def test_ppo_trains_value_head_and_saves_loadable_model(committed_params, tiny_m
         assert x["ppo/value_clipfrac"] == pytest.approx(0.0)   # old values = current values
 
     # the checkpoint holds the value head; a fresh trainer restores it
-    state = read_hargo_state(tmp_path / "ckpt" / "checkpoint-2")
+    state = read_method_state(tmp_path / "ckpt" / "checkpoint-2")
     assert state["method"] == "ppo"
     assert state["value_head"]["weight"] == pytest.approx(head.weight.reshape(-1).tolist())
     fresh = build_trainer(params, "ppo", tiny_model_dir, records, tmp_path / "ckpt2")
-    fresh.load_hargo_state(json.loads(json.dumps(state)))
+    fresh.load_method_state(json.loads(json.dumps(state)))
     assert torch.equal(fresh.value_head.weight, head.weight)
     assert fresh.value_head.bias.item() == head.bias.item()
 

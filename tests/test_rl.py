@@ -180,11 +180,11 @@ def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_pa
                            params["rl"]["temperature"])
     cfg = method_params(params, method).hargo_config()
     exp = estimate(method, rewards, l, EMABaseline(cfg.rho), cfg)
-    torch.testing.assert_close(out["hargo_weights"], exp.weights.reshape(-1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out["response_weights"], exp.weights.reshape(-1), atol=1e-5, rtol=0)
     torch.testing.assert_close(out["advantages"], exp.advantages.reshape(-1), atol=1e-5, rtol=0)
-    assert out["hargo_weights"][8:].tolist() == [0.25] * 4
+    assert out["response_weights"][8:].tolist() == [0.25] * 4
     if method == "hargo_b1":  # method.md worked check: w = (0.5, 1/6, 1/6, 1/6)
-        torch.testing.assert_close(out["hargo_weights"][:4],
+        torch.testing.assert_close(out["response_weights"][:4],
                                    torch.tensor([0.5, 1 / 6, 1 / 6, 1 / 6]), atol=1e-5, rtol=0)
         assert trainer.ema.value is None   # B1 never touches the reference model
     else:
@@ -239,14 +239,14 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
     assert ext._metrics["train"]["clip_ratio/region_mean"][-1] > 0
 
     # The weighted (HARGO) loss with uniform weights 1/G is TRL's grpo loss.
-    in_e["hargo_weights"] = torch.full_like(in_e["hargo_weights"], 1 / G_FIXED)
+    in_e["response_weights"] = torch.full_like(in_e["response_weights"], 1 / G_FIXED)
     loss_w = ext._weighted_compute_loss(ext.model, in_e)
     assert abs(loss_w.item() - loss_s.item()) < 1e-6
 
     # The weight multiplies the KL term too: zero advantages leave beta * KL, weighted.
     w = torch.tensor([0.7, 0.1, 0.1, 0.1, 0.4, 0.3, 0.2, 0.1, 0.25, 0.25, 0.25, 0.25])
     in_e["advantages"] = torch.zeros_like(in_e["advantages"])
-    in_e["hargo_weights"] = w
+    in_e["response_weights"] = w
     ext._capture_logps = True
     loss_kl = ext._weighted_compute_loss(ext.model, in_e)
     ext._capture_logps = False
@@ -284,7 +284,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
     from safetensors.torch import load_file
 
     from hargo.training import rl
-    from hargo.training.grpo import HargoGRPOTrainer, read_hargo_state
+    from hargo.training.grpo import HargoGRPOTrainer, read_method_state
 
     # 1 prompt x G=2 per step, 4 prompts: the interruption falls mid-epoch (data skip path)
     params = rl_params(committed_params, tiny_model_dir, data_dir, steps=4, save_steps=2,
@@ -305,7 +305,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
     monkeypatch.setattr(HargoGRPOTrainer, "_save_checkpoint", original)
     ckpt = tmp_path / "b" / "checkpoints" / "rl" / "hargo" / "checkpoint-2"
     assert not (tmp_path / "b" / "models" / "rl" / "hargo").exists()   # nothing half-written
-    state2 = read_hargo_state(ckpt)
+    state2 = read_method_state(ckpt)
     assert state2["global_step"] == 2 and state2["ema"]["value"] is not None
     assert len(state2["recorder"]["history"]) == 2
 

@@ -17,7 +17,7 @@ between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving t
 ``_generate_and_score_completions``
     calls TRL's, then, for the HARGO methods, recomputes the group statistics over the *whole
     gathered batch* and re-slices them to this process (see below); for every method it records
-    the per-task diagnostics and adds two per-response tensors, ``hargo_weights`` and
+    the per-task diagnostics and adds two per-response tensors, ``response_weights`` and
     ``task_ids``, that TRL's shuffle/split of the generation batch carries along.
 ``_get_per_token_logps_and_entropies``
     calls TRL's; keeps a detached copy of the policy log-probs of the loss forward for the per-task
@@ -25,7 +25,7 @@ between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving t
 ``_compute_loss``
     ``grpo``/``dr_grpo``: TRL's own loss, untouched. HARGO family: the weighted loss (below).
 ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
-    also write/read ``hargo_state.json`` (EMA baseline, per-step history) in every checkpoint,
+    also write/read ``method_state.json`` (EMA baseline, per-step history) in every checkpoint,
     the same hooks TRL 1.16 uses for its adaptive-entropy state.
 
 Methods:
@@ -74,8 +74,8 @@ from hargo.losses import (clip_fraction, clipped_surrogate, importance_ratio, kl
 
 __all__ = ["HargoGRPOTrainer", "TRL_VERSION", "HARGO_METHODS", "STOCK_METHODS", "RL_METHODS",
            "SUBCLASS_METHODS",
-           "HARGO_STATE_NAME",
-           "trl_loss_settings", "read_hargo_state", "is_complete_checkpoint", "last_checkpoint"]
+           "METHOD_STATE_NAME",
+           "trl_loss_settings", "read_method_state", "is_complete_checkpoint", "last_checkpoint"]
 
 #: TRL's own loss path (unchanged semantics).
 STOCK_METHODS = ("grpo", "dr_grpo")
@@ -88,7 +88,7 @@ SUBCLASS_METHODS = ("ppo",)
 #: The TRL release whose private methods this module overrides (pyproject pins it exactly).
 TRL_VERSION = "1.16.0"
 #: File written into every checkpoint folder next to TRL's/transformers' files.
-HARGO_STATE_NAME = "hargo_state.json"
+METHOD_STATE_NAME = "method_state.json"
 TRAINER_STATE_NAME = "trainer_state.json"
 
 
@@ -112,10 +112,10 @@ def trl_loss_settings(method: str) -> dict[str, str]:
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """A ``checkpoint-N`` folder is complete when it holds ``hargo_state.json`` (written first) and
+    """A ``checkpoint-N`` folder is complete when it holds ``method_state.json`` (written first) and
     ``trainer_state.json`` (written by transformers after the weights, optimizer and RNG)."""
     p = Path(path)
-    return (p / HARGO_STATE_NAME).is_file() and (p / TRAINER_STATE_NAME).is_file()
+    return (p / METHOD_STATE_NAME).is_file() and (p / TRAINER_STATE_NAME).is_file()
 
 
 def last_checkpoint(output_dir: str | os.PathLike) -> Path | None:
@@ -131,14 +131,14 @@ def last_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     return max(found)[1] if found else None
 
 
-def read_hargo_state(checkpoint: str | os.PathLike) -> dict:
-    """Read ``hargo_state.json`` of a checkpoint folder.
+def read_method_state(checkpoint: str | os.PathLike) -> dict:
+    """Read ``method_state.json`` of a checkpoint folder.
 
     Raises:
         FileNotFoundError: the file is missing (the checkpoint is incomplete).
         ValueError: not valid JSON or not an object (names the file).
     """
-    path = Path(checkpoint) / HARGO_STATE_NAME
+    path = Path(checkpoint) / METHOD_STATE_NAME
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; checkpoint {checkpoint} is incomplete")
     try:
@@ -355,7 +355,7 @@ class HargoGRPOTrainer(GRPOTrainer):
         else:
             adv_all = self._response_advantages(output, rewards, local, mask)
             w_all = torch.full((B_total,), 1.0 / G, device=device)
-        output["hargo_weights"] = w_all[local].float()
+        output["response_weights"] = w_all[local].float()
 
         tasks_local = [x.get(self.task_column) if isinstance(x, dict) else None for x in inputs]
         tasks_all = [("all" if t is None else str(t)) for t in gather_object(tasks_local)]
@@ -436,7 +436,7 @@ class HargoGRPOTrainer(GRPOTrainer):
         """The loss of ``self.method`` on one micro-batch (a subclass with its own loss overrides
         this; the diagnostics around it stay in ``_compute_loss``)."""
         # Batches scored outside training (TRL's eval path) carry no group weights: TRL's loss.
-        if self._weighted and "hargo_weights" in inputs:
+        if self._weighted and "response_weights" in inputs:
             return self._weighted_compute_loss(model, inputs)
         return super()._compute_loss(model, inputs)
 
@@ -467,7 +467,7 @@ class HargoGRPOTrainer(GRPOTrainer):
                 per_token_kl = per_token_kl * ratio
             per_token_loss = per_token_loss + self.beta * per_token_kl
 
-        loss = weighted_loss(per_token_loss, mask, inputs["hargo_weights"], num_groups=1)
+        loss = weighted_loss(per_token_loss, mask, inputs["response_weights"], num_groups=1)
         # / N_local (may be fractional: a group split over processes)
         loss = loss * (self.num_generations / per_token_loss.size(0))
         mode = "train" if self.model.training else "eval"
@@ -508,16 +508,16 @@ class HargoGRPOTrainer(GRPOTrainer):
 
     # -------------------------------------------------------------------- checkpoints
 
-    def hargo_state_dict(self) -> dict:
-        """What ``hargo_state.json`` holds: method, EMA state, global step, recorder history."""
+    def method_state_dict(self) -> dict:
+        """What ``method_state.json`` holds: method, EMA state, global step, recorder history."""
         state = {"method": self.method, "ema": self.ema.state_dict(),
                  "global_step": int(self.state.global_step)}
         if self.recorder is not None and hasattr(self.recorder, "state_dict"):
             state["recorder"] = self.recorder.state_dict()
         return state
 
-    def load_hargo_state(self, state: dict) -> None:
-        """Restore from :meth:`hargo_state_dict` output.
+    def load_method_state(self, state: dict) -> None:
+        """Restore from :meth:`method_state_dict` output.
 
         Raises:
             ValueError: the checkpoint belongs to another method.
@@ -531,16 +531,16 @@ class HargoGRPOTrainer(GRPOTrainer):
             self.recorder.load_state_dict(state["recorder"])
 
     def _save_checkpoint(self, model, trial):
-        # hargo_state.json goes in first; transformers writes trainer_state.json last, so a folder
+        # method_state.json goes in first; transformers writes trainer_state.json last, so a folder
         # with both files is complete (see ``is_complete_checkpoint``).
         if self.args.should_save:
             folder = Path(self._get_output_dir(trial=trial)) / \
                 f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             folder.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(folder / HARGO_STATE_NAME, self.hargo_state_dict())
+            atomic_write_json(folder / METHOD_STATE_NAME, self.method_state_dict())
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
-            self.load_hargo_state(read_hargo_state(checkpoint))
+            self.load_method_state(read_method_state(checkpoint))

@@ -70,7 +70,7 @@ class HargoPPOTrainer(HargoGRPOTrainer):
     the value of completion token t is read at the state that predicts it, as TRL's old
     ``PPOTrainer``). It is registered as the submodule ``v_head`` of the policy (the PEFT model
     with LoRA), so the optimizer created in ``train()``, gradient clipping and DDP include it and
-    it stays trainable under LoRA; its weights are saved in ``hargo_state.json`` of every
+    it stays trainable under LoRA; its weights are saved in ``method_state.json`` of every
     checkpoint (a LoRA checkpoint holds only the adapter) and restored on resume. ``train()``
     removes it from the policy when it returns, so the model saved afterwards
     (``hargo.training.loading.save_merged``) is a plain causal LM; it stays available as
@@ -256,25 +256,25 @@ class HargoPPOTrainer(HargoGRPOTrainer):
 
     # ------------------------------------------------------------------ checkpoints
 
-    def hargo_state_dict(self) -> dict:
+    def method_state_dict(self) -> dict:
         """The parent's state plus the value head's weights (``value_head``: ``weight`` as a
         list of ``hidden_size`` floats, ``bias`` one float)."""
-        state = super().hargo_state_dict()
+        state = super().method_state_dict()
         state["value_head"] = {"weight": self.value_head.weight.detach().cpu().reshape(-1).tolist(),
                                "bias": float(self.value_head.bias.detach().cpu()[0])}
         return state
 
-    def load_hargo_state(self, state: dict) -> None:
-        """Restore :meth:`hargo_state_dict` output, the value head included.
+    def load_method_state(self, state: dict) -> None:
+        """Restore :meth:`method_state_dict` output, the value head included.
 
         Raises:
             ValueError: another method's checkpoint, or no/ill-shaped ``value_head``.
         """
-        super().load_hargo_state(state)
+        super().load_method_state(state)
         vh = state.get("value_head")
         n = self.value_head.weight.numel()
         if not isinstance(vh, dict) or len(vh.get("weight") or []) != n:
-            raise ValueError(f"checkpoint hargo_state.json: value_head missing or not {n} weights")
+            raise ValueError(f"checkpoint method_state.json: value_head missing or not {n} weights")
         with torch.no_grad():
             w = self.value_head.weight
             w.copy_(torch.tensor(vh["weight"], dtype=w.dtype, device=w.device).reshape(w.shape))
