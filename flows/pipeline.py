@@ -1,42 +1,50 @@
-"""Prefect 3 flows for the hargo pipeline: the second door next to ``dvc repro``.
+"""Prefect 3 flows for the hargo pipeline: the second door next to ``dvc repro``, keeping the
+same book (``dvc.lock``).
 
-Every step is a Prefect task that calls the same stage function the DVC stage calls through
-``hargo/cli.py`` (``hargo.data.prepare.run(params)`` ...); the flows only orchestrate:
+Every step is a Prefect task that asks DVC whether its stage is up to date and, if not, has DVC
+run it (:mod:`flows.stages`: ``dvc status --json <stage>``, then ``dvc repro --single-item
+<stage>``), so DVC both decides what runs and records it in ``dvc.lock``: a ``dvc repro`` after
+a flow run has nothing to reproduce, and a flow run after ``dvc repro`` runs no stage (its
+tasks end in the state ``UpToDate``). The stage itself is the ``dvc.yaml`` command (the
+``hargo`` CLI), the same process either door starts. The flows orchestrate:
 
     hargo-pipeline:  [pull-data] -> prepare -> validate -> base_model -> sft -> rl@<m>...
                      -> evaluate -> register, then a markdown report artifact
     hargo-prepare, hargo-validate, hargo-base-model, hargo-sft, hargo-rl, hargo-evaluate,
     hargo-register: one step each (deployable on their own, e.g. sft/rl/evaluate on GPU workers)
 
-Parameters (every flow): ``params_path`` (default ``params.yaml``) and ``overrides``, a dict of
-dotted keys applied on top (``{"rl.steps": 8, "model.source": "..."}``; ``"rl.method": "hargo"``
-is shorthand for ``"rl.methods": ["hargo"]``), ``force`` (re-run cached steps). The params are
-loaded and validated first thing in the flow, so a bad value fails the flow run before any task
-runs, with the parameter's dotted name in the message (``hargo.params.ParamsError``).
+Parameters (every flow): ``params_path`` (``params.yaml``: the file ``dvc.yaml``'s stages read;
+another file is refused) and ``overrides``, a dict of dotted keys (``{"rl.steps": 8,
+"model.source": "..."}``; ``"rl.method": "hargo"`` is shorthand for ``"rl.methods": ["hargo"]``),
+``force`` (``dvc repro --force``: run the steps although DVC finds them up to date). The
+params and overrides are loaded and validated first thing in the flow, so a bad value fails the
+flow run before any task runs, with the parameter's dotted name in the message
+(``hargo.params.ParamsError``). Then the overrides are **written into params.yaml**, as
+``dvc exp run -S`` does in the workspace (:func:`flows.stages.write_overrides`; only keys whose
+value changes, comments kept), and stay there: they are the params the outputs were made with,
+which DVC compares with ``dvc.lock``.
 
-Paths in params are relative to the working directory: run the flows from the project root
-(deployments set it with their pull step).
+The flows run in the project root, a DVC project (deployments set it with their pull step).
+DVC lets one command at a time work in a repository: a stage waits for another DVC command
+holding the lock (``--wait-for-lock``); flow runs at the same time need separate checkouts.
 
 Retries: stage tasks retry with exponential back-off only on transient failures
-(:func:`flows.retries.is_transient`: a locked/unreachable MLflow store, a dropped connection);
-bad params, failed validation and bad input data fail at once. ``pull-data`` (``dvc pull`` of
-the raw data from the DVC remote) retries on any failure. Caching: a stage whose ``dvc.yaml``
-deps and params did not change, and whose outputs are still those it wrote, is not run again
-(:mod:`flows.caching`; the task shows as ``Cached``).
+(:func:`flows.retries.is_transient`: a locked/unreachable MLflow store, a dropped connection,
+read from the stage's output); bad params, failed validation, bad input data and DVC's refusals
+(a missing dependency) fail at once. ``pull-data`` (``dvc pull`` of the raw data from the DVC
+remote) retries on any failure.
 
 MLflow: the flows set ``HARGO_DOOR=prefect``, so every stage run is tagged
-``hargo.door=prefect`` in the same experiment ``dvc repro`` logs to. The pipeline flow opens its
-own parent run and exports ``HARGO_PARENT_RUN_ID`` so the stage runs nest under it; a single-step
-flow joins the parent of its (git commit, params) like a ``dvc repro`` stage does
-(:mod:`hargo.tracking`).
+``hargo.door=prefect`` in the same experiment ``dvc repro`` logs to (the DVC subprocess and the
+stage inherit the environment). The pipeline flow opens its own parent run and exports
+``HARGO_PARENT_RUN_ID`` so the stage runs nest under it; a single-step flow joins the parent of
+its (git commit, params) like a ``dvc repro`` stage does (:mod:`hargo.tracking`).
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -44,20 +52,23 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
+from prefect.states import Completed
 from prefect.tasks import exponential_backoff
 
-from flows.caching import StageInputs, outputs_digest, stage_spec
+from flows import stages
 from flows.report import mlflow_runs, render_report
 from flows.retries import retry_if_transient
+from flows.stages import UP_TO_DATE
 from hargo import tracking
 from hargo.params import RL_METHODS, ParamsError, load_params
 
 REPORT_KEY = "hargo-pipeline-report"
-DVC_YAML = "dvc.yaml"
 
 # Stage tasks: a transient failure is retried twice, after ~10 s then ~20 s (+-50 % jitter).
+# No Prefect cache: DVC decides what is up to date (flows.stages).
 _STAGE_TASK = dict(retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=10),
-                   retry_jitter_factor=0.5, retry_condition_fn=retry_if_transient)
+                   retry_jitter_factor=0.5, retry_condition_fn=retry_if_transient,
+                   cache_policy=NO_CACHE)
 # Small MLflow reads/writes of the flow itself: quicker back-off.
 _STORE_TASK = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2),
                    retry_jitter_factor=0.5, retry_condition_fn=retry_if_transient,
@@ -71,19 +82,16 @@ class StepFailed(RuntimeError):
         self.step, self.cause = step, cause
         super().__init__(f"step {step} failed: {type(cause).__name__}: {cause}")
 
+    def __reduce__(self):  # picklable (Prefect may serialize a failed state's exception)
+        return (type(self), (self.step, self.cause))
+
 
 # --------------------------------------------------------------------------- params, env
-def resolve_params(params_path: str | os.PathLike = "params.yaml",
-                   overrides: Mapping[str, Any] | None = None) -> dict:
-    """Load and validate the params of one flow run.
-
-    ``overrides`` are dotted keys (``hargo.params.apply_overrides``); ``"rl.method": m`` is
-    shorthand for ``"rl.methods": [m]`` (one RL method for this run).
+def normalize_overrides(overrides: Mapping[str, Any] | None) -> dict:
+    """``overrides`` with the shorthand ``"rl.method": m`` as ``"rl.methods": [m]``.
 
     Raises:
-        ParamsError: unknown key, bad value, or both ``rl.method`` and ``rl.methods`` given;
-            the message names the parameter.
-        FileNotFoundError: ``params_path`` does not exist.
+        ParamsError: both ``rl.method`` and ``rl.methods``, or an unknown method.
     """
     ov = dict(overrides or {})
     if "rl.method" in ov:
@@ -94,7 +102,41 @@ def resolve_params(params_path: str | os.PathLike = "params.yaml",
             raise ParamsError(f"rl.method: unknown method {method!r}; "
                               f"valid: {', '.join(RL_METHODS)}")
         ov["rl.methods"] = [method]
-    return load_params(params_path, ov)
+    return ov
+
+
+def resolve_params(params_path: str | os.PathLike = "params.yaml",
+                   overrides: Mapping[str, Any] | None = None) -> dict:
+    """Load and validate the params of one flow run: ``params_path`` with ``overrides``
+    (dotted keys, ``hargo.params.apply_overrides``; ``"rl.method": m`` is shorthand for
+    ``"rl.methods": [m]``, one RL method for this run).
+
+    Raises:
+        ParamsError: unknown key, bad value, or both ``rl.method`` and ``rl.methods`` given;
+            the message names the parameter.
+        FileNotFoundError: ``params_path`` does not exist.
+    """
+    return load_params(params_path, normalize_overrides(overrides))
+
+
+def prepare_run(params_path: str | os.PathLike, overrides: Mapping[str, Any] | None) -> dict:
+    """The prologue of every flow, before any task: validate the params with the overrides,
+    check that the working directory is the DVC project whose ``params.yaml`` is
+    ``params_path``, then write the overrides into it (as ``dvc exp run -S`` does). Returns the
+    params (now those of the file).
+
+    Raises:
+        ParamsError: bad params or overrides, or ``params_path`` is not the project's
+            ``params.yaml`` (nothing written).
+        RuntimeError: the working directory is not a DVC project.
+    """
+    params = resolve_params(params_path, overrides)
+    stages.check_project(params_path)
+    written = stages.write_overrides(params_path, normalize_overrides(overrides))
+    if written:
+        get_run_logger().info("overrides written into %s (as `dvc exp run -S`): %s",
+                              params_path, ", ".join(written))
+    return params
 
 
 @contextlib.contextmanager
@@ -117,10 +159,27 @@ def door_env(parent_run_id: str | None = None) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- tasks
-def _done(stage: str, params: dict, summary: Any, method: str | None = None) -> dict:
-    """Wrap a stage's summary with the digest of the outputs it just wrote (flows.caching)."""
-    spec = stage_spec(DVC_YAML, stage, params, method)
-    return {"summary": summary, "outputs_digest": outputs_digest(spec, ".")}
+def dvc_stage(stage_target: str, force: bool = False):
+    """The body of every stage task: DVC decides and runs (:mod:`flows.stages`).
+
+    Returns ``{"stage": target, "reproduced": True, "changes": <what dvc status found>}`` after
+    ``dvc repro --single-item`` ran the stage; for a stage ``dvc status`` finds up to date
+    (without ``force``), the Completed state named ``UpToDate`` with ``reproduced: False``.
+
+    Raises:
+        flows.stages.DvcError: DVC or the stage failed (the reason in the message).
+    """
+    log = get_run_logger()
+    changes: dict = {}
+    if not force:
+        changes = stages.stage_status(stage_target)
+        if not changes:
+            log.info("%s: up to date (dvc status): not run", stage_target)
+            return Completed(name=UP_TO_DATE, message=f"dvc status: {stage_target} up to date",
+                             data={"stage": stage_target, "reproduced": False, "changes": {}})
+        log.info("%s: dvc status: %s", stage_target, json.dumps(changes)[:2000])
+    stages.reproduce(stage_target, force=force, log=log.info)
+    return {"stage": stage_target, "reproduced": True, "changes": changes}
 
 
 @task(name="pull-data", retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=5),
@@ -132,7 +191,7 @@ def pull_data(params: dict) -> dict:
     supplied directly). Any failure is retried (a remote read).
 
     Raises:
-        RuntimeError: ``dvc pull`` failed (its stderr tail in the message).
+        flows.stages.DvcError: ``dvc pull`` failed (its output's tail in the message).
     """
     raw = Path(params["data"]["raw_dir"])
     pointer = raw.with_name(raw.name + ".dvc")
@@ -140,70 +199,51 @@ def pull_data(params: dict) -> dict:
     if not pointer.exists():
         log.info("no DVC pointer %s: using %s as it is", pointer, raw)
         return {"pulled": False, "raw_dir": str(raw)}
-    proc = subprocess.run([sys.executable, "-m", "dvc", "pull", str(pointer)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"dvc pull {pointer} failed ({proc.returncode}): "
-                           f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
-    log.info("dvc pull %s: %s", pointer, proc.stdout.strip()[-500:])
+    out = stages.run_dvc(["pull", str(pointer)])
+    log.info("dvc pull %s: %s", pointer, out.strip()[-500:])
     return {"pulled": True, "raw_dir": str(raw)}
 
 
-@task(name="prepare", cache_policy=StageInputs(stage="prepare"), **_STAGE_TASK)
-def prepare(params: dict) -> dict:
-    """Stage prepare: ``hargo.data.prepare.run(params)``."""
-    from hargo.data import prepare as stage
-
-    return _done("prepare", params, stage.run(params))
+@task(name="prepare", task_run_name="prepare", **_STAGE_TASK)
+def prepare(force: bool = False) -> dict:
+    """Stage prepare (``hargo prepare``) through DVC."""
+    return dvc_stage("prepare", force)
 
 
-@task(name="validate", cache_policy=StageInputs(stage="validate"), **_STAGE_TASK)
-def validate(params: dict) -> dict:
-    """Stage validate: ``hargo.data.validate.run(params)``; ``ValidationFailed`` is final."""
-    from hargo.data import validate as stage
-
-    return _done("validate", params, stage.run(params))
+@task(name="validate", task_run_name="validate", **_STAGE_TASK)
+def validate(force: bool = False) -> dict:
+    """Stage validate (``hargo validate``) through DVC; a failed data contract is final."""
+    return dvc_stage("validate", force)
 
 
-@task(name="base_model", cache_policy=StageInputs(stage="base_model"), **_STAGE_TASK)
-def base_model(params: dict) -> dict:
-    """Stage base_model: ``hargo.models.base.run(params)``."""
-    from hargo.models import base as stage
-
-    return _done("base_model", params, stage.run(params))
+@task(name="base_model", task_run_name="base_model", **_STAGE_TASK)
+def base_model(force: bool = False) -> dict:
+    """Stage base_model (``hargo base-model``) through DVC."""
+    return dvc_stage("base_model", force)
 
 
-@task(name="sft", cache_policy=StageInputs(stage="sft"), **_STAGE_TASK)
-def sft(params: dict) -> dict:
-    """Stage sft: ``hargo.training.sft.run(params)``."""
-    from hargo.training import sft as stage
-
-    return _done("sft", params, stage.run(params))
+@task(name="sft", task_run_name="sft", **_STAGE_TASK)
+def sft(force: bool = False) -> dict:
+    """Stage sft (``hargo sft``) through DVC."""
+    return dvc_stage("sft", force)
 
 
-@task(name="rl", task_run_name="rl@{method}", cache_policy=StageInputs(stage="rl"),
-      **_STAGE_TASK)
-def rl(params: dict, method: str) -> dict:
-    """Stage rl@<method>: ``hargo.training.rl.run(params, method)``."""
-    from hargo.training import rl as stage
-
-    return _done("rl", params, stage.run(params, method), method)
+@task(name="rl", task_run_name="rl@{method}", **_STAGE_TASK)
+def rl(method: str, force: bool = False) -> dict:
+    """Stage rl@<method> (``hargo rl --method <method>``) through DVC."""
+    return dvc_stage(stages.target("rl", method), force)
 
 
-@task(name="evaluate", cache_policy=StageInputs(stage="evaluate"), **_STAGE_TASK)
-def evaluate(params: dict) -> dict:
-    """Stage evaluate: ``hargo.evaluation.evaluate.run(params)``."""
-    from hargo.evaluation import evaluate as stage
-
-    return _done("evaluate", params, stage.run(params))
+@task(name="evaluate", task_run_name="evaluate", **_STAGE_TASK)
+def evaluate(force: bool = False) -> dict:
+    """Stage evaluate (``hargo evaluate``) through DVC."""
+    return dvc_stage("evaluate", force)
 
 
-@task(name="register", cache_policy=StageInputs(stage="register"), **_STAGE_TASK)
-def register(params: dict) -> dict:
-    """Stage register: ``hargo.registry.run(params)``."""
-    from hargo import registry as stage
-
-    return _done("register", params, stage.run(params))
+@task(name="register", task_run_name="register", **_STAGE_TASK)
+def register(force: bool = False) -> dict:
+    """Stage register (``hargo register``) through DVC."""
+    return dvc_stage("register", force)
 
 
 @task(name="open-mlflow-run", **_STORE_TASK)
@@ -240,47 +280,36 @@ def build_report(params: dict, params_path: str, overrides: dict, parent_run_id:
 
 
 # --------------------------------------------------------------------------- orchestration
-def run_step(step: str, stage_task, params: dict, *, method: str | None = None,
-             force: bool = False, record: list[dict] | None = None,
-             item: Mapping[str, Any] | None = None, dvc_yaml: str = DVC_YAML) -> Any:
-    """Run one stage task and return the stage's summary.
+def run_step(step: str, stage_task, *, method: str | None = None,
+             item: Mapping[str, Any] | None = None, force: bool = False,
+             record: list[dict] | None = None) -> dict:
+    """Run one stage task and return its result (:func:`dvc_stage`).
 
     ``method`` is the item of a ``foreach`` stage (``rl@<method>``); ``item`` the keys of a
     ``matrix`` stage, passed to the task as keyword arguments (``compare_train@hargo-1``:
-    ``{"method": "hargo", "seed": 1}``); ``dvc_yaml`` the file that declares the stage. A
-    ``Cached`` result is used only if the stage's outputs on disk still have the digest the
-    cached run recorded; otherwise (outputs replaced by another run, or deleted) the stage runs
-    again. ``force`` ignores the cache. The step and its final state name are appended to
-    ``record``.
+    ``{"method": "hargo", "seed": 1}``). ``force`` runs the stage although DVC finds it up to
+    date. The step and its final state name (``Completed``, ``UpToDate``, ``Failed``) are
+    appended to ``record``.
 
     Raises:
         StepFailed: the task failed (after any retries); names the step and the reason.
     """
-    kwargs: dict[str, Any] = {"params": params}
+    kwargs: dict[str, Any] = {"force": force}
     if item is not None:
         kwargs.update(item)
         name = f"{step}@{'-'.join(str(v) for v in item.values())}"
-        spec_item: Any = dict(item)
     else:
         if method is not None:
             kwargs["method"] = method
         name = f"{step}@{method}" if method else step
-        spec_item = method
-    t = stage_task.with_options(refresh_cache=True) if force else stage_task
-    state = t(**kwargs, return_state=True)
-    if state.is_completed() and state.name == "Cached":
-        cached = state.result()
-        spec = stage_spec(dvc_yaml, step, params, spec_item)
-        if cached.get("outputs_digest") != outputs_digest(spec, "."):
-            get_run_logger().info("%s: outputs changed since the cached run; running again", name)
-            state = stage_task.with_options(refresh_cache=True)(**kwargs, return_state=True)
+    state = stage_task(**kwargs, return_state=True)
     if record is not None:
         record.append({"step": name, "state": state.name})
     if not state.is_completed():
         exc = state.result(raise_on_failure=False)
         cause = exc if isinstance(exc, BaseException) else RuntimeError(state.message or "failed")
         raise StepFailed(name, cause) from cause
-    return state.result()["summary"]
+    return state.result()
 
 
 def _pull(params: dict, pull: bool, record: list[dict] | None = None) -> None:
@@ -297,13 +326,13 @@ def _pull(params: dict, pull: bool, record: list[dict] | None = None) -> None:
 
 def _single(step: str, stage_task, params_path: str, overrides: dict | None, force: bool,
             pull: bool = False) -> dict:
-    params = resolve_params(params_path, overrides)  # ParamsError: fails before any task
+    params = prepare_run(params_path, overrides)  # ParamsError: fails before any task
     with door_env():
         _pull(params, pull)
         if step == "rl":
-            return {f"rl@{m}": run_step("rl", rl, params, method=m, force=force)
+            return {f"rl@{m}": run_step("rl", rl, method=m, force=force)
                     for m in params["rl"]["methods"]}
-        return {step: run_step(step, stage_task, params, force=force)}
+        return {step: run_step(step, stage_task, force=force)}
 
 
 @flow(name="hargo-prepare")
@@ -360,19 +389,25 @@ PIPELINE_STEPS: tuple[tuple[str, Callable], ...] = (
     ("rl", rl), ("evaluate", evaluate), ("register", register))
 
 
+def pipeline_targets(params: Mapping[str, Any]) -> list[str]:
+    """The DVC stages the pipeline flow runs, in order (``rl@<method>`` per RL method)."""
+    return [stages.target(step, m) for step, _ in PIPELINE_STEPS
+            for m in (params["rl"]["methods"] if step == "rl" else [None])]
+
+
 @flow(name="hargo-pipeline")
 def hargo_pipeline(params_path: str = "params.yaml", overrides: dict[str, Any] | None = None,
                    pull: bool = True, force: bool = False) -> dict:
     """The whole pipeline in ``dvc.yaml``'s order, under one MLflow parent run (door
     ``prefect``); publishes the markdown artifact ``hargo-pipeline-report``.
 
-    Returns ``{step: stage summary}`` (``rl@<method>`` per RL method).
+    Returns ``{step: result}`` (``rl@<method>`` per RL method; :func:`dvc_stage`).
 
     Raises:
         ParamsError: bad params (before any task runs).
         StepFailed: a step failed; the report artifact and the MLflow parent run record it.
     """
-    params = resolve_params(params_path, overrides)  # ParamsError: fails before any task
+    params = prepare_run(params_path, overrides)  # ParamsError: fails before any task
     flow_run_id = str(get_run_context().flow_run.id)
     parent = open_mlflow_run(params, flow_run_id)
     steps: list[dict] = []
@@ -384,11 +419,10 @@ def hargo_pipeline(params_path: str = "params.yaml", overrides: dict[str, Any] |
             for step, stage_task in PIPELINE_STEPS:
                 if step == "rl":
                     for m in params["rl"]["methods"]:
-                        results[f"rl@{m}"] = run_step("rl", rl, params, method=m, force=force,
+                        results[f"rl@{m}"] = run_step("rl", rl, method=m, force=force,
                                                       record=steps)
                 else:
-                    results[step] = run_step(step, stage_task, params, force=force,
-                                             record=steps)
+                    results[step] = run_step(step, stage_task, force=force, record=steps)
     except StepFailed as e:
         failure = str(e)
         raise

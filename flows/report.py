@@ -72,12 +72,16 @@ def render_report(*, status: str, params_path: str, overrides: Mapping[str, Any]
         status: "Completed" or "Failed".
         runs: MLflow stage runs, each ``{"name", "run_id", "status"}``.
         steps: the pipeline's steps as run so far, each ``{"step", "state"}`` (``Completed``,
-            ``Cached``, ``Failed``).
-        failure: "step <name> failed: <reason>" for a failed run.
+            ``UpToDate`` (DVC found the stage up to date: not run), ``Failed``).
+        failure: "step <name> failed: <reason>" for a failed run; lines after the first (the
+            output's tail of a failed DVC command) go into a text block.
     """
     out = [f"# hargo pipeline: {status}", ""]
     if failure:
-        out += [f"**{failure}**", ""]
+        head, _, detail = failure.partition("\n")  # a DVC failure: its output's tail follows
+        out += [f"**{head}**", ""]
+        if detail.strip():
+            out += ["~~~text", detail.strip(), "~~~", ""]
     out += [f"params: `{params_path}`" + (", overrides:" if overrides else ""), ""]
     if overrides:
         out += [f"- `{k}`: `{v!r}`" for k, v in overrides.items()] + [""]

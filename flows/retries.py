@@ -4,7 +4,10 @@ Retried (with exponential back-off): failures of the outside world that go away 
 a locked or briefly unreachable MLflow store, a dropped connection, a timeout. Not retried:
 everything else, in particular bad params (``hargo.params.ParamsError``), failed data contracts
 (``hargo.data.validate.ValidationFailed``) and bad input data (``hargo.io.HargoInputError``):
-running them again gives the same answer.
+running them again gives the same answer. The stages run in a DVC subprocess
+(:mod:`flows.stages`), so their failures arrive as ``flows.stages.DvcError``: its message holds
+the stage's output (a transient cause is found there), and its ``permanent`` flag marks what the
+``hargo`` CLI reported as bad params, input or data, and DVC's own refusals.
 """
 from __future__ import annotations
 
@@ -42,6 +45,10 @@ def _permanent(exc: BaseException) -> bool:
     from hargo.params import ParamsError
 
     if isinstance(exc, (ParamsError, HargoInputError)):
+        return True
+    # a failure reported by a subprocess that knows it is final (flows.stages.DvcError: the
+    # stage's `hargo` command reported bad params/input/data, or DVC refused to run it)
+    if getattr(exc, "permanent", False) is True:
         return True
     # hargo.data.validate is imported only if already loaded (it pulls Great Expectations in).
     import sys

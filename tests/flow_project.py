@@ -3,12 +3,17 @@
 The copy holds what the stages and the flows read relative to the working directory --
 ``params.yaml``, ``dvc.yaml``, ``prefect.yaml``, the ``hargo`` and ``flows`` sources (``dvc.yaml``
 lists the stage code as deps) -- and ``data/raw/hpc-gpt`` with the first ``n`` records of each of
-the four real HPC-GPT files, so that every stage sees real data but only a little of it.
+the four real HPC-GPT files, so that every stage sees real data but only a little of it. With
+``dvc=True`` it is also a DVC project (``dvc init --no-scm``), as the flows need: they run every
+stage through DVC.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,9 +33,10 @@ def tiny_raw(src: Path, dst: Path, n: int) -> Path:
 
 
 def make_project(dst: Path, raw_src: Path, n: int = 40,
-                 params_updates: Mapping[str, Any] | None = None) -> Path:
+                 params_updates: Mapping[str, Any] | None = None, dvc: bool = False) -> Path:
     """Build the project copy in ``dst``; ``params_updates`` (dotted keys) are written into its
-    ``params.yaml`` (what ``dvc exp run -S`` would do), the rest stays as committed."""
+    ``params.yaml`` (what ``dvc exp run -S`` would do), the rest stays as committed. ``dvc``:
+    ``dvc init --no-scm`` in it (with the repository's ``.dvcignore``; no analytics)."""
     from hargo.params import apply_overrides
 
     dst.mkdir(parents=True, exist_ok=True)
@@ -44,6 +50,16 @@ def make_project(dst: Path, raw_src: Path, n: int = 40,
     for pkg in ("hargo", "flows"):
         shutil.copytree(ROOT / pkg, dst / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     tiny_raw(raw_src, dst / "data" / "raw" / "hpc-gpt", n)
+    if dvc:
+        env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+        for args in (["init", "--no-scm", "-q"], ["config", "core.analytics", "false"]):
+            proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=dst, env=env,
+                                  capture_output=True, text=True, timeout=120)
+            if proc.returncode != 0:
+                raise RuntimeError(f"dvc {' '.join(args)} in {dst} failed:\n"
+                                   f"{proc.stdout}\n{proc.stderr}")
+        if (ROOT / ".dvcignore").exists():
+            shutil.copy(ROOT / ".dvcignore", dst / ".dvcignore")
     return dst
 
 

@@ -1,20 +1,25 @@
-"""The Prefect flows (flows/): params checked before any task, input-keyed caching, retries only
-on transient failures, the report artifact, and the whole pipeline agreeing with ``dvc repro``.
+"""The Prefect flows (flows/): params checked before any task, overrides written into
+params.yaml, every stage run through DVC (one book: ``dvc.lock``), retries only on transient
+failures, the report artifact, and the whole pipeline agreeing with ``dvc repro`` -- a
+``dvc repro`` after a flow run has nothing to reproduce, a flow run after ``dvc repro`` runs no
+stage.
 
 Flow runs execute under ``prefect_test_harness`` (a temporary local Prefect API) in a small copy
-of the project (tests/flow_project.py) with the first records of the real HPC-GPT files.
+of the project (tests/flow_project.py, a DVC project) with the first records of the real
+HPC-GPT files.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from flow_project import make_project, tiny_overrides
 
@@ -37,8 +42,8 @@ def harness(tmp_path_factory):
 
 @pytest.fixture()
 def project(tmp_path, real_raw_dir, monkeypatch, mlflow_uri):
-    """A project copy as the working directory, with small-data validate bounds."""
-    root = make_project(tmp_path / "project", real_raw_dir, N_RAW)
+    """A project copy (a DVC project) as the working directory."""
+    root = make_project(tmp_path / "project", real_raw_dir, N_RAW, dvc=True)
     monkeypatch.chdir(root)
     monkeypatch.delenv("HARGO_DOOR", raising=False)
     return root
@@ -62,6 +67,32 @@ def _states(flow_state, prefix: str) -> list[str]:
     """State names of the flow run's task runs whose name starts with ``prefix``, in order."""
     return [r.state.name for r in _task_runs(flow_state.state_details.flow_run_id)
             if r.name.startswith(prefix)]
+
+
+def _dvc_env(mlflow_uri: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARGO_")}
+    env.update(PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", DVC_NO_ANALYTICS="1")
+    if mlflow_uri:
+        env["MLFLOW_TRACKING_URI"] = mlflow_uri
+    return env
+
+
+def _dvc(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 120) -> str:
+    proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd,
+                          env=env or _dvc_env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, \
+        f"dvc {' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def _status(root: Path, *targets: str) -> dict:
+    """``dvc status --json [targets]`` in ``root``: {} when everything is up to date."""
+    out = _dvc(["status", "--json", *targets], root)
+    return json.loads(out[out.index("{"):])
+
+
+def _lock_stages(root: Path, name: str = "dvc.lock") -> set[str]:
+    return set(yaml.safe_load((root / name).read_text())["stages"])
 
 
 # ------------------------------------------------------------------------------- params
@@ -92,110 +123,88 @@ def test_door_env_restores(monkeypatch):
     assert "HARGO_PARENT_RUN_ID" not in os.environ
 
 
-# ------------------------------------------------------------------------------- caching
-DVC_YAML = """
-stages:
-  one:
-    cmd: x
-    deps: [in.txt, code]
-    params: [seed, a.b]
-    outs:
-      - out.txt
-      - logs:
-          cache: false
-          persist: true
-    metrics:
-      - m.json:
-          cache: false
-    plots:
-      - p.csv:
-          x: a
-  many:
-    foreach: [p, q]
-    do:
-      cmd: y ${item}
-      deps: ["models/${item}"]
-      params: [a]
-      outs: ["res/${item}"]
-"""
+# ------------------------------------------------------------------------------- DVC door
+def test_every_flow_step_is_a_dvc_stage(tmp_path, committed_params, monkeypatch):
+    """The flows address their stages by DVC's names: each must be one DVC knows (matrix and
+    foreach items included) for the committed params."""
+    from dvc.repo import Repo
 
-
-def test_stage_spec_reads_deps_params_and_outs(tmp_path):
-    from flows.caching import stage_spec
-
-    (tmp_path / "dvc.yaml").write_text(DVC_YAML)
-    one = stage_spec(tmp_path / "dvc.yaml", "one", {})
-    assert one.name == "one" and one.deps == ("in.txt", "code")
-    assert one.params == ("seed", "a.b")
-    assert one.outs == ("out.txt", "m.json", "p.csv")  # a persist: true folder is bookkeeping
-    many = stage_spec(tmp_path / "dvc.yaml", "many", {}, "q")
-    assert (many.name, many.deps, many.outs) == ("many@q", ("models/q",), ("res/q",))
-    with pytest.raises(ValueError, match="no stage 'nope'"):
-        stage_spec(tmp_path / "dvc.yaml", "nope", {})
-    with pytest.raises(ValueError, match="foreach stage"):
-        stage_spec(tmp_path / "dvc.yaml", "many", {})
-
-
-def test_every_flow_step_is_a_dvc_stage(committed_params):
-    """The flows key their cache on dvc.yaml: each step they run must be described there."""
-    from flows.caching import stage_spec
+    from flows.compare import comparison_targets
+    from flows.pipeline import pipeline_targets
+    from flows.stages import target
 
     root = Path(__file__).resolve().parents[1]
-    for step in ("prepare", "validate", "base_model", "sft", "evaluate", "register"):
-        spec = stage_spec(root / "dvc.yaml", step, committed_params)
-        assert spec.deps and spec.outs, step
-    rl = stage_spec(root / "dvc.yaml", "rl", committed_params, "hargo")
-    assert rl.name == "rl@hargo" and "models/rl/hargo" in rl.outs
-    assert all("checkpoints" not in o for o in rl.outs)
+    for name in ("dvc.yaml", "compare/dvc.yaml", "params.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes((root / name).read_bytes())
+    _dvc(["init", "--no-scm", "-q"], tmp_path)
+    monkeypatch.chdir(tmp_path)  # DVC's addresses are relative to the working directory
+    with Repo(str(tmp_path)) as repo:
+        known = {s.addressing for s in repo.index.stages}
+    flows_targets = pipeline_targets(committed_params) + comparison_targets(committed_params)
+    assert set(flows_targets) <= known, set(flows_targets) - known
+    assert "rl@hargo" in flows_targets
+    assert target("compare_train", {"method": "hargo", "seed": 1}, "compare/dvc.yaml") \
+        == "compare/dvc.yaml:compare_train@hargo-1" in known
+    # every stage DVC knows is run by a flow
+    assert known == set(flows_targets)
 
 
-def test_hash_path_file_and_folder(tmp_path):
-    from flows.caching import hash_path
+def test_write_overrides_keeps_the_file(tmp_path):
+    """Overrides go into params.yaml as `dvc exp run -S` would put them: only the changed
+    values' lines differ, comments and flow-style lists stay, unknown keys are refused."""
+    from flows.pipeline import normalize_overrides, resolve_params
+    from flows.stages import write_overrides
+    from hargo.params import ParamsError
 
-    (tmp_path / "d" / "sub").mkdir(parents=True)
-    (tmp_path / "d" / "a.txt").write_bytes(b"alpha")
-    (tmp_path / "d" / "sub" / "b.txt").write_bytes(b"beta")
-    (tmp_path / "d" / "__pycache__").mkdir()
-    (tmp_path / "d" / "__pycache__" / "x.pyc").write_bytes(b"ignored")
-    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
-    assert hash_path(tmp_path / "d" / "a.txt") == sha(b"alpha")
-    expected = sha(f"a.txt\0{sha(b'alpha')}\nsub/b.txt\0{sha(b'beta')}\n".encode())
-    assert hash_path(tmp_path / "d") == expected
-    with pytest.raises(FileNotFoundError):
-        hash_path(tmp_path / "missing")
+    root = Path(__file__).resolve().parents[1]
+    path = tmp_path / "params.yaml"
+    before = (root / "params.yaml").read_text()
+    path.write_text(before)
+    ov = normalize_overrides({"rl.method": "hargo", "rl.steps": 9, "seed": 42,
+                              "validate.task_counts": {"race_c": [1, 40], "race_fortran": [1, 40],
+                                                       "mlperf": [1, 40], "plp": [1, 40]}})
+    assert sorted(write_overrides(path, ov)) == ["rl.methods", "rl.steps", "validate.task_counts"]
+    after = path.read_text()
+    assert yaml.safe_load(after) == resolve_params(root / "params.yaml", ov)
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
+    assert len(before.splitlines()) == len(after.splitlines()) and len(changed) == 6, changed
+    assert any(b.startswith("  methods: [hargo]") and "# each gets its own stage" in b
+               for _, b in changed)
+    assert "    race_c: [1, 40]" in after.splitlines()
+    assert after.count("null") == before.count("null")
+    # the same values again: the file is not touched
+    mtime = path.stat().st_mtime_ns
+    assert write_overrides(path, ov) == [] and path.stat().st_mtime_ns == mtime
+    with pytest.raises(ParamsError, match=r"^rl.stepz: unknown parameter"):
+        write_overrides(path, {"rl.stepz": 1})
 
 
-def test_inputs_key_follows_deps_and_stage_params_only(tmp_path):
-    from flows.caching import inputs_key, outputs_digest, stage_spec
+def test_dvc_error_reason_and_permanence():
+    """A failed stage's message leads with the `hargo` CLI's error line; what the CLI reports
+    as bad params, input or data, and DVC's refusals, are final; the rest is classified by
+    flows.retries from the output."""
+    from flows.retries import is_transient
+    from flows.stages import DvcError
 
-    (tmp_path / "dvc.yaml").write_text(DVC_YAML)
-    (tmp_path / "in.txt").write_text("1")
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "s.py").write_text("x = 1")
-    params = {"seed": 1, "a": {"b": 2, "c": 3}}
-    spec = stage_spec(tmp_path / "dvc.yaml", "one", params)
-    k = inputs_key(spec, params, tmp_path)
-    assert k.startswith("hargo-one-") and k == inputs_key(spec, params, tmp_path)
-    # a param the stage does not declare: same key
-    assert inputs_key(spec, {"seed": 1, "a": {"b": 2, "c": 99}}, tmp_path) == k
-    # a declared param, a dep's content, the stage code: new key
-    assert inputs_key(spec, {"seed": 2, "a": {"b": 2, "c": 3}}, tmp_path) != k
-    (tmp_path / "in.txt").write_text("2")
-    k2 = inputs_key(spec, params, tmp_path)
-    assert k2 != k
-    (tmp_path / "code" / "s.py").write_text("x = 2")
-    assert inputs_key(spec, params, tmp_path) not in (k, k2)
-    # a missing dep: no key (nothing cached, the stage reports the missing input)
-    (tmp_path / "in.txt").unlink()
-    assert inputs_key(spec, params, tmp_path) is None
-    # outputs: digest only when all present
-    assert outputs_digest(spec, tmp_path) is None
-    (tmp_path / "out.txt").write_text("o")
-    (tmp_path / "m.json").write_text("{}")
-    (tmp_path / "p.csv").write_text("a\n1\n")
-    d = outputs_digest(spec, tmp_path)
-    (tmp_path / "out.txt").write_text("changed")
-    assert outputs_digest(spec, tmp_path) not in (None, d)
+    args = ["repro", "--single-item", "prepare"]
+    failed_run = "ERROR: failed to reproduce 'prepare': failed to run: hargo prepare, exited with 1"
+    bad = DvcError(args, 1, "Running stage 'prepare':\n> hargo prepare\nerror: HargoInputError: "
+                            f"data/raw/x.json: expected a JSON array\n{failed_run}")
+    assert str(bad).startswith("HargoInputError: data/raw/x.json: expected a JSON array "
+                               "(dvc repro --single-item prepare, exit 1)\n")
+    assert bad.permanent and not is_transient(bad)
+    contract = DvcError(args, 1, "validation failed:\n  prepared.ids_unique: 2 of 9\n" + failed_run)
+    assert contract.permanent and not is_transient(contract)
+    missing = DvcError(["repro", "--single-item", "sft"], 1,
+                       "ERROR: failed to reproduce 'sft': dependency 'models/base' does not exist")
+    assert missing.permanent and not is_transient(missing)
+    locked = DvcError(args, 1, "error: RuntimeError: MLflow store sqlite:///m.db cannot be used: "
+                               f"OperationalError: database is locked\n{failed_run}")
+    assert not locked.permanent and is_transient(locked)
+    crash = DvcError(args, 1, "Traceback (most recent call last):\nKeyError: 'x'\n" + failed_run)
+    assert not crash.permanent and not is_transient(crash)
+    assert str(crash).startswith("ERROR: failed to reproduce 'prepare'")
 
 
 # ------------------------------------------------------------------------------- retries
@@ -273,13 +282,21 @@ def test_metrics_table_and_report():
     assert "- `rl.steps`: `1`" in text
     assert "[p9](http://127.0.0.1:5000/#/experiments/3/runs/p9)" in text
     assert "| sft | [r1](http://127.0.0.1:5000/#/experiments/3/runs/r1) | FINISHED |" in text
+    # a DVC failure: the reason in bold, the output's tail in a text block
+    text = render_report(status="Failed", params_path="params.yaml", overrides={},
+                         tracking_uri="sqlite:///m.db", experiment_id="3", parent_run_id=None,
+                         runs=[], eval_metrics=None, steps=[],
+                         failure="step sft failed: DvcError: boom (dvc repro, exit 1)\nline 1\n")
+    assert "**step sft failed: DvcError: boom (dvc repro, exit 1)**\n\n~~~text\nline 1\n~~~" \
+        in text
 
 
 # ------------------------------------------------------------------------------- flow runs
 @pytest.mark.timeout(300)
 def test_bad_params_fail_the_run_before_any_task(harness, project):
-    from flows.pipeline import hargo_pipeline, hargo_rl
+    from flows.pipeline import hargo_pipeline, hargo_rl, hargo_validate
 
+    committed = (project / "params.yaml").read_bytes()
     state = hargo_pipeline(overrides={**SMALL, "rl.stepz": 3}, return_state=True)
     assert state.is_failed()
     assert "ParamsError: rl.stepz: unknown parameter" in state.message
@@ -287,78 +304,95 @@ def test_bad_params_fail_the_run_before_any_task(harness, project):
     state = hargo_rl(overrides={"rl.method": "reinforce"}, return_state=True)
     assert state.is_failed() and "rl.method: unknown method 'reinforce'" in state.message
     assert _task_runs(state.state_details.flow_run_id) == []
+    # another params file: DVC would not read it, so the flows refuse it
+    (project / "other.yaml").write_bytes(committed)
+    state = hargo_validate(params_path="other.yaml", overrides=SMALL, return_state=True)
+    assert state.is_failed() and "ParamsError: params_path: the stages read params.yaml" \
+        in state.message
+    assert _task_runs(state.state_details.flow_run_id) == []
+    assert (project / "params.yaml").read_bytes() == committed  # nothing written
     assert not (project / "data" / "prepared").exists()
+    # not a DVC project: refused before any task
+    shutil.rmtree(project / ".dvc")
+    state = hargo_validate(overrides=SMALL, return_state=True)
+    assert state.is_failed() and "not a DVC project" in state.message
+    assert _task_runs(state.state_details.flow_run_id) == []
 
 
-@pytest.mark.timeout(300)
-def test_prepare_is_cached_by_inputs_and_outputs(harness, project):
+@pytest.mark.timeout(400)
+def test_prepare_runs_through_dvc(harness, project):
+    """DVC decides: the stage runs when `dvc status` finds it changed (new, an output replaced,
+    one of its params changed) or with force, and is `UpToDate` otherwise; every run is in
+    dvc.lock, so `dvc status` agrees after each flow run."""
     from flows.pipeline import hargo_prepare
 
     first = hargo_prepare(overrides=SMALL, return_state=True)
     assert first.is_completed(), first.message
-    train = (project / "data" / "prepared" / "train.jsonl").read_bytes()
     assert _states(first, "prepare") == ["Completed"]
-    # same inputs, outputs untouched: served from the cache, the stage does not run
+    assert first.result()["prepare"]["reproduced"] is True
+    assert _lock_stages(project) == {"prepare"} and _status(project, "prepare") == {}
+    # the overrides were written into params.yaml: the params DVC recorded
+    written = yaml.safe_load((project / "params.yaml").read_text())
+    assert written["data"]["split"]["eval_fraction"] == SMALL["data.split.eval_fraction"]
+    train = (project / "data" / "prepared" / "train.jsonl").read_bytes()
+    # nothing changed: DVC says up to date, the stage does not run
     second = hargo_prepare(overrides=SMALL, return_state=True)
-    assert _states(second, "prepare") == ["Cached"]
-    assert second.result() == first.result()
-    # an output replaced since: the cached result is not trusted, the stage runs again
+    assert _states(second, "prepare") == ["UpToDate"]
+    assert second.result()["prepare"] == {"stage": "prepare", "reproduced": False, "changes": {}}
+    # an output replaced since: DVC sees it, the stage runs again
     (project / "data" / "prepared" / "train.jsonl").write_text("")
     third = hargo_prepare(overrides=SMALL, return_state=True)
-    assert _states(third, "prepare") == ["Cached", "Completed"]
+    assert _states(third, "prepare") == ["Completed"]
+    assert "changed outs" in json.dumps(third.result()["prepare"]["changes"])
     assert (project / "data" / "prepared" / "train.jsonl").read_bytes() == train
-    # a param of the stage changed: a new key, the stage runs
+    # a param of the stage changed: runs
     fourth = hargo_prepare(overrides={**SMALL, "seed": 7}, return_state=True)
     assert _states(fourth, "prepare") == ["Completed"]
-    # a param of another stage changed: still cached
+    assert yaml.safe_load((project / "params.yaml").read_text())["seed"] == 7
+    # a param of another stage changed: still up to date
     fifth = hargo_prepare(overrides={**SMALL, "seed": 7, "rl.steps": 9}, return_state=True)
-    assert _states(fifth, "prepare") == ["Cached"]
-    # force: runs whatever the cache says
-    sixth = hargo_prepare(overrides={**SMALL, "seed": 7}, force=True, return_state=True)
+    assert _states(fifth, "prepare") == ["UpToDate"]
+    # force (`dvc repro --force`): runs whatever DVC says
+    sixth = hargo_prepare(force=True, return_state=True)
     assert _states(sixth, "prepare") == ["Completed"]
+    assert _status(project, "prepare") == {}
 
 
 @pytest.mark.timeout(300)
 def test_transient_failures_are_retried_others_are_not(harness, project, monkeypatch):
     import flows.pipeline as fp
-    from hargo.data import prepare as stage
-    from hargo.io import HargoInputError
+    from flows import stages
 
     monkeypatch.setattr(fp, "prepare", fp.prepare.with_options(retry_delay_seconds=0))
-    real = stage.run
+    real = stages.reproduce
     calls = []
 
-    def locked_once(params):
-        calls.append(1)
+    def locked_once(target, force=False, log=None):
+        calls.append(target)
         if len(calls) == 1:
-            raise sqlite3.OperationalError("database is locked")
-        return real(params)
+            raise stages.DvcError(["repro", "--single-item", target], 1, (
+                "error: RuntimeError: MLflow store sqlite:///m.db cannot be used: "
+                "OperationalError: database is locked\nERROR: failed to reproduce 'prepare'"))
+        return real(target, force, log)
 
-    monkeypatch.setattr(stage, "run", locked_once)
-    state = fp.hargo_prepare(overrides=SMALL, force=True, return_state=True)
+    monkeypatch.setattr(stages, "reproduce", locked_once)
+    state = fp.hargo_prepare(overrides=SMALL, return_state=True)
     assert state.is_completed(), state.message
-    assert len(calls) == 2
+    assert calls == ["prepare", "prepare"]
+    assert _status(project, "prepare") == {}
 
-    def bad_input(params):
-        calls.append(1)
-        raise HargoInputError("data/raw/hpc-gpt/task1_plp.json", "expected a JSON array")
-
+    # bad input data, through the real `dvc repro`: the CLI's error, not retried
     calls.clear()
-    monkeypatch.setattr(stage, "run", bad_input)
-    state = fp.hargo_prepare(overrides=SMALL, force=True, return_state=True)
-    assert state.is_failed() and len(calls) == 1
-    assert ("step prepare failed: HargoInputError: data/raw/hpc-gpt/task1_plp.json: "
-            "expected a JSON array") in state.message
+    monkeypatch.setattr(stages, "reproduce", lambda t, force=False, log=None:
+                        calls.append(t) or real(t, force, log))
+    (project / "data" / "raw" / "hpc-gpt" / "task1_plp.json").write_text("{}")
+    state = fp.hargo_prepare(overrides=SMALL, return_state=True)
+    assert state.is_failed() and calls == ["prepare"], state.message
+    assert "step prepare failed: DvcError: HargoInputError: data/raw/hpc-gpt/task1_plp.json" \
+        in state.message
 
 
 # ------------------------------------------------------------------ pipeline == dvc repro
-def _dvc(args: list[str], cwd: Path, env: dict, timeout: int) -> None:
-    proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, \
-        f"dvc {' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-
-
 TIMINGS = {"wall_s", "load_s", "generate_s", "gen_tokens_per_s"}
 
 
@@ -367,36 +401,49 @@ def _without_timings(doc: dict) -> dict:
             for m, e in doc.items()}
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_model_dir,
                                          monkeypatch, mlflow_uri):
     """The whole pipeline through Prefect and through `dvc repro`, same params, same code, one
-    MLflow store: same final metrics; runs marked by door; a report artifact."""
+    MLflow store: same final metrics; runs marked by door; a report artifact. One book: after
+    the flow run `dvc status` finds every stage up to date and `dvc repro` has nothing to
+    reproduce; after `dvc repro`, a flow run runs no stage."""
     from mlflow.tracking import MlflowClient
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from flows.pipeline import REPORT_KEY, hargo_pipeline
+    from flows.pipeline import REPORT_KEY, hargo_pipeline, pipeline_targets
     from flows.report import per_model_metrics
     from hargo.io import read_jsonl
 
     overrides = tiny_overrides(tiny_model_dir, N_RAW)
     # the DVC door: overrides written into params.yaml (as `dvc exp run -S` does)
-    dvc_root = make_project(tmp_path / "dvc", real_raw_dir, N_RAW, params_updates=overrides)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARGO_")}
-    env.update(MLFLOW_TRACKING_URI=mlflow_uri,
-               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    _dvc(["init", "--no-scm", "-q"], dvc_root, env, 60)
+    dvc_root = make_project(tmp_path / "dvc", real_raw_dir, N_RAW, params_updates=overrides,
+                            dvc=True)
+    env = _dvc_env(mlflow_uri)
     _dvc(["repro"], dvc_root, env, 600)
     dvc_metrics = json.loads((dvc_root / "metrics" / "eval.json").read_text())
 
     # the Prefect door: committed params.yaml + the same overrides as a flow parameter
-    flow_root = make_project(tmp_path / "flow", real_raw_dir, N_RAW)
+    flow_root = make_project(tmp_path / "flow", real_raw_dir, N_RAW, dvc=True)
     monkeypatch.chdir(flow_root)
     monkeypatch.delenv("HARGO_DOOR", raising=False)
     state = hargo_pipeline(overrides=overrides, return_state=True)
     assert state.is_completed(), state.message
     flow_metrics = json.loads((flow_root / "metrics" / "eval.json").read_text())
+    targets = pipeline_targets(yaml.safe_load((flow_root / "params.yaml").read_text()))
+    assert targets == ["prepare", "validate", "base_model", "sft", "rl@hargo", "evaluate",
+                       "register"]
+    assert [r.state.name for r in _task_runs(state.state_details.flow_run_id)
+            if r.name in targets] == ["Completed"] * len(targets)
+
+    # one book: the overrides are in params.yaml, every stage in dvc.lock, and DVC agrees
+    assert yaml.safe_load((flow_root / "params.yaml").read_text()) == \
+        yaml.safe_load((dvc_root / "params.yaml").read_text())
+    assert _lock_stages(flow_root) == set(targets) == _lock_stages(dvc_root)
+    assert _status(flow_root, "dvc.yaml") == {}  # every stage of the main pipeline
+    again = _dvc(["repro"], flow_root, env, 300)
+    assert "Running stage" not in again and "Data and pipelines are up to date." in again, again
 
     models = per_model_metrics(flow_metrics)
     assert set(models) == {"sft", "hargo"}, flow_metrics
@@ -440,11 +487,23 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     for r in children:
         assert r.info.run_id in text
 
+    # the converse: after `dvc repro`, a flow run runs no stage and leaves dvc.lock as it was
+    lock = (dvc_root / "dvc.lock").read_bytes()
+    monkeypatch.chdir(dvc_root)
+    after_dvc = hargo_pipeline(return_state=True)
+    assert after_dvc.is_completed(), after_dvc.message
+    assert {r.name: r.state.name for r in _task_runs(after_dvc.state_details.flow_run_id)
+            if r.name in targets} == dict.fromkeys(targets, "UpToDate")
+    assert not any(r["reproduced"] for r in after_dvc.result().values())
+    assert (dvc_root / "dvc.lock").read_bytes() == lock
+    assert json.loads((dvc_root / "metrics" / "eval.json").read_text()) == dvc_metrics
 
+
+@pytest.mark.timeout(1500)
 def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, project, tiny_model_dir):
     """`hargo-comparison` on the outputs of `hargo-pipeline`: preferences, then train + eval per
-    method x seed, SFT eval, report; the report artifact is the rendered comparison; a second
-    run is served from the cache."""
+    method x seed, SFT eval, report, each through DVC; the report artifact is the rendered
+    comparison; afterwards DVC finds both pipelines up to date, and a second run runs nothing."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
@@ -461,9 +520,18 @@ def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, project
                              "compare_train@dpo-1", "compare_eval@dpo-1",
                              "compare_train@hpcgpt-1", "compare_eval@hpcgpt-1", "compare_sft",
                              "report"]
-    assert results["compare_train@dpo-1"]["method"] == "dpo"
-    assert results["compare_eval@grpo-1"]["n_prompts"] == \
-        results["compare_eval@hpcgpt-1"]["n_prompts"] > 0
+    assert results["compare_train@dpo-1"] == {
+        "stage": "compare/dvc.yaml:compare_train@dpo-1", "reproduced": True,
+        "changes": results["compare_train@dpo-1"]["changes"]}
+    assert all(r["reproduced"] for r in results.values())
+    train_dpo = json.loads((project / "metrics" / "compare" / "train" / "dpo-s1.json").read_text())
+    assert train_dpo["method"] == "dpo"
+    n_prompts = [json.loads((project / "data" / "compare" / "eval" / run / "metrics.json")
+                            .read_text())["n_prompts"] for run in ("grpo-s1", "hpcgpt-s1")]
+    assert n_prompts[0] == n_prompts[1] > 0
+    # one book: compare/dvc.lock holds every step, DVC finds both pipelines up to date
+    assert _lock_stages(project, "compare/dvc.lock") == set(results)
+    assert _status(project) == {}
     md = (project / "reports" / "comparison.md").read_text()
     with get_client(sync_client=True) as pc:
         arts = pc.read_artifacts(artifact_filter=ArtifactFilter(
@@ -472,4 +540,5 @@ def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, project
     assert len(mine) == 1 and mine[0].data == md
     again = hargo_comparison(overrides=overrides, return_state=True)
     assert again.is_completed()
-    assert set(_states(again, "compare_train")) == {"Cached"}
+    assert set(_states(again, "compare_train")) == {"UpToDate"}
+    assert not any(r["reproduced"] for r in again.result().values())

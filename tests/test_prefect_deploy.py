@@ -4,8 +4,8 @@ Starts ``prefect server start`` on 127.0.0.1 on a free port (its own PREFECT_HOM
 folder), deploys every deployment of the project's ``prefect.yaml`` (``prefect --no-prompt
 deploy --all``) to two ``process`` work pools, starts a worker on ``cpu``, and triggers
 ``hargo-validate/cpu``: two deployment runs -- one on a small prepared set that must
-reach Completed, one with a bad parameter that must fail before any task runs, naming the
-parameter -- then stops the worker and the server by their PIDs. Bounded: 240 s in all.
+reach Completed (its stage run through DVC, recorded in ``dvc.lock``), one with a bad
+parameter that must fail before any task runs, naming the parameter -- then stops the worker and the server by their PIDs. Bounded: 240 s in all.
 
 Also checks the static side of the deployments: ``prefect.yaml`` parses with Prefect's own model
 and names the pools and entrypoints the docs promise, and the GPU Kubernetes job template
@@ -127,7 +127,7 @@ def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_ra
     project = make_project(tmp_path / "project", real_raw_dir, n, params_updates={
         "validate.task_counts": {t: [1, n] for t in ("race_c", "race_fortran", "mlperf", "plp")},
         "validate.yes_fraction": [0.0, 1.0],
-        "data.split.eval_fraction": 0.25})
+        "data.split.eval_fraction": 0.25}, dvc=True)  # the flows run stages through DVC
     # the small prepared set the deployed validate step checks
     prep = subprocess.run([sys.executable, "-m", "hargo.cli", "prepare"], cwd=project, env=env,
                           capture_output=True, text=True, timeout=min(120, _left(deadline)))
@@ -174,8 +174,9 @@ def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_ra
     assert bad_tasks == [], [t.name for t in bad_tasks]
     assert good_run.state.type.value == "COMPLETED", \
         f"{good_run.state.type.value}: {good_run.state.message}\n{worker_log[-4000:]}"
-    # the validate stage ran in the project copy, through the same function as `hargo validate`
+    # the validate stage ran in the project copy, through `dvc repro --single-item validate`
     assert (project / "metrics" / "validation.json").exists()
+    assert "validate" in yaml.safe_load((project / "dvc.lock").read_text())["stages"]
 
 
 # ------------------------------------------------------------------ static deployment checks

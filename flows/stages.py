@@ -1,0 +1,267 @@
+"""The flows' way through DVC: one book (``dvc.lock``) for both doors.
+
+DVC decides what is up to date and DVC runs what is not, whichever door a run comes through.
+Every Prefect stage task does what ``dvc repro`` does for one stage, with DVC's own commands
+in a subprocess, in the project root (the working directory):
+
+    dvc status --json <target>                       {} -> the stage is up to date: not run
+    dvc repro --single-item [--force] <target>       otherwise (or with force): DVC runs the
+                                                     stage's cmd (the `hargo` CLI) and writes
+                                                     its entry of dvc.lock
+
+so a ``dvc repro`` after a Prefect run has nothing to reproduce, and a Prefect run after
+``dvc repro`` runs no stage. ``--single-item`` keeps the order to the flow (Prefect runs the
+stages one task each, as ``dvc.yaml``'s graph orders them); ``--wait-for-lock`` makes a stage wait
+for another DVC command holding the repository's lock instead of failing.
+
+The stages read their params from ``params.yaml`` (``dvc.yaml`` declares them there, and DVC
+compares them with ``dvc.lock``), so a flow's ``overrides`` are written into ``params.yaml``
+before anything runs, as ``dvc exp run -S`` does in the workspace (:func:`write_overrides`:
+only the keys whose value changes, comments and layout kept).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from hargo.params import ParamsError
+
+DVC_YAML = "dvc.yaml"
+COMPARE_DVC_YAML = "compare/dvc.yaml"
+PARAMS_FILE = "params.yaml"  # the file every stage of dvc.yaml and compare/dvc.yaml reads
+UP_TO_DATE = "UpToDate"      # the Prefect state name of a stage DVC found up to date
+
+# What the `hargo` CLI prints for a failure that running again cannot fix (hargo/cli.py):
+# bad params, bad input data, a failed data contract; and DVC's own refusals (a missing
+# dependency, an invalid dvc.yaml, an unknown stage).
+_PERMANENT = re.compile(
+    r"^error: (ParamsError|HargoInputError|FileNotFoundError|ValueError): |^validation failed:"
+    r"|^ERROR: .*(does not exist|is invalid|not found|missing)", re.MULTILINE)
+# tqdm progress bars: not worth a log line each (the last one is kept in the output tail).
+_PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+/\d+")
+
+
+class DvcError(RuntimeError):
+    """A DVC command failed.
+
+    The message is ``<reason> (dvc <args>, exit <code>)`` then the output's tail; the reason is
+    the ``hargo`` CLI's error line when the stage's command failed (``error: HargoInputError:
+    ...``), else DVC's own ``ERROR:`` line. ``permanent`` is True when running it again cannot
+    help (:data:`_PERMANENT`); :mod:`flows.retries` does not retry those.
+    """
+
+    def __init__(self, args: list[str], returncode: int, output: str):
+        self.command, self.returncode, self.output = list(args), returncode, output
+        self.permanent = bool(_PERMANENT.search(output))
+        super().__init__(f"{_reason(output)} (dvc {' '.join(args)}, exit {returncode})\n"
+                         f"{_tail(output)}")
+
+    def __reduce__(self):  # picklable (Prefect may serialize a failed state's exception)
+        return (type(self), (self.command, self.returncode, self.output))
+
+
+def _reason(output: str) -> str:
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for prefix in ("error: ", "validation failed:", "ERROR: "):
+        found = [ln for ln in lines if ln.startswith(prefix)]
+        if found:
+            return found[-1].removeprefix("error: ")
+    return lines[-1] if lines else "no output"
+
+
+def _tail(output: str, lines: int = 40, chars: int = 4000) -> str:
+    return "\n".join(output.splitlines()[-lines:])[-chars:]
+
+
+def target(stage: str, item: str | Mapping[str, Any] | None = None,
+           dvc_yaml: str = DVC_YAML) -> str:
+    """DVC's address of one stage: ``prepare``; ``rl@hargo`` (a ``foreach`` item);
+    ``compare/dvc.yaml:compare_train@hargo-1`` (a ``matrix`` item, its values joined by ``-`` in
+    the matrix's key order, as DVC names them)."""
+    name = stage
+    if isinstance(item, Mapping):
+        name = f"{stage}@{'-'.join(str(v) for v in item.values())}"
+    elif item is not None:
+        name = f"{stage}@{item}"
+    return name if dvc_yaml == DVC_YAML else f"{dvc_yaml}:{name}"
+
+
+def dvc_env() -> dict[str, str]:
+    """The environment of a DVC command: this process's (``HARGO_DOOR``,
+    ``HARGO_PARENT_RUN_ID``, ``MLFLOW_TRACKING_URI`` reach the stage's process through it), with
+    this interpreter's ``bin`` first on ``PATH`` so the stages' ``hargo`` command is this
+    environment's."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run_dvc(args: list[str], log: Callable[[str], Any] | None = None) -> str:
+    """Run ``python -m dvc --wait-for-lock <args>`` in the working directory; each output line
+    (stdout and stderr together, progress bars left out) goes to ``log``. Returns the output.
+
+    Raises:
+        DvcError: a non-zero exit (the reason and the output's tail in the message).
+    """
+    cmd = [sys.executable, "-m", "dvc", "--wait-for-lock", *args]
+    kept: deque[str] = deque(maxlen=400)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace", env=dvc_env(), bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            if _PROGRESS.search(line):
+                if kept and _PROGRESS.search(kept[-1]):
+                    kept.pop()
+            elif log is not None and line.strip():
+                log(line)
+            kept.append(line)
+        code = proc.wait()
+    output = "\n".join(kept)
+    if code != 0:
+        raise DvcError(args, code, output)
+    return output
+
+
+def stage_status(stage_target: str) -> dict[str, Any]:
+    """``dvc status --json <target>``: ``{}`` when the stage is up to date, else what DVC
+    found changed (``{"prepare": [{"changed deps": {...}}, ...]}``).
+
+    Raises:
+        DvcError: DVC could not tell (no such stage, an invalid dvc.yaml, ...).
+    """
+    out = run_dvc(["status", "--json", stage_target])
+    start = out.find("{")  # DVC may print a warning line before the JSON
+    if start < 0:
+        raise DvcError(["status", "--json", stage_target], 0, f"no JSON in output:\n{out}")
+    return json.loads(out[start:out.rfind("}") + 1])
+
+
+def reproduce(stage_target: str, force: bool = False,
+              log: Callable[[str], Any] | None = None) -> str:
+    """``dvc repro --single-item [--force] <target>``: DVC runs the stage (its upstream stages
+    are the flow's business) and records it in ``dvc.lock``. Returns DVC's output.
+
+    Raises:
+        DvcError: the stage failed, or DVC refused (a dependency is missing, ...).
+    """
+    return run_dvc(["repro", "--single-item", *(["--force"] if force else []), stage_target],
+                   log)
+
+
+# --------------------------------------------------------------------------- the project
+def check_project(params_path: str | os.PathLike, root: str | os.PathLike = ".") -> Path:
+    """The working directory must be a DVC project root and ``params_path`` its
+    ``params.yaml`` (the file DVC compares with ``dvc.lock``). Returns the root.
+
+    Raises:
+        ParamsError: ``params_path`` is another file (the message says why, and what to do).
+        RuntimeError: no ``.dvc`` folder in the working directory.
+    """
+    root = Path(root).resolve()
+    if not (root / ".dvc").is_dir():
+        raise RuntimeError(f"{root}: not a DVC project (no .dvc folder). The flows run every "
+                           f"stage through DVC: run them from the repository root "
+                           f"(`dvc init` first in a new project)")
+    given = Path(params_path)
+    given = (given if given.is_absolute() else root / given).resolve()
+    if given != root / PARAMS_FILE:
+        raise ParamsError(
+            f"params_path: the stages read {PARAMS_FILE} in the project root, as dvc.yaml "
+            f"declares (DVC compares it with dvc.lock), so the flows use that file too; got "
+            f"{params_path}. Pass changes as overrides (written into {PARAMS_FILE}, as "
+            f"`dvc exp run -S` does) or edit {PARAMS_FILE}")
+    return root
+
+
+def _yaml():
+    from ruamel.yaml import YAML
+
+    y = YAML()  # round trip: comments, key order and flow/block style are kept
+    y.preserve_quotes = True
+    y.width = 4096
+    y.indent(mapping=2, sequence=4, offset=2)
+    # `null` stays `null` (ruamel's round trip writes an empty value)
+    y.representer.add_representer(
+        type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
+    return y
+
+
+def _like(old: Any, new: Any) -> Any:
+    """``new`` as a ruamel node in the flow/block style of the value it replaces."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(new, Mapping) and isinstance(old, CommentedMap):
+        # updated in place, as DVC merges a -S value: the keys kept keep their comments
+        for k in [k for k in old if k not in new]:
+            del old[k]
+        for k, v in new.items():
+            if k not in old or _plain(old[k]) != _plain(v):
+                old[k] = _like(old.get(k), v)
+        return old
+    if isinstance(new, Mapping):
+        node = CommentedMap((k, _like(None, v)) for k, v in new.items())
+    elif isinstance(new, (list, tuple)):
+        node = CommentedSeq(_like(None, v) for v in new)
+    else:
+        return new
+    flow = getattr(getattr(old, "fa", None), "flow_style", lambda: None)()
+    if flow is None and isinstance(old, (Mapping, list)):
+        flow = False
+    if flow is None:  # a new value: short lists of scalars inline, the rest as blocks
+        flow = isinstance(new, (list, tuple)) and all(
+            not isinstance(v, (Mapping, list, tuple)) for v in new)
+    if flow:
+        node.fa.set_flow_style()
+    else:
+        node.fa.set_block_style()
+    return node
+
+
+def write_overrides(params_path: str | os.PathLike, overrides: Mapping[str, Any]) -> list[str]:
+    """Write dotted ``overrides`` (already validated: :func:`flows.pipeline.resolve_params`)
+    into ``params_path``, as ``dvc exp run -S`` does; keys whose value is already the given one
+    are left alone, and the file is not touched when nothing changes. Comments, key order and
+    the flow/block style of the replaced values are kept. Returns the keys written.
+
+    Raises:
+        ParamsError: a key that ``params_path`` does not have.
+    """
+    path = Path(params_path)
+    y = _yaml()
+    doc = y.load(path.read_text(encoding="utf-8"))
+    changed = []
+    for dotted, value in overrides.items():
+        keys = dotted.split(".")
+        cur = doc
+        for key in keys[:-1]:
+            if not isinstance(cur, Mapping) or key not in cur:
+                raise ParamsError(f"{dotted}: unknown parameter (not in {path})")
+            cur = cur[key]
+        if not isinstance(cur, Mapping) or keys[-1] not in cur:
+            raise ParamsError(f"{dotted}: unknown parameter (not in {path})")
+        if _plain(cur[keys[-1]]) == _plain(value):
+            continue
+        cur[keys[-1]] = _like(cur[keys[-1]], value)
+        changed.append(dotted)
+    if changed:
+        tmp = path.with_name(f".{path.name}.tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            y.dump(doc, f)
+        os.replace(tmp, path)
+    return changed
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
