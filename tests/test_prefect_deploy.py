@@ -5,7 +5,8 @@ folder), deploys every deployment of the project's ``prefect.yaml`` (``prefect -
 deploy --all``) to two ``process`` work pools, starts a worker on ``cpu``, and triggers
 ``hargo-validate/cpu``: two deployment runs -- one on a small prepared set that must
 reach Completed (its stage run through DVC, recorded in ``dvc.lock``), one with a bad
-parameter that must fail before any task runs, naming the parameter -- then stops the worker and the server by their PIDs. Bounded: 240 s in all.
+parameter that must fail before any task runs, naming the parameter -- then stops the worker
+and the server by their PIDs. Bounded: 240 s in all.
 
 Also checks the static side of the deployments: ``prefect.yaml`` parses with Prefect's own model
 and names the pools and entrypoints the docs promise, and the GPU Kubernetes job template
