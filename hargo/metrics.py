@@ -118,12 +118,19 @@ def race_classification(labels: list[str], predictions: list[str | None]) -> dic
         predictions: extracted answers; None (unparseable) is replaced by the opposite label.
 
     Returns:
-        ``{"f1", "precision", "recall", "confusion": {...}}`` (see the module docstring), or all
-        None for empty input.
+        ``{"f1", "precision", "recall", "accuracy", "mcc", "balanced_accuracy", "yes_share",
+        "confusion": {...}, "always_yes": {"f1", "accuracy", "mcc", "balanced_accuracy"}}``,
+        or all None for empty input. ``mcc`` (Matthews correlation) and ``balanced_accuracy``
+        cannot be fooled by a prior: answering "yes" to everything scores MCC 0 and balanced
+        accuracy 0.5 whatever the label balance, while its F1 is ``2p / (1 + p)`` for a share
+        ``p`` of "yes" labels (0.67 at p = 0.5). ``yes_share`` is the share of "yes" predictions;
+        ``always_yes`` are the scores of that trivial baseline on the same labels.
     """
     if not labels:
-        return {"f1": None, "precision": None, "recall": None, "confusion": None}
-    from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
+        return {k: None for k in ("f1", "precision", "recall", "accuracy", "mcc",
+                                  "balanced_accuracy", "yes_share", "confusion", "always_yes")}
+    from sklearn.metrics import (accuracy_score, balanced_accuracy_score, confusion_matrix,
+                                 f1_score, matthews_corrcoef, precision_score, recall_score)
 
     y_true = [canonical_label(x) for x in labels]
     y_pred = [p if p is not None else ("no" if t == "yes" else "yes")
@@ -131,11 +138,31 @@ def race_classification(labels: list[str], predictions: list[str | None]) -> dic
     kw = dict(labels=_LABELS, pos_label="yes", average="binary", zero_division=0)
     cm = confusion_matrix(y_true, y_pred, labels=_LABELS)
     (tp, fn), (fp, tn) = cm.tolist()
-    return {"f1": float(f1_score(y_true, y_pred, **kw)),
+    yes = ["yes"] * len(y_true)
+
+    def scores(pred):
+        return {"f1": float(f1_score(y_true, pred, **kw)),
+                "accuracy": float(accuracy_score(y_true, pred)),
+                "mcc": float(matthews_corrcoef(y_true, pred)),
+                "balanced_accuracy": _balanced(y_true, pred, balanced_accuracy_score)}
+
+    return {**scores(y_pred),
             "precision": float(precision_score(y_true, y_pred, **kw)),
             "recall": float(recall_score(y_true, y_pred, **kw)),
+            "yes_share": sum(p == "yes" for p in y_pred) / len(y_pred),
             "confusion": {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "labels": list(_LABELS),
-                          "matrix": cm.tolist()}}
+                          "matrix": cm.tolist()},
+            "always_yes": scores(yes)}
+
+
+def _balanced(y_true, y_pred, fn) -> float:
+    """Balanced accuracy; with one class present, sklearn warns and scores the recall of that
+    class (the mean over the classes present), which is what we want."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(fn(y_true, y_pred))
 
 
 def _mean(xs):
@@ -155,7 +182,9 @@ def compute_metrics(samples: list[dict], completions: list, rewards: list[float]
 
     Returns:
         ``n``, ``avg_score``, ``dr_f1``, ``dr_precision``, ``dr_recall``, ``dr_confusion``,
-        ``dr_unparseable``, ``dr_f1_race_c``, ``dr_f1_race_fortran``, ``mlperf_em``,
+        ``dr_unparseable``, ``dr_accuracy``, ``dr_mcc``, ``dr_balanced_accuracy``,
+        ``dr_yes_share``, ``dr_always_yes_f1``, ``dr_always_yes_accuracy`` (the trivial
+        baseline on the same prompts), ``dr_f1_race_c``, ``dr_f1_race_fortran``, ``mlperf_em``,
         ``plp_similarity``, and for each task present ``n_<task>``, ``accuracy_<task>``,
         ``mean_completion_chars_<task>``, ``median_completion_chars_<task>``.
 
@@ -172,6 +201,10 @@ def compute_metrics(samples: list[dict], completions: list, rewards: list[float]
         "dr_f1": pooled["f1"], "dr_precision": pooled["precision"],
         "dr_recall": pooled["recall"], "dr_confusion": pooled["confusion"],
         "dr_unparseable": sum(r["prediction"] is None for _, r in race) if race else None,
+        "dr_accuracy": pooled["accuracy"], "dr_mcc": pooled["mcc"],
+        "dr_balanced_accuracy": pooled["balanced_accuracy"], "dr_yes_share": pooled["yes_share"],
+        "dr_always_yes_f1": (pooled["always_yes"] or {}).get("f1"),
+        "dr_always_yes_accuracy": (pooled["always_yes"] or {}).get("accuracy"),
     }
     for t in RACE_TASKS:
         rows = [(s, r) for s, r in race if s["task"] == t]

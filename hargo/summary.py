@@ -1,7 +1,8 @@
 """``hargo summary``: the table that ends the main job.
 
-Per model (SFT, then each method of ``rl.methods``) from ``metrics/eval.json``: DR-F1, PLP
-similarity, MLPerf EM, AvgScore, WinRate against SFT (the judge is named in the header) and
+Per model (SFT, the always-yes race baseline on the same prompts, then each method of
+``rl.methods``) from ``metrics/eval.json``: DR-F1 with the Matthews correlation (MCC, 0 for any
+constant answer) and the share of "yes" answers beside it, PLP similarity, MLPerf EM, AvgScore, WinRate against SFT (the judge is named in the header) and
 generation speed; the alias each model's registered version holds, from ``metrics/register.json``.
 Per stage: the wall time of its MLflow child run under this pipeline's parent run (the parent of
 ``$HARGO_PARENT_RUN_ID``, else the one tagged with this commit's and params' pipeline key,
@@ -20,8 +21,11 @@ __all__ = ["STAGES", "stage_names", "collect", "render", "run"]
 STAGES = ("prepare", "validate", "base_model", "sft", "rl", "evaluate", "register")
 EVAL_FILE = "metrics/eval.json"
 REGISTER_FILE = "metrics/register.json"
-COLUMNS = (("dr_f1", "DR-F1"), ("plp_similarity", "PLP sim"), ("mlperf_em", "MLPerf EM"),
-           ("avg_score", "AvgScore"))
+COLUMNS = (("dr_f1", "DR-F1"), ("dr_mcc", "DR MCC"), ("dr_yes_share", "yes share"),
+           ("plp_similarity", "PLP sim"), ("mlperf_em", "MLPerf EM"), ("avg_score", "AvgScore"))
+#: The trivial race baseline beside the models: "yes" to every race prompt of the same eval set
+#: (its F1 looks respectable, its MCC is 0; a model whose MCC is near 0 learned nothing).
+ALWAYS_YES = "always-yes"
 
 
 def stage_names(params: Mapping) -> list[str]:
@@ -134,6 +138,13 @@ def collect(params: Mapping, root: str | Path = ".") -> dict:
         models[m]["win_rate"] = e.get("win_rate")
         models[m]["gen_tokens_per_s"] = e.get("gen_tokens_per_s")
         models[m]["alias"] = ", ".join(aliases.get(m, []))
+    sft = doc.get("sft") if isinstance(doc.get("sft"), dict) else None
+    if sft and sft.get("dr_always_yes_f1") is not None:
+        base = {k: None for k, _ in COLUMNS}
+        base.update(dr_f1=sft["dr_always_yes_f1"], dr_mcc=0.0, dr_yes_share=1.0)
+        models = {"sft": models.pop("sft"), ALWAYS_YES: {**base, "win_rate": None,
+                                                          "gen_tokens_per_s": None, "alias": ""},
+                  **models}
     stages, note = stage_times(params, root)
     total = sum(s["seconds"] or 0.0 for s in stages.values())
     return {"judge": (doc.get("run") or {}).get("judge", "unknown"), "models": models,
@@ -153,7 +164,7 @@ def render(data: Mapping):
 
     t = Table(title=f"hargo: eval metrics per model (WinRate judge: {data['judge']})",
               title_justify="left")
-    t.add_column("model", style="bold")
+    t.add_column("model", style="bold", no_wrap=True)
     for _, label in COLUMNS:
         t.add_column(label, justify="right")
     t.add_column("WinRate vs SFT", justify="right")
@@ -163,8 +174,8 @@ def render(data: Mapping):
         if row is None:
             t.add_row(m, *["-"] * (len(COLUMNS) + 2), "not evaluated")
             continue
-        t.add_row(m, _num(row["dr_f1"]), _num(row["plp_similarity"]), _num(row["mlperf_em"]),
-                  _num(row["avg_score"]), "-" if m == "sft" else _num(row["win_rate"]),
+        t.add_row(m, *[_num(row[k]) for k, _ in COLUMNS],
+                  "-" if m in ("sft", ALWAYS_YES) else _num(row["win_rate"]),
                   "-" if row["gen_tokens_per_s"] is None else f"{row['gen_tokens_per_s']:.0f}",
                   row["alias"])
     s = Table(title="wall time per stage", title_justify="left")
@@ -200,7 +211,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
     from rich.console import Console
 
     data = collect(params, root)
-    console = Console(width=max(Console().width, 110))
+    console = Console(width=max(Console().width, 140))
     for r in render(data):
         console.print(r)
     return data

@@ -117,6 +117,27 @@ def test_race_classification_against_hand_counts():
     assert race_classification([], [])["f1"] is None
 
 
+def test_metrics_that_a_prior_cannot_fool_and_the_always_yes_row():
+    """tp=1, fn=1, fp=1, tn=2 by hand: MCC = (1*2 - 1*1) / sqrt(2*2*3*3) = 1/6, balanced
+    accuracy = (1/2 + 2/3) / 2 = 7/12, accuracy 3/5, "yes" share 2/5. Always-yes on the same
+    labels (2 of 5 "yes"): F1 = 2*(2/5) / (1 + 2/5) = 4/7, accuracy 2/5, MCC 0, balanced 1/2."""
+    labels = ["yes", "yes", "no", "no", "no"]
+    preds = ["yes", "no", "yes", "no", "no"]
+    out = race_classification(labels, preds)
+    assert out["mcc"] == pytest.approx(1 / 6)
+    assert out["balanced_accuracy"] == pytest.approx(7 / 12)
+    assert out["accuracy"] == pytest.approx(3 / 5) and out["yes_share"] == pytest.approx(2 / 5)
+    assert out["always_yes"] == pytest.approx({"f1": 4 / 7, "accuracy": 2 / 5, "mcc": 0.0,
+                                               "balanced_accuracy": 0.5})
+    # a model that answers "yes" to everything IS the always-yes row: F1 looks fine, MCC is 0
+    trivial = race_classification(labels, ["yes"] * 5)
+    assert trivial["f1"] == pytest.approx(4 / 7) and trivial["mcc"] == 0.0
+    assert trivial["balanced_accuracy"] == 0.5 and trivial["yes_share"] == 1.0
+    # an inverted classifier: MCC -1
+    assert race_classification(labels, ["no", "no", "yes", "yes", "yes"])["mcc"] == \
+        pytest.approx(-1.0)
+
+
 def test_bad_samples_are_named():
     with pytest.raises(ValueError, match=r"unknown task 'sql' \(sample id 'x-1'\)"):
         compute_metrics([{"id": "x-1", "task": "sql", "answer": "a"}], ["a"])

@@ -19,10 +19,12 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
     params = apply_overrides(committed_params, {"rl.methods": ["grpo", "hargo"]})
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "eval.json").write_text(json.dumps({
-        "sft": {"dr_f1": 0.5, "plp_similarity": 0.25, "mlperf_em": 0.125, "avg_score": 0.375,
-                "gen_tokens_per_s": 400.0},
-        "grpo": {"dr_f1": 0.75, "plp_similarity": 0.5, "mlperf_em": 0.25, "avg_score": 0.5,
-                 "win_rate": 0.625, "gen_tokens_per_s": 410.0},
+        "sft": {"dr_f1": 0.5, "dr_mcc": 0.125, "dr_yes_share": 0.75, "plp_similarity": 0.25,
+                "mlperf_em": 0.125, "avg_score": 0.375, "gen_tokens_per_s": 400.0,
+                "dr_always_yes_f1": 0.6875},
+        "grpo": {"dr_f1": 0.75, "dr_mcc": 0.5, "dr_yes_share": 0.5, "plp_similarity": 0.5,
+                 "mlperf_em": 0.25, "avg_score": 0.5, "win_rate": 0.625,
+                 "gen_tokens_per_s": 410.0},
         "run": {"judge": "task-reward"}}))
     (tmp_path / "metrics" / "register.json").write_text(json.dumps({
         "model_name": "hargo-hpc", "decision": "champion moved to v1 (grpo) from sft",
@@ -42,9 +44,15 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
     data = summary.run(params, root=tmp_path)
 
     assert data["judge"] == "task-reward"
-    assert data["models"]["sft"] == {"dr_f1": 0.5, "plp_similarity": 0.25, "mlperf_em": 0.125,
+    assert data["models"]["sft"] == {"dr_f1": 0.5, "dr_mcc": 0.125, "dr_yes_share": 0.75,
+                                     "plp_similarity": 0.25, "mlperf_em": 0.125,
                                      "avg_score": 0.375, "win_rate": None,
                                      "gen_tokens_per_s": 400.0, "alias": ""}
+    # the always-yes row, on the same prompts: sft's recorded baseline F1, MCC 0, all "yes"
+    assert list(data["models"]) == ["sft", summary.ALWAYS_YES, "grpo", "hargo"]
+    base = data["models"][summary.ALWAYS_YES]
+    assert (base["dr_f1"], base["dr_mcc"], base["dr_yes_share"]) == (0.6875, 0.0, 1.0)
+    assert base["plp_similarity"] is None and base["win_rate"] is None
     assert data["models"]["grpo"]["win_rate"] == 0.625
     assert data["models"]["grpo"]["alias"] == "@champion v1, @candidate v1"
     assert data["models"]["hargo"] is None
@@ -66,7 +74,7 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
     out = capsys.readouterr().out
     assert "champion moved to v1 (grpo) from sft" in out
     assert "task-reward" in out and "cached" in out and "rl@grpo" in out
-    assert "0.750" in out and "0.625" in out
+    assert "0.750" in out and "0.625" in out and "always-yes" in out and "0.688" in out
 
 
 def test_summary_without_a_pipeline_run_or_eval_metrics(tmp_path, committed_params, mlflow_uri):
