@@ -1,8 +1,10 @@
 """Shared fixtures: a tiny random Llama with SmolLM2's tokenizer, a temporary MLflow store,
-the real raw data and the committed params."""
+the real raw data and the committed params; and the per-test teardown of any process group,
+accelerate state and launcher environment a test leaves behind (``_distributed_isolation``)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,57 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
     from hargo.testing import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", tiny_tokenizer_dir)
+
+
+#: What a launcher (torchrun, accelerate launch) or TRL's colocated vLLM sets in ``os.environ``.
+_LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+               "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+               "ROLE_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+
+
+def _launch_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in _LAUNCH_ENV or k.startswith("ACCELERATE_")}
+
+
+def _tear_down_distributed() -> None:
+    """Destroy what a test left initialised in this process: vLLM's parallel groups, the
+    torch.distributed default process group, accelerate's shared (Borg) state. Only modules
+    already imported are touched, so a test that never imported torch stays torch-free."""
+    vllm_ps = sys.modules.get("vllm.distributed.parallel_state")
+    if vllm_ps is not None:  # TRL's colocated vLLM: its TP/PP/world groups over the default one
+        vllm_ps.destroy_model_parallel()
+        vllm_ps.destroy_distributed_environment()
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    acc_state = sys.modules.get("accelerate.state")
+    if acc_state is not None:
+        acc_state.AcceleratorState._reset_state(reset_partial_state=True)
+        acc_state.GradientState._reset_state()
+
+
+@pytest.fixture(autouse=True)
+def _distributed_isolation(request):
+    """Each test leaves no process group behind and starts none on a fixed port.
+
+    Before a ``vllm``-marked test (TRL's colocated vLLM initialises a process group in-process
+    on $MASTER_PORT, 29500 when unset and free): MASTER_ADDR/MASTER_PORT point at a free port.
+    After every test: the default process group is destroyed (vLLM's groups first), accelerate's
+    shared state is reset, and the launcher variables (MASTER_ADDR/PORT, RANK, WORLD_SIZE,
+    LOCAL_RANK, ..., ACCELERATE_*) are as they were before the test -- so a later test's Trainer
+    sees neither a stale group nor a distributed accelerate state, in any test order.
+    """
+    before = _launch_env()
+    if request.node.get_closest_marker("vllm") is not None and "MASTER_PORT" not in os.environ:
+        from rl_helpers import free_port
+
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(free_port())
+    yield
+    _tear_down_distributed()
+    for k in _launch_env().keys() - before.keys():
+        del os.environ[k]
+    os.environ.update(before)
 
 
 @pytest.fixture(autouse=True, scope="session")

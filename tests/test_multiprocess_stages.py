@@ -8,24 +8,17 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
-from rl_helpers import crafted_records, rl_params, write_jsonl
+from rl_helpers import crafted_records, free_port, rl_params, write_jsonl
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TIMEOUT_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _launch(project: Path, params: dict, *stage_args: str,
@@ -40,7 +33,7 @@ def _launch(project: Path, params: dict, *stage_args: str,
                 "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
                 "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
            "-m", "hargo.cli", *stage_args, "--params", "params.yaml"]
     proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
                           timeout=TIMEOUT_S)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -48,17 +47,11 @@ def score_fixed_batch(params: dict, method: str, out_dir: str, world_size: int) 
             "backend": str(torch.distributed.get_backend()) if world_size > 1 else None}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_processes_give_the_one_process_hargo_weights(committed_params, tiny_model_dir,
                                                           tmp_path):
     import pytest
 
-    from rl_helpers import FIXED_GROUPS, G_FIXED, rl_params, write_jsonl
+    from rl_helpers import FIXED_GROUPS, G_FIXED, free_port, rl_params, write_jsonl
 
     write_jsonl(tmp_path / "data" / "train.jsonl", [rec for rec, _ in FIXED_GROUPS])
     params = rl_params(committed_params, tiny_model_dir, tmp_path / "data",
@@ -71,7 +64,7 @@ def test_two_processes_give_the_one_process_hargo_weights(committed_params, tiny
            "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONWARNINGS": "ignore",
            "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), __file__,
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), __file__,
            "--params", str(tmp_path / "params.json"), "--method", "hargo",
            "--out", str(tmp_path / "two"), "--world-size", "2"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=420)
