@@ -4,8 +4,21 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 \
        PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# pytest-randomly (dev extra) shuffles the test order and reseeds random/numpy per test from one
+# seed, new each run. -q hides its header line, so the seed is picked and printed here (again at
+# the end of a failed run); repeat an order with: scripts/test.sh ... -p randomly --randomly-seed=N
+# (-p no:randomly: file order).
+args=("$@")
+seed=""
+if [[ " $* " != *" --randomly-seed"* && " $* " != *"no:randomly"* ]] \
+   && .venv/bin/python -c "import pytest_randomly" 2>/dev/null; then
+  seed=$(( (RANDOM << 15 | RANDOM) ))
+  args+=("--randomly-seed=$seed")
+  echo "pytest-randomly: --randomly-seed=$seed"
+fi
+.venv/bin/python -m pytest -q -p no:cacheprovider "${args[@]}"
 rc=$?
 # pytest's 5 means no test ran: that is a failure here, never a pass.
 [[ $rc -eq 5 ]] && echo "no tests ran" >&2
+[[ $rc -ne 0 && -n $seed ]] && echo "test order: repeat it with -p randomly --randomly-seed=$seed" >&2
 exit $rc
