@@ -96,7 +96,7 @@ def test_rl_stage_on_two_processes(committed_params, tiny_model_dir, tmp_path):
     fingerprint = json.loads((ckpt_root / "run_fingerprint.json").read_text())
     assert fingerprint["method"] == "hargo" and fingerprint["rl"]["steps"] == 1
     ckpt = ckpt_root / "checkpoint-1"
-    assert (ckpt / "trainer_state.json").is_file() and (ckpt / "hargo_state.json").is_file()
+    assert (ckpt / "trainer_state.json").is_file() and (ckpt / "method_state.json").is_file()
     assert sorted(p.name for p in ckpt.glob("rng_state*.pth")) == ["rng_state_0.pth",
                                                                    "rng_state_1.pth"]
 

@@ -36,8 +36,8 @@ def score_fixed_batch(params: dict, method: str, out_dir: str, world_size: int) 
     n = len(inputs) // world_size
     out = trainer._generate_and_score_completions(inputs[acc.process_index * n:
                                                          (acc.process_index + 1) * n])
-    assert out["hargo_weights"].shape == (n,)
-    weights = acc.gather(out["hargo_weights"])
+    assert out["response_weights"].shape == (n,)
+    weights = acc.gather(out["response_weights"])
     adv = acc.gather(out["advantages"])
     task_ids = acc.gather(out["task_ids"])
     if not acc.is_main_process:
@@ -47,7 +47,7 @@ def score_fixed_batch(params: dict, method: str, out_dir: str, world_size: int) 
             "backend": str(torch.distributed.get_backend()) if world_size > 1 else None}
 
 
-def test_two_processes_give_the_one_process_hargo_weights(committed_params, tiny_model_dir,
+def test_two_processes_give_the_one_process_response_weights(committed_params, tiny_model_dir,
                                                           tmp_path):
     import pytest
 
