@@ -1,4 +1,5 @@
-"""Tiny models for tests and smoke runs: a random Llama built from a config.
+"""Tiny models and crafted data for tests and smoke runs: a random Llama built from a config,
+and short prepared records of the four tasks (:func:`crafted_records`).
 
 The tokenizer is SmolLM2's (ChatML template, 49,152 tokens) read from the embedded GGUF, so the
 tiny model speaks the same chat format as the real one; the network itself is 2 layers of
@@ -45,3 +46,35 @@ def make_tiny_model(out_dir: str | Path, tokenizer_dir: str | Path, seed: int = 
     tok.save_pretrained(out_dir)
     (out_dir / ".complete").write_text("ok\n")
     return out_dir
+
+
+def crafted_record(i: int, task: str, content: str, answer: str, label: str | None = None,
+                   source_file: str = "crafted.json", id_prefix: str = "") -> dict:
+    """One prepared record (the schema of :func:`hargo.data.raw.make_record`) with a single
+    user turn ``content``: id ``f"{id_prefix}{task}-{i:05d}"``, source ``{source_file, i}``."""
+    return {"id": f"{id_prefix}{task}-{i:05d}", "task": task,
+            "prompt": [{"role": "user", "content": content}], "answer": answer, "label": label,
+            "alt_answers": [], "source": {"file": source_file, "index": i}}
+
+
+def crafted_records(per_task: int, start: int = 0, source_file: str = "crafted.json",
+                    id_prefix: str = "") -> list[dict]:
+    """``per_task`` short prepared records for each of the four tasks, numbered ``start`` ..
+    ``start + per_task - 1`` (in that order, the four tasks for each number): race answers
+    alternate yes/no, each with its label; ids and sources as :func:`crafted_record`."""
+    def rec(i: int, task: str, content: str, answer: str, label: str | None = None) -> dict:
+        return crafted_record(i, task, content, answer, label, source_file, id_prefix)
+
+    out = []
+    for i in range(start, start + per_task):
+        yes = "yes" if i % 2 == 0 else "no"
+        out.append(rec(i, "race_c", f"Is there a data race? for (i = 0; i < n; i++) a[i] = "
+                       f"a[i + {i + 1}];", yes, yes))
+        no = "no" if i % 2 == 0 else "yes"
+        out.append(rec(i, "race_fortran", f"Is there a data race? do i = 1, n\n a(i) = b(i) + "
+                       f"{i}\nend do", no, no))
+        out.append(rec(i, "mlperf", f"What is the quality target of MLPerf benchmark {i}?",
+                       f"{75 + i}.9%"))
+        out.append(rec(i, "plp", f"Explain what '#pragma omp parallel for' does ({i}).",
+                       "It splits the loop iterations across the threads of a team."))
+    return out

@@ -1,9 +1,10 @@
 """Crafted RL inputs shared by tests/test_rl.py and tests/test_rl_distributed.py, and
 ``free_port`` for every test that starts a process group.
 
-A small prepared train split with all four tasks, a params builder for a tiny RL run, and a
-fixed batch of three prompt groups whose completions are given (not sampled), fed through TRL's
-``rollout_func`` hook so that the batch is the same on 1 process or N.
+A params builder for a tiny RL run (the small train split with all four tasks is
+:func:`hargo.testing.crafted_records`), and a fixed batch of three prompt groups whose
+completions are given (not sampled), fed through TRL's ``rollout_func`` hook so that the batch
+is the same on 1 process or N.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import json
 import os
 import socket
 from pathlib import Path
+
+from hargo.testing import crafted_record
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL
 
@@ -27,26 +30,7 @@ def free_port() -> int:
 
 
 def _rec(i: int, task: str, content: str, answer: str, label=None) -> dict:
-    return {"id": f"{task}-{i:05d}", "task": task,
-            "prompt": [{"role": "user", "content": content}], "answer": answer, "label": label,
-            "alt_answers": [], "source": {"file": "crafted.json", "index": i}}
-
-
-def crafted_records(per_task: int = 2) -> list[dict]:
-    """``per_task`` short prepared records for each of the four tasks (prepared-data schema)."""
-    out = []
-    for i in range(per_task):
-        yes = "yes" if i % 2 == 0 else "no"
-        out.append(_rec(i, "race_c", f"Is there a data race? for (i = 0; i < n; i++) a[i] = "
-                        f"a[i + {i + 1}];", yes, yes))
-        no = "no" if i % 2 == 0 else "yes"
-        out.append(_rec(i, "race_fortran", f"Is there a data race? do i = 1, n\n a(i) = b(i) + {i}"
-                        f"\nend do", no, no))
-        out.append(_rec(i, "mlperf", f"What is the quality target of MLPerf benchmark {i}?",
-                        f"{75 + i}.9%"))
-        out.append(_rec(i, "plp", f"Explain what '#pragma omp parallel for' does ({i}).",
-                        "It splits the loop iterations across the threads of a team."))
-    return out
+    return crafted_record(i, task, content, answer, label)
 
 
 def write_jsonl(path: Path, records) -> Path:

@@ -201,8 +201,7 @@ def _construct_trainer(params: dict, method: str, model_dir: Path, out: Path):
     """Construct (not train) the trainer of ``method`` on the tiny model and crafted data."""
     from hargo.compare.train import family, run_params
     from hargo.models import loading
-
-    from rl_helpers import crafted_records
+    from hargo.testing import crafted_records
 
     records = crafted_records(1)
     if method in ("sft", "hpcgpt"):
@@ -248,9 +247,8 @@ def test_one_real_bf16_autocast_sft_step_on_the_cpu(profile, committed_params, t
     import torch
 
     from hargo.models import loading
+    from hargo.testing import crafted_records
     from hargo.training import sft
-
-    from rl_helpers import crafted_records
 
     params = _matrix_params(committed_params, tiny_model_dir)
     params["sft"].update(max_steps=1, batch_size=4, learning_rate=5e-3)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from rl_helpers import crafted_records, free_port, rl_params, write_jsonl
+from rl_helpers import free_port, rl_params, write_jsonl
+
+from hargo.testing import crafted_records
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -11,9 +11,10 @@ import math
 import pytest
 import torch
 
-from rl_helpers import TASKS, crafted_records, rl_params, write_jsonl
+from rl_helpers import TASKS, rl_params, write_jsonl
 
 from hargo.method_config import method_params
+from hargo.testing import crafted_records
 
 
 # ------------------------------------------------------------------------------ config

@@ -15,9 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hargo.data import conflicts as C
 from hargo.data import labels as L
 from hargo.data import prepare as P
+from hargo.data import raw as R
+from hargo.data import split as S
 from hargo.io import HargoInputError
+from hargo.vocab import TASKS
 
 TINY = Path(__file__).parent / "data" / "hpc_tiny"
 OUTPUTS = ("train.jsonl", "eval.jsonl", "rejects.jsonl", "stats.json", "answer_lengths.csv")
@@ -73,7 +77,7 @@ def test_snippet_missing_spots_code_moved_into_the_output():
 
 
 def test_real_race_c_noise_is_the_21_records_of_source_md(real_raw_dir):
-    raws = P.load_file(real_raw_dir / "task2_c_c++.json")
+    raws = R.load_file(real_raw_dir / "task2_c_c++.json")
     forms = {}
     for i, r in enumerate(raws):
         forms.setdefault(L.parse_label(r["output"])[1], []).append(i)
@@ -147,28 +151,28 @@ def test_missing_file_is_named(tmp_path):
     shutil.copytree(TINY, raw)
     (raw / "task2_fortran.json").unlink()
     with pytest.raises(HargoInputError, match="task2_fortran.json: file not found"):
-        P.load_raw(raw)
+        R.load_raw(raw)
 
 
 # ----------------------------------------------------------------------------- messy-data handling
 
 def test_grouped_handling_of_the_crafted_noise():
-    raw = P.load_raw(TINY)
-    recs, rejects, c = P.clean_task("race_c", raw["race_c"])
+    raw = R.load_raw(TINY)
+    recs, rejects, c = C.clean_task("race_c", raw["race_c"])
     # 26 raw: 21 kept; 21 (missing code) and 22 (no label) quarantined; 23 duplicates 0;
     # 24/25 label the same code no/yes: a tie, both rejected
     assert c["raw"] == 26 and c["kept"] == 21 == len(recs)
-    assert c["quarantined"] == {P.MISSING_CODE: 1, L.NO_LABEL: 1}
+    assert c["quarantined"] == {C.MISSING_CODE: 1, L.NO_LABEL: 1}
     assert c["exact_duplicates"] == 1
     assert (c["conflict_groups"], c["conflict_records"], c["conflict_dropped"]) == (1, 2, 2)
     assert [(r["source"]["index"], r["reason"]) for r in rejects] == [
-        (21, P.MISSING_CODE), (22, L.NO_LABEL), (24, P.CONFLICT_TIE), (25, P.CONFLICT_TIE)]
+        (21, C.MISSING_CODE), (22, L.NO_LABEL), (24, C.CONFLICT_TIE), (25, C.CONFLICT_TIE)]
     by_id = {r["id"]: r for r in recs}
     assert by_id["race_c-00020"]["label"] == "no" == by_id["race_c-00020"]["answer"]  # label + prose
     assert sum(r["label"] == "yes" for r in recs) == 10
     assert c["label_forms"] == {L.CLEAN: 23, L.LEADING_LABEL: 2, L.NO_LABEL: 1}
 
-    recs, rejects, c = P.clean_task("mlperf", raw["mlperf"], "majority")
+    recs, rejects, c = C.clean_task("mlperf", raw["mlperf"], "majority")
     # 15-19: "2", "896", "2", "192", "2" -> "2" (3 votes), alt in first-seen order;
     # 20/21: a tie -> first seen
     by_id = {r["id"]: r for r in recs}
@@ -179,10 +183,10 @@ def test_grouped_handling_of_the_crafted_noise():
     assert (c["exact_duplicates"], c["conflict_groups"], c["conflict_records"], c["conflict_merged"],
             c["kept"], rejects) == (2, 2, 5, 3, 17, [])
 
-    recs, rejects, c = P.clean_task("mlperf", raw["mlperf"], "drop")
+    recs, rejects, c = C.clean_task("mlperf", raw["mlperf"], "drop")
     assert c["kept"] == 15 and c["conflict_dropped"] == 5
     assert [r["source"]["index"] for r in rejects] == [15, 16, 18, 20, 21]
-    assert {r["reason"] for r in rejects} == {P.CONFLICT_DROPPED}
+    assert {r["reason"] for r in rejects} == {C.CONFLICT_DROPPED}
     assert "'2' x3" in rejects[0]["detail"]
 
 
@@ -191,7 +195,7 @@ def test_race_majority_and_merged_duplicates():
     a, b = tpl.format("x[i] = x[i-1];"), tpl.format("y[i] = 0;")
     raws = [{"instruction": a, "input": "", "output": o} for o in ("yes", "no", "no", "no\n\nno race.")]
     raws += [{"instruction": b, "input": "", "output": "no"}, {"instruction": b, "input": "", "output": "No."}]
-    recs, rejects, c = P.clean_task("race_c", raws, "majority")
+    recs, rejects, c = C.clean_task("race_c", raws, "majority")
     # a: yes x1, no x3 (two exact duplicates + one normalised) -> no, alt [yes]; b: merged
     assert [(r["id"], r["label"], r["alt_answers"]) for r in recs] == [
         ("race_c-00001", "no", ["yes"]), ("race_c-00004", "no", [])]
@@ -215,7 +219,7 @@ def test_every_raw_record_is_accounted_for(tmp_path, strategy, conflicts):
 # ----------------------------------------------------------------------------- splits
 
 _records = st.lists(
-    st.tuples(st.sampled_from(P.TASKS), st.integers(0, 12)), min_size=0, max_size=120,
+    st.tuples(st.sampled_from(TASKS), st.integers(0, 12)), min_size=0, max_size=120,
 ).map(lambda xs: [{"id": f"r{k}", "task": t, "prompt": [{"role": "user", "content": f"{t} q{q}"}]}
                   for k, (t, q) in enumerate(xs)])
 
@@ -223,17 +227,17 @@ _records = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(records=_records, fraction=st.sampled_from([0.1, 0.2, 0.25, 0.5]), seed=st.integers(0, 2**31))
 def test_grouped_split_leaks_nothing(records, fraction, seed):
-    train, eval_ = P.split_grouped(records, fraction, seed)
+    train, eval_ = S.split_grouped(records, fraction, seed)
     key = lambda r: r["prompt"][0]["content"]
     assert not {key(r) for r in train} & {key(r) for r in eval_}
     assert sorted(r["id"] for r in train + eval_) == sorted(r["id"] for r in records)  # a partition
-    for t in P.TASKS:
+    for t in TASKS:
         n = sum(r["task"] == t for r in records)
         n_eval = sum(r["task"] == t for r in eval_)
-        assert n_eval <= P.eval_size(n, fraction)
+        assert n_eval <= S.eval_size(n, fraction)
         if len({key(r) for r in records if r["task"] == t}) == n:  # singleton groups: exact size
-            assert n_eval == P.eval_size(n, fraction)
-    assert P.split_grouped(records, fraction, seed) == (train, eval_)  # seeded
+            assert n_eval == S.eval_size(n, fraction)
+    assert S.split_grouped(records, fraction, seed) == (train, eval_)  # seeded
 
 
 def test_grouped_split_by_custom_key_keeps_groups_whole():
@@ -243,7 +247,7 @@ def test_grouped_split_by_custom_key_keeps_groups_whole():
     by_instruction = lambda r: r["instruction"]
     chosen = set()
     for seed in range(10):
-        train, eval_ = P.split_grouped(recs, 0.2, seed, key=by_instruction)
+        train, eval_ = S.split_grouped(recs, 0.2, seed, key=by_instruction)
         assert len(eval_) == 10 and len({r["instruction"] for r in eval_}) == 1
         assert not {r["instruction"] for r in train} & {r["instruction"] for r in eval_}
         chosen.add(eval_[0]["instruction"])
@@ -251,10 +255,10 @@ def test_grouped_split_by_custom_key_keeps_groups_whole():
 
 
 def test_eval_size_is_floor_robust_to_float_error():
-    assert [P.eval_size(n, 0.1) for n in (1858, 1576, 1820, 603, 9)] == [185, 157, 182, 60, 0]
-    assert P.eval_size(100, 0.29) == 29  # 100 * 0.29 = 28.999999999999996
+    assert [S.eval_size(n, 0.1) for n in (1858, 1576, 1820, 603, 9)] == [185, 157, 182, 60, 0]
+    assert S.eval_size(100, 0.29) == 29  # 100 * 0.29 = 28.999999999999996
     with pytest.raises(ValueError, match="eval_fraction"):
-        P.split_paper([], 1.0, 0)
+        S.split_paper([], 1.0, 0)
 
 
 def test_paper_strategy_gives_5273_584_on_the_real_files(real_raw_dir, tmp_path):
@@ -289,7 +293,7 @@ def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
     assert not {r["prompt"][0]["content"] for r in train} & {r["prompt"][0]["content"] for r in eval_}
     stats = json.loads((tmp_path / "stats.json").read_text())
     h = stats["handling"]
-    assert h["race_c"]["quarantined"] == {P.MISSING_CODE: 19, L.NO_LABEL: 1}
+    assert h["race_c"]["quarantined"] == {C.MISSING_CODE: 19, L.NO_LABEL: 1}
     assert (h["race_c"]["conflict_groups"], h["race_c"]["conflict_dropped"]) == (5, 8)  # 4 ties
     assert (h["mlperf"]["exact_duplicates"], h["mlperf"]["conflict_groups"]) == (510, 92)
     assert (h["plp"]["exact_duplicates"], h["plp"]["conflict_groups"]) == (57, 13)
@@ -323,9 +327,9 @@ def test_prepared_record_schema_and_outputs(tmp_path):
 
 def test_prompt_keeps_a_non_empty_input_and_never_truncates():
     long = "x" * 250_000
-    r = P.make_record("plp", 3, {"instruction": "Explain:", "input": long, "output": "a"}, "a", None)
+    r = R.make_record("plp", 3, {"instruction": "Explain:", "input": long, "output": "a"}, "a", None)
     assert r["prompt"][0]["content"] == "Explain:\n\n" + long
-    assert P.instruction_prompt("Q", "  ") == "Q"
+    assert R.instruction_prompt("Q", "  ") == "Q"
 
 
 def test_count_tokens_and_length_table():

@@ -9,9 +9,11 @@ import json
 import pytest
 import torch
 
-from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, completion_token_ids, crafted_records,
-                        fixed_completions, fixed_inputs, fixed_rollout, prompt_token_ids,
-                        rl_params, write_jsonl, set_method_knobs)
+from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, completion_token_ids, fixed_completions,
+                        fixed_inputs, fixed_rollout, prompt_token_ids, rl_params, write_jsonl,
+                        set_method_knobs)
+
+from hargo.testing import crafted_records
 
 METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
 PER_TASK_METRICS = ("reward_mean", "reward_std", "accuracy", "completion_length",

@@ -10,12 +10,13 @@ import pytest
 
 from hargo.data import prepare as P
 from hargo.data import validate as V
+from hargo.vocab import TASKS
 
 TINY = Path(__file__).parent / "data" / "hpc_tiny"
 
 
 def params(raw_dir, tmp_path: Path, strategy="grouped", **bounds) -> dict:
-    v = {"task_counts": {t: [10, 30] for t in P.TASKS}, "yes_fraction": [0.0, 1.0],
+    v = {"task_counts": {t: [10, 30] for t in TASKS}, "yes_fraction": [0.0, 1.0],
          "prompt_chars": [10, 300000], "answer_chars": [1, 4000],
          "report_dir": str(tmp_path / "reports" / "validation"),
          "metrics_file": str(tmp_path / "metrics" / "validation.json"),

@@ -4,7 +4,7 @@ Three tables are validated, each by its own ExpectationSuite through a Validatio
 Checkpoint in an ephemeral GX context (pandas data source; GX 1.x):
 
 ``raw``
-    one row per raw record (:func:`hargo.data.prepare.load_raw`, which already rejects malformed
+    one row per raw record (:func:`hargo.data.raw.load_raw`, which already rejects malformed
     files): instruction and output non-empty, task in the four values.
 ``prepared``
     one row per record of ``train.jsonl`` + ``eval.jsonl``, with computed columns: the record
@@ -33,8 +33,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hargo.data.prepare import RACE_TASKS, TASK_FILES, TASKS, load_raw
+from hargo.data.raw import TASK_FILES, load_raw
 from hargo.io import atomic_dir, atomic_write_json, read_jsonl
+from hargo.vocab import RACE_TASKS, TASKS
 
 REPORT_DIR = "reports/validation"
 METRICS_FILE = "metrics/validation.json"

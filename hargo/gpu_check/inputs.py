@@ -10,12 +10,14 @@ from pathlib import Path
 
 from hargo.gpu_check.common import log
 from hargo.gpu_check.plan import Plan
+from hargo.testing import crafted_record, crafted_records
+
+#: The GPU check's records: ids ``gc-<task>-<i>``, source file ``gpu_check.py``.
+_SOURCE, _ID_PREFIX = "gpu_check.py", "gc-"
 
 
 def _rec(i: int, task: str, content: str, answer: str, label=None) -> dict:
-    return {"id": f"gc-{task}-{i:05d}", "task": task,
-            "prompt": [{"role": "user", "content": content}], "answer": answer, "label": label,
-            "alt_answers": [], "source": {"file": "gpu_check.py", "index": i}}
+    return crafted_record(i, task, content, answer, label, _SOURCE, _ID_PREFIX)
 
 
 #: The fixed batch: (record, G=4 completions). Group 0: one correct of four (method.md's worked
@@ -78,20 +80,9 @@ def fixed_rollout(prompts, trainer) -> dict:
 
 
 def synthetic_records(per_task: int, start: int = 0) -> list[dict]:
-    """Short prepared records of the four tasks (the dry run's train/eval splits)."""
-    out = []
-    for i in range(start, start + per_task):
-        yes = "yes" if i % 2 == 0 else "no"
-        out.append(_rec(i, "race_c", f"Is there a data race? for (i = 0; i < n; i++) a[i] = "
-                        f"a[i + {i + 1}];", yes, yes))
-        no = "no" if i % 2 == 0 else "yes"
-        out.append(_rec(i, "race_fortran", f"Is there a data race? do i = 1, n\n a(i) = b(i) + "
-                        f"{i}\nend do", no, no))
-        out.append(_rec(i, "mlperf", f"What is the quality target of MLPerf benchmark {i}?",
-                        f"{75 + i}.9%"))
-        out.append(_rec(i, "plp", f"Explain what '#pragma omp parallel for' does ({i}).",
-                        "It splits the loop iterations across the threads of a team."))
-    return out
+    """Short prepared records of the four tasks (the dry run's train/eval splits):
+    :func:`hargo.testing.crafted_records` with the GPU check's ids and source."""
+    return crafted_records(per_task, start, _SOURCE, _ID_PREFIX)
 
 
 def _write_jsonl(path: Path, records) -> Path:

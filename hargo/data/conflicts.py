@@ -1,0 +1,120 @@
+"""Steps 1-3 of the ``grouped`` strategy (:mod:`hargo.data.prepare`): quarantine, exact
+duplicates, and one record per prompt with the conflicting-answer policy ``data.conflicts``
+(:func:`clean_task`).
+"""
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from typing import Any
+
+from hargo.data import labels as L
+from hargo.data.raw import FIELDS, TASK_FILES, instruction_prompt, make_id, make_record
+from hargo.vocab import RACE_TASKS
+
+CONFLICT_POLICIES = ("majority", "drop")
+
+# Reasons written to rejects.jsonl (besides the label reasons of hargo.data.labels).
+EMPTY_INSTRUCTION = "empty_instruction"
+EMPTY_ANSWER = "empty_answer"
+MISSING_CODE = "missing_code"
+CONFLICT_DROPPED = "conflicting_answers"
+CONFLICT_TIE = "conflicting_labels_tie"
+
+
+def _reject(task: str, index: int, raw: dict, reason: str, detail: str = "") -> dict:
+    return {"id": make_id(task, index), "task": task,
+            "source": {"file": TASK_FILES[task], "index": index},
+            "reason": reason, "detail": detail,
+            "instruction": raw["instruction"], "input": raw["input"], "output": raw["output"]}
+
+
+def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tuple[list[dict], list[dict], dict]:
+    """Steps 1-3 of the ``grouped`` strategy (:mod:`hargo.data.prepare`) for one task.
+
+    Args:
+        task: one of :data:`TASKS`.
+        raws: the task's raw records in file order (index = source index).
+        conflicts: ``"majority"`` or ``"drop"``.
+
+    Returns:
+        ``(records, rejects, counts)``: prepared records in file order, reject rows, and counts
+        with ``raw == quarantined + exact_duplicates + merged_duplicates + conflict_merged +
+        conflict_dropped + kept``; ``label_forms`` counts the normalisation reasons of all race
+        outputs.
+    """
+    race = task in RACE_TASKS
+    rejects: list[dict] = []
+    c: dict[str, Any] = {"raw": len(raws), "quarantined": Counter(), "exact_duplicates": 0,
+                         "merged_duplicates": 0, "conflict_groups": 0, "conflict_records": 0,
+                         "conflict_merged": 0, "conflict_dropped": 0, "label_forms": Counter()}
+    # 1. quarantine
+    cands: list[tuple[int, str, str | None]] = []  # (index, answer, label)
+    for i, r in enumerate(raws):
+        label = None
+        if race:
+            label, form = L.parse_label(r["output"])
+            c["label_forms"][form] += 1
+        if not r["instruction"].strip():
+            reason, detail = EMPTY_INSTRUCTION, ""
+        elif race and label is None:
+            reason, detail = form, "race output has no unambiguous yes/no label"
+        elif race and L.snippet_missing(r["instruction"]):
+            reason = MISSING_CODE
+            detail = (f"the instruction's code snippet is {L.code_snippet(r['instruction'])!r}; "
+                      "upstream put the code into the output")
+        elif not race and not r["output"].strip():
+            reason, detail = EMPTY_ANSWER, ""
+        else:
+            cands.append((i, label if race else r["output"], label))
+            continue
+        c["quarantined"][reason] += 1
+        rejects.append(_reject(task, i, raws[i], reason, detail))
+    # 2. exact duplicates (multiplicity kept for the majority vote)
+    mult: dict[int, int] = {}
+    first_of: dict[tuple, int] = {}
+    uniq: list[tuple[int, str, str | None]] = []
+    for i, ans, lab in cands:
+        key = tuple(raws[i][f] for f in FIELDS)
+        if key in first_of:
+            mult[first_of[key]] += 1
+            c["exact_duplicates"] += 1
+            continue
+        first_of[key] = i
+        mult[i] = 1
+        uniq.append((i, ans, lab))
+    # 3. one record per prompt
+    groups: "OrderedDict[str, list[tuple[int, str, str | None]]]" = OrderedDict()
+    for cand in uniq:
+        r = raws[cand[0]]
+        groups.setdefault(instruction_prompt(r["instruction"], r["input"]), []).append(cand)
+    kept: list[dict] = []
+    for members in groups.values():
+        votes: "OrderedDict[str, int]" = OrderedDict()
+        for i, ans, _ in members:
+            votes[ans] = votes.get(ans, 0) + mult[i]
+        if len(votes) == 1:
+            i, ans, lab = members[0]
+            c["merged_duplicates"] += len(members) - 1
+            kept.append(make_record(task, i, raws[i], ans, lab))
+            continue
+        c["conflict_groups"] += 1
+        c["conflict_records"] += len(members)
+        ranked = sorted(votes.items(), key=lambda kv: -kv[1])  # stable: ties keep first-seen order
+        tie = ranked[0][1] == ranked[1][1]
+        if conflicts == "drop" or (race and tie):
+            reason = CONFLICT_TIE if (race and tie) else CONFLICT_DROPPED
+            detail = "answers given for this prompt: " + "; ".join(f"{a!r} x{n}" for a, n in votes.items())
+            for i, _, _ in members:
+                rejects.append(_reject(task, i, raws[i], reason, detail))
+            c["conflict_dropped"] += len(members)
+            continue
+        best = ranked[0][0]
+        i, ans, lab = next(m for m in members if m[1] == best)
+        kept.append(make_record(task, i, raws[i], ans, lab, [a for a in votes if a != best]))
+        c["conflict_merged"] += len(members) - 1
+    kept.sort(key=lambda r: r["source"]["index"])
+    rejects.sort(key=lambda r: r["source"]["index"])
+    c["kept"] = len(kept)
+    c["quarantined"] = dict(sorted(c["quarantined"].items()))
+    c["label_forms"] = dict(sorted(c["label_forms"].items()))
+    return kept, rejects, c
