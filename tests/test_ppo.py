@@ -21,7 +21,7 @@ from hargo.testing import crafted_records
 
 def test_ppo_config_from_committed_params_and_errors(committed_params):
     from hargo.params import ParamsError
-    from hargo.training.grpo import trl_loss_settings
+    from hargo.training.trl_options import trl_loss_settings
 
     block = committed_params["rl"]["ppo"]
     cfg = method_params(committed_params, "ppo")
@@ -60,7 +60,7 @@ def test_ppo_trains_value_head_and_saves_loadable_model(committed_params, tiny_m
 
     from hargo.evaluation.generate import run_generation
     from hargo.models.loading import save_merged
-    from hargo.training.grpo import read_method_state
+    from hargo.training.checkpoints import read_method_state
     from hargo.training.ppo import HargoPPOTrainer
     from hargo.training.rl import build_trainer, load_rl_records
     from hargo.training.rl_logging import RLLoggingCallback, StepRecorder

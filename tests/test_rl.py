@@ -286,7 +286,8 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
     from safetensors.torch import load_file
 
     from hargo.training import rl
-    from hargo.training.grpo import HargoGRPOTrainer, read_method_state
+    from hargo.training.checkpoints import read_method_state
+    from hargo.training.grpo import HargoGRPOTrainer
 
     # 1 prompt x G=2 per step, 4 prompts: the interruption falls mid-epoch (data skip path)
     params = rl_params(committed_params, tiny_model_dir, data_dir, steps=4, save_steps=2,

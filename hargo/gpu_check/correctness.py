@@ -109,7 +109,7 @@ def _correctness_variant(params: dict, model_dir: Path, work: Path, name: str,
                          overrides: Mapping, tok, precision: str = "fp32") -> dict:
     """Two steps of ``hargo`` on the fixed batch, then the same run resumed from checkpoint-1."""
     from hargo.hardware import setup_torch
-    from hargo.training.grpo import METHOD_STATE_NAME
+    from hargo.training.checkpoints import METHOD_STATE_NAME
     from hargo.training.rl import build_trainer
     from hargo.training.rl_logging import RLLoggingCallback
 

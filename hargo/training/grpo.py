@@ -49,12 +49,16 @@ Methods:
 ``ppo``
     classic PPO with a learned value head, in the subclass ``hargo.training.ppo.HargoPPOTrainer``
     (it overrides the two hooks ``_response_advantages`` and ``_method_compute_loss``).
+
+Beside this module: :mod:`hargo.training.trl_options` (the methods' TRL loss settings, the TRL
+options hargo's losses do not implement), :mod:`hargo.training.reference` (the reference model
+when TRL builds none, and its log-probs), :mod:`hargo.training.task_diagnostics` (per-task KL and
+clip fraction for the recorder) and :mod:`hargo.training.checkpoints` (finding and reading the
+checkpoint folders ``_save_checkpoint`` writes).
 """
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -63,91 +67,20 @@ import torch
 from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import (add_fused_lm_head, create_model_from_path, disable_dropout_in_model,
-                               get_config_model_id, use_adapter)
 
 from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards, needs_reference
 from hargo.io import atomic_write_json
-from hargo.losses import (clip_fraction, clipped_surrogate, importance_ratio, kl_penalty,
-                          masked_mean, masked_token_mean, weighted_loss)
+from hargo.losses import (clip_fraction, clipped_surrogate, kl_penalty, masked_mean,
+                          masked_token_mean, weighted_loss)
+from hargo.training.checkpoints import METHOD_STATE_NAME, read_method_state
+from hargo.training.reference import build_reference_model, reference_per_token_logps
+from hargo.training.task_diagnostics import dataset_tasks, record_loss_diagnostics, task_index
+from hargo.training.trl_options import HARGO_METHODS, RL_METHODS, unsupported_trl_options
 
-__all__ = ["HargoGRPOTrainer", "TRL_VERSION", "HARGO_METHODS", "STOCK_METHODS", "RL_METHODS",
-           "SUBCLASS_METHODS",
-           "METHOD_STATE_NAME",
-           "trl_loss_settings", "read_method_state", "is_complete_checkpoint", "last_checkpoint"]
+__all__ = ["HargoGRPOTrainer", "TRL_VERSION"]
 
-#: TRL's own loss path (unchanged semantics).
-STOCK_METHODS = ("grpo", "dr_grpo")
-#: Per-response weighted loss (docs/method.md step 6).
-HARGO_METHODS = ("hargo", "hargo_b1", "hargo_b2")
-RL_METHODS = STOCK_METHODS + HARGO_METHODS
-#: Methods whose trainer is a subclass of ``HargoGRPOTrainer`` with its own advantages and loss
-#: (``ppo``: ``hargo.training.ppo.HargoPPOTrainer``); TRL's GRPO settings only shape its logs.
-SUBCLASS_METHODS = ("ppo",)
 #: The TRL release whose private methods this module overrides (pyproject pins it exactly).
 TRL_VERSION = "1.16.0"
-#: File written into every checkpoint folder next to TRL's/transformers' files.
-METHOD_STATE_NAME = "method_state.json"
-TRAINER_STATE_NAME = "trainer_state.json"
-
-
-def trl_loss_settings(method: str) -> dict[str, str]:
-    """The ``GRPOConfig`` fields that select a method's loss in TRL 1.16.
-
-    ``grpo`` and the HARGO family: ``loss_type="grpo"``, ``scale_rewards="group"`` (the HARGO
-    family replaces TRL's advantages and loss, so these only affect what TRL logs); ``dr_grpo``:
-    ``loss_type="dr_grpo"``, ``scale_rewards="none"`` (TRL's Dr. GRPO); ``ppo``: as ``grpo``
-    (``HargoPPOTrainer`` replaces TRL's advantages and loss too).
-
-    Raises:
-        ValueError: unknown method.
-    """
-    valid = RL_METHODS + SUBCLASS_METHODS
-    if method not in valid:
-        raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(valid)}")
-    if method == "dr_grpo":
-        return {"loss_type": "dr_grpo", "scale_rewards": "none"}
-    return {"loss_type": "grpo", "scale_rewards": "group"}
-
-
-def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """A ``checkpoint-N`` folder is complete when it holds ``method_state.json`` (written first) and
-    ``trainer_state.json`` (written by transformers after the weights, optimizer and RNG)."""
-    p = Path(path)
-    return (p / METHOD_STATE_NAME).is_file() and (p / TRAINER_STATE_NAME).is_file()
-
-
-def last_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    """The complete ``checkpoint-N`` folder with the largest N under ``output_dir``, or None."""
-    d = Path(output_dir)
-    if not d.is_dir():
-        return None
-    found = []
-    for p in d.glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
-        suffix = p.name[len(PREFIX_CHECKPOINT_DIR) + 1:]
-        if suffix.isdigit() and p.is_dir() and is_complete_checkpoint(p):
-            found.append((int(suffix), p))
-    return max(found)[1] if found else None
-
-
-def read_method_state(checkpoint: str | os.PathLike) -> dict:
-    """Read ``method_state.json`` of a checkpoint folder.
-
-    Raises:
-        FileNotFoundError: the file is missing (the checkpoint is incomplete).
-        ValueError: not valid JSON or not an object (names the file).
-    """
-    path = Path(checkpoint) / METHOD_STATE_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing; checkpoint {checkpoint} is incomplete")
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg})") from e
-    if not isinstance(state, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return state
 
 
 class HargoGRPOTrainer(GRPOTrainer):
@@ -207,12 +140,8 @@ class HargoGRPOTrainer(GRPOTrainer):
             self._check_weighted_loss_supported()
         if self._needs_ref and self.ref_model is None and not self._is_peft():
             # TRL builds no reference model when beta == 0; HARGO's confidence still needs one.
-            self.ref_model = self._build_reference_model()
-        tasks = []
-        if self.train_dataset is not None and task_column in getattr(self.train_dataset,
-                                                                      "column_names", []):
-            tasks = sorted({str(t) for t in self.train_dataset[task_column]})
-        self.task_names: list[str] = tasks or ["all"]
+            self.ref_model = build_reference_model(self)
+        self.task_names: list[str] = dataset_tasks(self.train_dataset, task_column)
 
     # ------------------------------------------------------------------------------ setup
 
@@ -221,48 +150,14 @@ class HargoGRPOTrainer(GRPOTrainer):
 
         return bool(is_peft_model(self.accelerator.unwrap_model(self.model)))
 
-    def _unsupported_trl_options(self) -> list[str]:
-        """TRL 1.16 options that hargo's own losses (the weighted HARGO loss, PPO's) do not
-        implement, as readable names; empty when the config is supported."""
-        a = self.args
-        problems = []
-        if a.importance_sampling_level != "token":
-            problems.append(f"importance_sampling_level={a.importance_sampling_level!r} "
-                            "(need 'token')")
-        if self.off_policy_mask_threshold is not None:
-            problems.append("off_policy_mask_threshold")
-        if self.top_entropy_quantile < 1.0:
-            problems.append("top_entropy_quantile < 1")
-        if self._entropy_bonus_enabled:
-            problems.append("entropy bonus (entropy_coef / use_adaptive_entropy)")
-        if self.aux_loss_enabled:
-            problems.append("MoE router aux loss")
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
-        return problems
-
     def _check_weighted_loss_supported(self) -> None:
-        problems = self._unsupported_trl_options()
+        problems = unsupported_trl_options(self)
         if self.loss_type != "grpo":
             problems.append(f"loss_type={self.loss_type!r} (HARGO uses its own weighted loss; "
                             "set 'grpo')")
         if problems:
             raise ValueError(f"method {self.method}: the weighted HARGO loss does not implement "
                              f"these TRL options: {', '.join(problems)}")
-
-    def _build_reference_model(self):
-        """A frozen copy of the starting model, built as TRL 1.16 builds its reference model."""
-        args = self.args
-        kw = dict(args.model_init_kwargs or {})
-        kw.setdefault("trust_remote_code", args.trust_remote_code)
-        kw.setdefault("dtype", self.model.dtype)
-        kw.setdefault("attn_implementation", self.model.config._attn_implementation)
-        ref = create_model_from_path(get_config_model_id(self.model.config), **kw)
-        if args.disable_dropout:
-            disable_dropout_in_model(ref)
-        add_fused_lm_head(ref, temperature=self.temperature,
-                          cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
-        return self.accelerator.prepare_model(ref, evaluation_mode=True)
 
     # ------------------------------------------------------------------------- rollout
 
@@ -288,25 +183,6 @@ class HargoGRPOTrainer(GRPOTrainer):
         self._gathered_rewards_per_func = rewards_per_func  # (B_total, n_funcs), all processes
         return rewards_per_func
 
-    @torch.no_grad()
-    def _reference_per_token_logps(self, output: dict) -> torch.Tensor:
-        """(B_local, T) reference-model log-probs of the completions in ``output`` (as TRL 1.16
-        computes them when beta != 0)."""
-        bs = self.args.per_device_train_batch_size
-        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            if self.ref_model is not None:
-                return self._completion_logps(self.ref_model, output, batch_size=bs)[0]
-            model = self.accelerator.unwrap_model(self.model)
-            name = "ref" if "ref" in getattr(model, "peft_config", {}) else None
-            with use_adapter(model, adapter_name=name):
-                return self._completion_logps(self.model, output, batch_size=bs)[0]
-
-    def _task_index(self, task) -> int:
-        name = "all" if task is None else str(task)
-        if name not in self.task_names:
-            self.task_names.append(name)
-        return self.task_names.index(name)
-
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         t0 = time.perf_counter()
@@ -329,7 +205,7 @@ class HargoGRPOTrainer(GRPOTrainer):
 
         ref_logps = output.get("ref_per_token_logps")
         if self._needs_ref and ref_logps is None:
-            ref_logps = self._reference_per_token_logps(output)
+            ref_logps = reference_per_token_logps(self, output)
             output["ref_per_token_logps"] = ref_logps  # unused by the loss when beta == 0
         l_all = None
         if ref_logps is not None:
@@ -360,8 +236,8 @@ class HargoGRPOTrainer(GRPOTrainer):
         tasks_local = [x.get(self.task_column) if isinstance(x, dict) else None for x in inputs]
         tasks_all = [("all" if t is None else str(t)) for t in gather_object(tasks_local)]
         for t in tasks_all:  # global order first: the same task index on every process
-            self._task_index(t)
-        output["task_ids"] = torch.tensor([self._task_index(t) for t in tasks_local],
+            task_index(self.task_names, t)
+        output["task_ids"] = torch.tensor([task_index(self.task_names, t) for t in tasks_local],
                                           dtype=torch.long, device=device)
         lengths_all = self.accelerator.gather(mask.sum(dim=1).float())
         gen_s = self.timing["generation_s"] - gen_before
@@ -429,7 +305,7 @@ class HargoGRPOTrainer(GRPOTrainer):
         finally:
             self._capture_logps = False
         if self.model.training:
-            self._record_loss_diagnostics(inputs)
+            record_loss_diagnostics(self, inputs)
         return loss
 
     def _method_compute_loss(self, model, inputs) -> torch.Tensor:
@@ -484,28 +360,6 @@ class HargoGRPOTrainer(GRPOTrainer):
             metrics[f"clip_ratio/{name}"].append(self._global_token_mean(x.float(), mask))
         return loss
 
-    def _record_loss_diagnostics(self, inputs) -> None:
-        """Per-response KL (k3, token-averaged) and clip fraction of this micro-batch, gathered
-        from all processes and handed to the recorder with the responses' tasks."""
-        logps = self._captured_logps
-        if logps is None or "task_ids" not in inputs:
-            return
-        mask = self._loss_mask(inputs)
-        ref = inputs.get("ref_per_token_logps")
-        kl = None if ref is None else masked_mean(kl_penalty(logps, ref, "k3"), mask)
-        old = inputs.get("old_per_token_logps")
-        ratio = importance_ratio(logps, logps if old is None else old)
-        _, _, clipped = clip_fraction(ratio, inputs["advantages"], self.epsilon_low,
-                                      self.epsilon_high, self.args.delta)
-        clip = self.accelerator.gather(masked_mean(clipped.float(), mask))
-        task_ids = self.accelerator.gather(inputs["task_ids"])
-        if kl is not None:
-            kl = self.accelerator.gather(kl)
-        if self.recorder is not None:
-            self.recorder.add_loss(tasks=[self.task_names[i] for i in task_ids.tolist()],
-                                   kl=None if kl is None else kl.tolist(),
-                                   clip_fraction=clip.tolist())
-
     # -------------------------------------------------------------------- checkpoints
 
     def method_state_dict(self) -> dict:
@@ -532,7 +386,7 @@ class HargoGRPOTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         # method_state.json goes in first; transformers writes trainer_state.json last, so a folder
-        # with both files is complete (see ``is_complete_checkpoint``).
+        # with both files is complete (see ``checkpoints.is_complete_checkpoint``).
         if self.args.should_save:
             folder = Path(self._get_output_dir(trial=trial)) / \
                 f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"

@@ -35,6 +35,7 @@ from hargo.losses import (clipped_policy_loss, clipped_value_loss, explained_var
                           gae_advantages, kl_penalty, masked_mean, token_rewards, whiten)
 from hargo.method_config import PPOParams
 from hargo.training.grpo import HargoGRPOTrainer
+from hargo.training.trl_options import unsupported_trl_options
 
 __all__ = ["HargoPPOTrainer", "VALUE_HEAD_NAME"]
 
@@ -119,7 +120,7 @@ class HargoPPOTrainer(HargoGRPOTrainer):
             raise ValueError(f"method ppo: hargo makes one optimizer step per rollout batch; got "
                              f"num_iterations={self.num_iterations}, "
                              f"steps_per_generation={a.steps_per_generation} (need 1 and 1)")
-        problems = self._unsupported_trl_options()
+        problems = unsupported_trl_options(self)
         if problems:
             raise ValueError(f"method ppo: the PPO loss does not implement these TRL options: "
                              f"{', '.join(problems)}")

@@ -114,7 +114,7 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
     (``rl.<method>.beta``, PPO's ``rl.ppo.kl_coef``), ``temperature``, ``learning_rate``
     (constant schedule), device and precision from :func:`hargo.hardware.trainer_precision_kwargs`,
     ``gradient_checkpointing`` (``train``), checkpoints every ``save_steps``. The loss settings
-    come from :func:`hargo.training.grpo.trl_loss_settings`. ``overrides`` replace any field.
+    come from :func:`hargo.training.trl_options.trl_loss_settings`. ``overrides`` replace any field.
 
     Raises:
         ParamsError: unknown method, or prompts_per_step * G not divisible by ``world_size``.
@@ -122,7 +122,7 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
     from trl import GRPOConfig
 
     from hargo.hardware import trainer_precision_kwargs
-    from hargo.training.grpo import trl_loss_settings
+    from hargo.training.trl_options import trl_loss_settings
 
     _check_method(method)
     rl = params["rl"]
@@ -254,7 +254,7 @@ def _resumable_checkpoint(ckpt_dir: Path, fingerprint: dict) -> Path | None:
     A checkpoint at the final step belongs to a run that finished: DVC re-runs such a stage only
     when something it depends on changed (code, another param), so it starts over instead of
     resuming (transformers would otherwise train one step past ``max_steps``)."""
-    from hargo.training.grpo import last_checkpoint
+    from hargo.training.checkpoints import last_checkpoint
 
     fp_path = ckpt_dir / FINGERPRINT_NAME
     old = None

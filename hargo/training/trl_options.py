@@ -1,0 +1,62 @@
+"""How hargo's RL methods map onto TRL 1.16's ``GRPOTrainer`` options: which methods run TRL's
+own loss and which replace it, the ``GRPOConfig`` loss fields each method sets
+(:func:`trl_loss_settings`), and the TRL options hargo's own losses do not implement
+(:func:`unsupported_trl_options`, checked when a trainer is built)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trl import GRPOTrainer
+
+__all__ = ["STOCK_METHODS", "HARGO_METHODS", "RL_METHODS", "SUBCLASS_METHODS",
+           "trl_loss_settings", "unsupported_trl_options"]
+
+#: TRL's own loss path (unchanged semantics).
+STOCK_METHODS = ("grpo", "dr_grpo")
+#: Per-response weighted loss (docs/method.md step 6).
+HARGO_METHODS = ("hargo", "hargo_b1", "hargo_b2")
+RL_METHODS = STOCK_METHODS + HARGO_METHODS
+#: Methods whose trainer is a subclass of ``HargoGRPOTrainer`` with its own advantages and loss
+#: (``ppo``: ``hargo.training.ppo.HargoPPOTrainer``); TRL's GRPO settings only shape its logs.
+SUBCLASS_METHODS = ("ppo",)
+
+
+def trl_loss_settings(method: str) -> dict[str, str]:
+    """The ``GRPOConfig`` fields that select a method's loss in TRL 1.16.
+
+    ``grpo`` and the HARGO family: ``loss_type="grpo"``, ``scale_rewards="group"`` (the HARGO
+    family replaces TRL's advantages and loss, so these only affect what TRL logs); ``dr_grpo``:
+    ``loss_type="dr_grpo"``, ``scale_rewards="none"`` (TRL's Dr. GRPO); ``ppo``: as ``grpo``
+    (``HargoPPOTrainer`` replaces TRL's advantages and loss too).
+
+    Raises:
+        ValueError: unknown method.
+    """
+    valid = RL_METHODS + SUBCLASS_METHODS
+    if method not in valid:
+        raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(valid)}")
+    if method == "dr_grpo":
+        return {"loss_type": "dr_grpo", "scale_rewards": "none"}
+    return {"loss_type": "grpo", "scale_rewards": "group"}
+
+
+def unsupported_trl_options(trainer: GRPOTrainer) -> list[str]:
+    """TRL 1.16 options, set on a built ``trainer``, that hargo's own losses (the weighted HARGO
+    loss, PPO's) do not implement, as readable names; empty when the config is supported."""
+    a = trainer.args
+    problems = []
+    if a.importance_sampling_level != "token":
+        problems.append(f"importance_sampling_level={a.importance_sampling_level!r} "
+                        "(need 'token')")
+    if trainer.off_policy_mask_threshold is not None:
+        problems.append("off_policy_mask_threshold")
+    if trainer.top_entropy_quantile < 1.0:
+        problems.append("top_entropy_quantile < 1")
+    if trainer._entropy_bonus_enabled:
+        problems.append("entropy bonus (entropy_coef / use_adaptive_entropy)")
+    if trainer.aux_loss_enabled:
+        problems.append("MoE router aux loss")
+    if trainer.multi_objective_aggregation != "sum_then_normalize":
+        problems.append(f"multi_objective_aggregation={trainer.multi_objective_aggregation!r}")
+    return problems
