@@ -75,7 +75,8 @@ from hargo.losses import (clip_fraction, clipped_surrogate, kl_penalty, masked_m
 from hargo.training.checkpoints import METHOD_STATE_NAME, read_method_state
 from hargo.training.reference import build_reference_model, reference_per_token_logps
 from hargo.training.task_diagnostics import dataset_tasks, record_loss_diagnostics, task_index
-from hargo.training.trl_options import HARGO_METHODS, RL_METHODS, unsupported_trl_options
+from hargo.training.trl_options import unsupported_trl_options
+from hargo.vocab import GRPO_FAMILY, HARGO_METHODS
 
 __all__ = ["HargoGRPOTrainer", "TRL_VERSION"]
 
@@ -110,7 +111,7 @@ class HargoGRPOTrainer(GRPOTrainer):
     """
 
     #: The methods this class runs (a subclass with its own loss names its own).
-    accepted_methods: tuple[str, ...] = RL_METHODS
+    accepted_methods: tuple[str, ...] = GRPO_FAMILY
 
     def __init__(self, *args, method: str, hargo_config: HargoConfig | None = None,
                  recorder: Any = None, task_column: str = "task", **kwargs):

@@ -9,17 +9,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trl import GRPOTrainer
 
-__all__ = ["STOCK_METHODS", "HARGO_METHODS", "RL_METHODS", "SUBCLASS_METHODS",
-           "trl_loss_settings", "unsupported_trl_options"]
+from hargo.vocab import GRPO_FAMILY, VALUE_METHODS
 
-#: TRL's own loss path (unchanged semantics).
-STOCK_METHODS = ("grpo", "dr_grpo")
-#: Per-response weighted loss (docs/method.md step 6).
-HARGO_METHODS = ("hargo", "hargo_b1", "hargo_b2")
-RL_METHODS = STOCK_METHODS + HARGO_METHODS
-#: Methods whose trainer is a subclass of ``HargoGRPOTrainer`` with its own advantages and loss
-#: (``ppo``: ``hargo.training.ppo.HargoPPOTrainer``); TRL's GRPO settings only shape its logs.
-SUBCLASS_METHODS = ("ppo",)
+__all__ = ["trl_loss_settings", "unsupported_trl_options"]
 
 
 def trl_loss_settings(method: str) -> dict[str, str]:
@@ -33,7 +25,7 @@ def trl_loss_settings(method: str) -> dict[str, str]:
     Raises:
         ValueError: unknown method.
     """
-    valid = RL_METHODS + SUBCLASS_METHODS
+    valid = GRPO_FAMILY + VALUE_METHODS
     if method not in valid:
         raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(valid)}")
     if method == "dr_grpo":
