@@ -78,3 +78,28 @@ def crafted_records(per_task: int, start: int = 0, source_file: str = "crafted.j
         out.append(rec(i, "plp", f"Explain what '#pragma omp parallel for' does ({i}).",
                        "It splits the loop iterations across the threads of a team."))
     return out
+
+
+#: A fixed rollout batch as (record fields, G=4 given completions): group 0 has one correct
+#: answer of four (docs/method.md's worked check), 1 mixed mlperf answers, 2 all correct (no
+#: contrast), 3 plp (the MiniLM reward).
+FIXED_GROUP_SPECS: list[tuple[tuple, list[str]]] = [
+    ((100, "race_c", "Is there a data race? for (i = 1; i < n; i++) a[i] = a[i - 1] + 1;",
+      "yes", "yes"), ["yes", "no", "No, there is no race.", "no"]),
+    ((101, "mlperf", "What is the quality target of MLPerf ResNet-50?", "75.9%"),
+     ["75.9%", "The target is 75.9%", "80%", "I do not know"]),
+    ((102, "race_fortran", "Is there a data race? do i = 1, n\n a(i) = 2 * a(i)\nend do",
+      "no", "no"), ["no", "No.", "no", "no race: no"]),
+    ((103, "plp", "Explain what '#pragma omp parallel for' does.",
+      "It splits the loop iterations across the threads of a team."),
+     ["It divides the loop iterations among the threads.", "It is a comment.",
+      "It splits loop iterations across threads of a team.", "parallel parallel parallel"]),
+]
+
+
+def fixed_groups(n: int = len(FIXED_GROUP_SPECS), source_file: str = "crafted.json",
+                 id_prefix: str = "") -> list[tuple[dict, list[str]]]:
+    """The first ``n`` groups of :data:`FIXED_GROUP_SPECS` as ``(record, completions)``, records
+    built by :func:`crafted_record` with ``source_file`` and ``id_prefix``."""
+    return [(crafted_record(*fields, source_file=source_file, id_prefix=id_prefix),
+             list(completions)) for fields, completions in FIXED_GROUP_SPECS[:n]]

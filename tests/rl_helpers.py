@@ -14,7 +14,7 @@ import os
 import socket
 from pathlib import Path
 
-from hargo.testing import crafted_record
+from hargo.testing import crafted_record, fixed_groups
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental" in TRL
 
@@ -74,14 +74,7 @@ def set_method_knobs(p: dict, **knobs) -> dict:
 
 #: (record, G=4 completions). Group 0: one correct of four (method.md's worked check);
 #: group 1: mixed mlperf answers; group 2: all correct (no contrast).
-FIXED_GROUPS = [
-    (_rec(100, "race_c", "Is there a data race? for (i = 1; i < n; i++) a[i] = a[i - 1] + 1;",
-          "yes", "yes"), ["yes", "no", "No, there is no race.", "no"]),
-    (_rec(101, "mlperf", "What is the quality target of MLPerf ResNet-50?", "75.9%"),
-     ["75.9%", "The target is 75.9%", "80%", "I do not know"]),
-    (_rec(102, "race_fortran", "Is there a data race? do i = 1, n\n a(i) = 2 * a(i)\nend do",
-          "no", "no"), ["no", "No.", "no", "no race: no"]),
-]
+FIXED_GROUPS = fixed_groups(3)
 G_FIXED = 4
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hargo.gpu_check.common import log
 from hargo.gpu_check.plan import Plan
-from hargo.testing import crafted_record, crafted_records
+from hargo.testing import crafted_record, crafted_records, fixed_groups
 
 #: The GPU check's records: ids ``gc-<task>-<i>``, source file ``gpu_check.py``.
 _SOURCE, _ID_PREFIX = "gpu_check.py", "gc-"
@@ -22,18 +22,7 @@ def _rec(i: int, task: str, content: str, answer: str, label=None) -> dict:
 
 #: The fixed batch: (record, G=4 completions). Group 0: one correct of four (method.md's worked
 #: check); 1: mixed mlperf answers; 2: all correct (no contrast); 3: plp (MiniLM reward).
-FIXED_GROUPS = [
-    (_rec(100, "race_c", "Is there a data race? for (i = 1; i < n; i++) a[i] = a[i - 1] + 1;",
-          "yes", "yes"), ["yes", "no", "No, there is no race.", "no"]),
-    (_rec(101, "mlperf", "What is the quality target of MLPerf ResNet-50?", "75.9%"),
-     ["75.9%", "The target is 75.9%", "80%", "I do not know"]),
-    (_rec(102, "race_fortran", "Is there a data race? do i = 1, n\n a(i) = 2 * a(i)\nend do",
-          "no", "no"), ["no", "No.", "no", "no race: no"]),
-    (_rec(103, "plp", "Explain what '#pragma omp parallel for' does.",
-          "It splits the loop iterations across the threads of a team."),
-     ["It divides the loop iterations among the threads.", "It is a comment.",
-      "It splits loop iterations across threads of a team.", "parallel parallel parallel"]),
-]
+FIXED_GROUPS = fixed_groups(4, _SOURCE, _ID_PREFIX)
 G_FIXED = 4
 
 
