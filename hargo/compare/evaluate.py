@@ -56,6 +56,14 @@ def eval_params(params: Mapping) -> dict:
     return ev
 
 
+def eval_param_names(params: Mapping) -> tuple[str, str]:
+    """The params.yaml names of the prompt cap and the completion budget :func:`eval_params`
+    took: ``compare.evaluate.<key>`` where that block sets the key, else ``evaluate.<key>``."""
+    own = params["compare"].get("evaluate") or {}
+    return tuple(f"compare.evaluate.{k}" if k in own else f"evaluate.{k}"
+                 for k in ("max_prompt_tokens", "max_new_tokens"))
+
+
 def run(params: dict, run: str, root: str | Path = ".") -> dict:
     """Evaluate one model of the comparison (see the module docstring).
 
@@ -108,7 +116,7 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
 
         t0 = time.perf_counter()
         res = gen.run_generation(mdir, [r["prompt"] for r in subset], ev, ev["backend"],
-                                 seed=seed)
+                                 seed=seed, param_names=eval_param_names(params))
         scored = score_samples(subset, res.completions, reward_fn)
         metrics = compute_metrics(subset, res.completions, rewards=[s["reward"] for s in scored],
                                   reward_fn=reward_fn)

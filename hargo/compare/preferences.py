@@ -196,7 +196,9 @@ def run(params: dict, root: str | Path = ".") -> dict[str, Any]:
               f"({backend}, temperature {pref['temperature']}, {pref['max_new_tokens']} new "
               f"tokens; {sum(skipped.values())} skipped as too long)", flush=True)
         gen = run_generation(model_dir, [r["prompt"] for r in subset], generation_params(params),
-                             backend, seed=seed, num_samples=k)
+                             backend, seed=seed, num_samples=k,
+                             param_names=("train.max_prompt_tokens",
+                                          "compare.preferences.max_new_tokens"))
         rep = [r for r in subset for _ in range(k)]
         t0 = time.perf_counter()
         reward = TaskReward(RewardConfig.from_params(params.get("rewards")))

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.hardware import generation_dtype
+from hargo.models.loading import check_context, context_length
 
 __all__ = ["BACKENDS", "GenerationResult", "VLLMUnavailableError", "generate", "run_generation",
            "render_prompts", "stop_token_ids", "import_vllm"]
@@ -138,35 +139,6 @@ def _cut_at_eos(ids: Sequence[int], eos: set[int]) -> tuple[list[int], int]:
     return ids, len(ids)
 
 
-def _max_positions(model_dir: Path) -> int | None:
-    import json
-
-    try:
-        cfg = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    v = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get(
-        "max_position_embeddings")
-    return int(v) if v else None
-
-
-def _check_lengths(model_dir: Path, ids: list[list[int]], max_new_tokens: int) -> int:
-    """The context length needed (longest prompt + max_new_tokens), checked against the model.
-
-    Raises:
-        ValueError: a prompt leaves no room for ``max_new_tokens`` in the model's context.
-    """
-    longest = max(len(x) for x in ids)
-    need = longest + max_new_tokens
-    limit = _max_positions(model_dir)
-    if limit is not None and need > limit:
-        i = max(range(len(ids)), key=lambda k: len(ids[k]))
-        raise ValueError(f"prompt {i} has {longest} tokens: with evaluate.max_new_tokens="
-                         f"{max_new_tokens} it exceeds {model_dir}'s context of {limit} tokens; "
-                         "lower evaluate.max_prompt_tokens")
-    return need
-
-
 def _decoding(params_evaluate: Mapping) -> tuple[int, float]:
     max_new = int(params_evaluate["max_new_tokens"])
     temperature = float(params_evaluate.get("temperature", 0.0))
@@ -179,7 +151,10 @@ def _decoding(params_evaluate: Mapping) -> tuple[int, float]:
 
 def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
                    params_evaluate: Mapping, backend: str, seed: int = 0,
-                   num_samples: int = 1) -> GenerationResult:
+                   num_samples: int = 1,
+                   param_names: tuple[str, str] = ("evaluate.max_prompt_tokens",
+                                                   "evaluate.max_new_tokens")
+                   ) -> GenerationResult:
     """Generate ``num_samples`` completions per prompt with ``backend``; see the module
     docstring.
 
@@ -196,6 +171,9 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
             independent samples of the same prompt (vLLM: ``SamplingParams(n=k)``, whose child
             requests are seeded ``seed + j``; transformers: ``num_return_sequences=k``). Greedy:
             the one greedy completion repeated k times.
+        param_names: the params.yaml names of the caller's prompt cap and completion budget,
+            named by the error when a prompt and ``max_new_tokens`` do not fit the model's
+            context (:func:`hargo.models.loading.check_context`).
 
     Returns:
         A :class:`GenerationResult`; ``completions`` has N*k strings, prompt-major.
@@ -223,7 +201,8 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
     ids = render_prompts(tokenizer, prompts)
     if not ids:
         return GenerationResult([], [], [], 0.0, 0.0, backend, dtype)
-    need = _check_lengths(model_dir, ids, max_new)
+    need = check_context(context_length(model_dir), max(len(x) for x in ids), max_new,
+                         *param_names)
     eos = stop_token_ids(model_dir, tokenizer)
     if backend == "vllm":
         res = _vllm_generate(vllm, model_dir, ids, eos, max_new, temperature, seed, dtype,

@@ -13,7 +13,7 @@ from typing import Any
 from hargo.io import atomic_dir, require_complete_dir
 
 __all__ = ["DTYPES", "resolve_model_dir", "load_model", "load_tokenizer", "save_merged",
-           "describe"]
+           "describe", "context_length", "check_context"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -97,3 +97,55 @@ def describe(model: Any) -> dict[str, int]:
     params = list(model.parameters())
     return {"parameters": sum(p.numel() for p in params),
             "trainable": sum(p.numel() for p in params if p.requires_grad)}
+
+
+def context_length(model_dir: str | Path) -> int | None:
+    """The model's context in tokens: ``max_position_embeddings`` of ``model_dir/config.json``
+    (or of its ``text_config``); None when the folder says nothing (no limit is checked then)."""
+    import json
+
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    v = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get(
+        "max_position_embeddings")
+    return int(v) if v else None
+
+
+def check_context(limit: int | None, longest_prompt: int, new_tokens: int, prompt_param: str,
+                  new_param: str) -> int:
+    """Check that the longest prompt plus the completion budget fits the model's context, and
+    name the parameter that is too large when it does not.
+
+    Args:
+        limit: the model's context in tokens (:func:`context_length`); None: nothing checked.
+        longest_prompt: tokens of the longest prompt that will be used (after the prompt cap).
+        new_tokens: the completion budget in tokens.
+        prompt_param, new_param: the dotted params.yaml names of the prompt cap and of the
+            completion budget, as the calling stage reads them (e.g. ``rl.max_prompt_tokens``,
+            ``rl.max_new_tokens``).
+
+    Returns:
+        ``longest_prompt + new_tokens``, the context the stage needs.
+
+    Raises:
+        ValueError: ``new_tokens >= limit`` (the message names ``new_param`` only: no prompt can
+            fit, whatever its length), or ``longest_prompt + new_tokens > limit`` (the message
+            gives the largest value of ``prompt_param`` and of ``new_param`` that would fit).
+    """
+    need = longest_prompt + new_tokens
+    if limit is None:
+        return need
+    if new_tokens >= limit:
+        raise ValueError(f"{new_param}={new_tokens} leaves no room for a prompt in the model's "
+                         f"context of {limit} tokens: lower {new_param} below {limit}")
+    if need > limit:
+        fix = f"lower {prompt_param} to at most {limit - new_tokens} (longer prompts are skipped "\
+              "and counted)"
+        if limit - longest_prompt >= 1:
+            fix += f" or {new_param} to at most {limit - longest_prompt}"
+        raise ValueError(f"the longest prompt has {longest_prompt} tokens: with {new_param}="
+                         f"{new_tokens} it needs {need} tokens, past the model's context of "
+                         f"{limit}; {fix}")
+    return need

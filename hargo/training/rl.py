@@ -49,8 +49,8 @@ from hargo.io import HargoInputError, atomic_write_json
 from hargo.method_config import kl_coef, method_params
 from hargo.params import RL_METHODS, ParamsError, validate_params
 
-__all__ = ["run", "prompt_cap", "build_grpo_config", "load_rl_records", "to_dataset",
-           "build_trainer", "run_fingerprint", "CHECKPOINT_ROOT", "METRICS_ROOT"]
+__all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "load_rl_records",
+           "to_dataset", "build_trainer", "run_fingerprint", "CHECKPOINT_ROOT", "METRICS_ROOT"]
 
 #: ``checkpoints/rl/<method>`` and ``metrics/rl/<method>.json`` (dvc.yaml outputs).
 CHECKPOINT_ROOT = Path("checkpoints") / "rl"
@@ -84,6 +84,12 @@ def prompt_cap(params: Mapping) -> int:
     else ``train.max_prompt_tokens``."""
     cap = params["rl"].get("max_prompt_tokens")
     return int(cap if cap is not None else params["train"]["max_prompt_tokens"])
+
+
+def prompt_cap_name(params: Mapping) -> str:
+    """The params.yaml name of :func:`prompt_cap`'s value (the one a user should change)."""
+    return "rl.max_prompt_tokens" if params["rl"].get("max_prompt_tokens") is not None \
+        else "train.max_prompt_tokens"
 
 
 def load_rl_records(path: str | os.PathLike) -> list[dict]:
@@ -313,9 +319,10 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     import mlflow
 
     from hargo import tracking
-    from hargo.data.records import select_subset
+    from hargo.data.records import prompt_tokens, select_subset
     from hargo.hardware import setup_torch
-    from hargo.models.loading import load_tokenizer, resolve_model_dir, save_merged
+    from hargo.models.loading import (check_context, context_length, load_tokenizer,
+                                      resolve_model_dir, save_merged)
     from hargo.training.launch import launch_state
     from hargo.training.rl_logging import (RLLoggingCallback, StepRecorder, plot_history,
                                            summarize_history)
@@ -341,6 +348,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
         raise HargoInputError(data_path, f"only {len(records)} prompts left for RL after skipping "
                               f"{sum(skipped.values())} over {prompt_cap(params)} prompt tokens; "
                               f"rl.prompts_per_step needs {rl['prompts_per_step']}")
+    # prompt + completion must fit the policy's context; the error names the knob to lower
+    check_context(context_length(model_dir), max(prompt_tokens(tok, r["prompt"]) for r in records),
+                  int(rl["max_new_tokens"]), prompt_cap_name(params), "rl.max_new_tokens")
     fingerprint = run_fingerprint(params, method, model_dir, data_path)
     launch = launch_state()
     if launch.is_main:

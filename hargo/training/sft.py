@@ -291,6 +291,7 @@ def run(params: Mapping) -> dict[str, Any]:
         FileNotFoundError: ``model.out_dir`` missing or incomplete (run ``base_model``).
         HargoInputError: the train split is missing, empty or malformed, or every prompt is
             over ``train.max_prompt_tokens``.
+        ValueError: ``sft.max_length`` is past the model's context (``max_position_embeddings``).
     """
     import mlflow
 
@@ -308,6 +309,10 @@ def run(params: Mapping) -> dict[str, Any]:
     if not subset:
         raise HargoInputError(train_path, f"every prompt is longer than train.max_prompt_tokens="
                               f"{params['train']['max_prompt_tokens']} tokens (skipped: {skipped})")
+    limit = loading.context_length(model_dir)
+    if limit is not None and int(params["sft"]["max_length"]) > limit:
+        raise ValueError(f"sft.max_length={params['sft']['max_length']} is past the model's "
+                         f"context of {limit} tokens: lower sft.max_length to at most {limit}")
     per_task = {t: sum(1 for r in subset if r["task"] == t) for t in sorted(skipped)}
     launch = launch_state()
     with tracking.stage_run("sft", params) if launch.is_main else contextlib.nullcontext():
