@@ -36,6 +36,7 @@ from hargo.params import ParamsError
 DVC_YAML = "dvc.yaml"
 COMPARE_DVC_YAML = "compare/dvc.yaml"
 PARAMS_FILE = "params.yaml"  # the file every stage of dvc.yaml and compare/dvc.yaml reads
+PARAMS_STAGE = "params"     # dvc.yaml's first stage: params.yaml validated (hargo check-params)
 UP_TO_DATE = "UpToDate"      # the Prefect state name of a stage DVC found up to date
 
 # What the `hargo` CLI prints for a failure that running again cannot fix (hargo/cli.py):
@@ -149,11 +150,17 @@ def reproduce(stage_target: str, force: bool = False,
     """``dvc repro --single-item [--force] <target>``: DVC runs the stage (its upstream stages
     are the flow's business) and records it in ``dvc.lock``. Returns DVC's output.
 
+    The ``params`` stage (:data:`PARAMS_STAGE`: params.yaml validated, its stamp written) is
+    brought up to date first, never forced: every stage depends on its stamp, and DVC runs
+    nothing of a stage whose params are invalid.
+
     Raises:
         DvcError: the stage failed, or DVC refused (a dependency is missing, ...).
     """
-    return run_dvc(["repro", "--single-item", *(["--force"] if force else []), stage_target],
-                   log)
+    out = "" if stage_target == PARAMS_STAGE else run_dvc(["repro", "--single-item",
+                                                           PARAMS_STAGE], log)
+    return out + run_dvc(["repro", "--single-item", *(["--force"] if force else []),
+                          stage_target], log)
 
 
 # --------------------------------------------------------------------------- the project

@@ -40,6 +40,16 @@ def _run(fn, *args, **kwargs):
         raise typer.Exit(1)
 
 
+@app.command("check-params")
+def check_params(params: str = ParamsOpt):
+    """Validate params.yaml -> reports/params-valid.txt (the first stage: a bad value stops
+    `dvc repro` / `dvc exp run -S` before any stage's outputs are touched)."""
+    from hargo.params import write_checked_stamp
+
+    _params(params, None)   # a bad value: one-line error naming the key, exit 2
+    _run(write_checked_stamp, params)
+
+
 @app.command()
 def prepare(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Raw HPC-GPT files -> prepared train/eval splits, rejects and stats."""

@@ -115,6 +115,33 @@ def apply_overrides(params: dict, overrides: Mapping[str, Any] | Iterable[str] |
     return out
 
 
+#: The output of the ``params`` stage (dvc.yaml's first stage; ``hargo check-params``).
+CHECKED_STAMP = "reports/params-valid.txt"
+#: Its content, the same for every valid params.yaml: a valid change re-runs only the stages
+#: that read the changed keys, never the stages downstream of the stamp as such.
+CHECKED_TEXT = ("params.yaml passed hargo.params.validate_params; every stage of dvc.yaml and "
+                "compare/dvc.yaml depends on this file\n")
+
+
+def write_checked_stamp(params_path: str | Path = "params.yaml", root: str | Path = ".") -> Path:
+    """The ``params`` stage: validate ``params_path`` (:func:`load_params`), then write
+    :data:`CHECKED_STAMP` under ``root``. Returns the stamp's path.
+
+    Every other stage depends on the stamp, so ``dvc repro`` and ``dvc exp run -S key=value``
+    run this stage first: DVC deletes a stage's outputs just before running it, so a value that
+    fails here stops the run before any stage's outputs are touched (DVC already removed the
+    stamp itself, which makes the next ``dvc repro`` check again).
+
+    Raises:
+        FileNotFoundError: ``params_path`` does not exist.
+        ParamsError: the first invalid key, by name (:func:`validate_params`).
+    """
+    from hargo.io import atomic_write_text
+
+    load_params(Path(root) / params_path)
+    return atomic_write_text(Path(root) / CHECKED_STAMP, CHECKED_TEXT)
+
+
 def load_params(path: str | Path = "params.yaml",
                 overrides: Mapping[str, Any] | Iterable[str] | None = None) -> dict:
     """Load ``path``, apply ``overrides`` and validate.

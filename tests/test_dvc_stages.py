@@ -1,6 +1,7 @@
 """What DVC re-runs when a knob changes: each ``rl@<method>`` stage depends on the shared RL
 knobs and on its own ``rl.<method>`` block only, read from the project's real dvc.yaml and
-params.yaml (outputs are placeholders committed with ``dvc commit``; nothing trains)."""
+params.yaml (outputs are placeholders committed with ``dvc commit``; nothing trains). And a bad
+value stops ``dvc exp run -S`` at the ``params`` stage, before DVC deletes any output."""
 from __future__ import annotations
 
 import os
@@ -16,10 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "ppo"]
 
 
-def _dvc(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env,
+def _dvc_run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    # this interpreter's bin first on PATH: the stages' `hargo` command is this environment's
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
+
+
+def _dvc(cwd: Path, *args: str) -> str:
+    proc = _dvc_run(cwd, *args)
     assert proc.returncode == 0, f"dvc {' '.join(args)}: {proc.stdout}{proc.stderr}"
     return proc.stdout
 
@@ -46,6 +53,7 @@ def project(tmp_path_factory) -> Path:
         (d / "metrics" / "rl").mkdir(parents=True, exist_ok=True)
         (d / "metrics" / "rl" / f"{m}.json").write_text("{}")
     _dvc(d, "init", "--no-scm", "-q")
+    _dvc(d, "repro", "-q", "params")      # validates params.yaml, writes the stamp every stage reads
     _dvc(d, "commit", "-f", "-q", *[f"rl@{m}" for m in METHODS])
     return d
 
@@ -84,3 +92,91 @@ def test_all_rl_stages_up_to_date_after_commit(project):
 ])
 def test_a_method_knob_reruns_only_its_method(project, key_path, value, expected):
     assert _changed(project, key_path, value) == expected
+
+
+def test_a_valid_change_reruns_the_params_check_and_nothing_through_it(project):
+    path = project / "params.yaml"
+    original = path.read_text()
+    params = yaml.safe_load(original)
+    params["rl"]["hargo"]["alpha"] = 0.25
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        assert "params:" in _dvc(project, "status", "params")
+        _dvc(project, "repro", "-q", "params")
+        assert "up to date" in _dvc(project, "status", "params").lower()
+        # the stamp's content did not change: rl@grpo does not re-run because of it
+        assert "up to date" in _dvc(project, "status", "rl@grpo").lower()
+    finally:
+        path.write_text(original)
+        _dvc(project, "repro", "-q", "params")
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, timeout=60,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def _placeholder(path: Path) -> None:
+    """A file (a name with a suffix) or a folder holding one file, for a stage's path."""
+    if path.suffix:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"placeholder {path.name}\n")
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "placeholder").write_text(f"placeholder {path.name}\n")
+
+
+def _locked_project(d: Path, stages: list[str]) -> dict[str, str]:
+    """The real dvc.yaml, params.yaml and code in a git + DVC project at ``d``, with every
+    non-code dependency and output of ``stages`` (and of ``rl@hargo``) as a placeholder, all
+    committed to dvc.lock and git: DVC finds them up to date. Returns ``{path: text}`` of every
+    placeholder file."""
+    d.mkdir()
+    shutil.copy(ROOT / "dvc.yaml", d / "dvc.yaml")
+    shutil.copy(ROOT / "params.yaml", d / "params.yaml")
+    shutil.copytree(ROOT / "hargo", d / "hargo",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    entries = [*(spec[s] for s in stages), {
+        k: [str(x).replace("${item}", "hargo") if isinstance(x, str)
+            else {str(kk).replace("${item}", "hargo"): vv for kk, vv in x.items()}
+            for x in v] for k, v in spec["rl"]["do"].items() if k in ("deps", "outs", "metrics")}]
+    for entry in entries:
+        for key in ("deps", "outs", "metrics"):
+            for x in entry.get(key, []):
+                rel = x if isinstance(x, str) else next(iter(x))
+                if not rel.startswith("hargo") and rel != "reports/params-valid.txt":
+                    _placeholder(d / rel)
+    _git(d, "init", "-q")
+    _dvc(d, "init", "-q")
+    _dvc(d, "repro", "-q", "params")
+    _dvc(d, "commit", "-f", "-q", *stages, "rl@hargo")
+    _git(d, "add", "-A")
+    _git(d, "commit", "-q", "-m", "placeholders")
+    return {str(p.relative_to(d)): p.read_text() for p in d.rglob("*")
+            if p.is_file() and ".dvc" not in p.parts and ".git" not in p.parts
+            and p.read_text(errors="replace").startswith("placeholder")}
+
+
+@pytest.mark.parametrize("override, key", [
+    ("rl.hargo.alpha=-1", "rl.hargo.alpha"),
+    ("rl.learning_rate=inf", "rl.learning_rate"),
+    ("evaluate.kv_cache_gib=0", "evaluate.kv_cache_gib"),
+])
+def test_a_bad_value_in_dvc_exp_run_touches_no_output(tmp_path, override, key):
+    """The reported case: ``dvc exp run -S rl.hargo.alpha=-1`` let DVC delete models/rl/hargo
+    (and its cache: false metrics) before ``hargo rl`` rejected the value. Every upstream stage
+    is up to date here, so without the ``params`` stage DVC would run ``rl@hargo`` at once."""
+    d = tmp_path / "proj"
+    files = _locked_project(d, ["prepare", "validate", "base_model", "sft"])
+    assert "models/rl/hargo/placeholder" in files and "metrics/rl/hargo.json" in files
+    assert "up to date" in _dvc(d, "status", "sft").lower()
+
+    proc = _dvc_run(d, "exp", "run", "-S", override, "rl@hargo")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert f"error: {key}" in out, out
+    assert "hargo check-params" in out and "hargo rl" not in out, out   # stopped at `params`
+    for rel, text in files.items():
+        assert (d / rel).read_text() == text, f"{rel} was touched: {out}"

@@ -146,8 +146,11 @@ def test_every_flow_step_is_a_dvc_stage(tmp_path, committed_params, monkeypatch)
     assert "rl@hargo" in flows_targets
     assert target("compare_train", {"method": "hargo", "seed": 1}, "compare/dvc.yaml") \
         == "compare/dvc.yaml:compare_train@hargo-1" in known
-    # every stage DVC knows is run by a flow
-    assert known == set(flows_targets)
+    # every stage DVC knows is run by a flow; `params` by every stage task, before its stage
+    # (flows.stages.reproduce)
+    from flows.stages import PARAMS_STAGE
+
+    assert known == set(flows_targets) | {PARAMS_STAGE}
 
 
 def test_write_overrides_keeps_the_file(tmp_path):
@@ -330,7 +333,7 @@ def test_prepare_runs_through_dvc(harness, project):
     assert first.is_completed(), first.message
     assert _states(first, "prepare") == ["Completed"]
     assert first.result()["prepare"]["reproduced"] is True
-    assert _lock_stages(project) == {"prepare"} and _status(project, "prepare") == {}
+    assert _lock_stages(project) == {"params", "prepare"} and _status(project, "prepare") == {}
     # the overrides were written into params.yaml: the params DVC recorded
     written = yaml.safe_load((project / "params.yaml").read_text())
     assert written["data"]["split"]["eval_fraction"] == SMALL["data.split.eval_fraction"]
@@ -440,7 +443,7 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     # one book: the overrides are in params.yaml, every stage in dvc.lock, and DVC agrees
     assert yaml.safe_load((flow_root / "params.yaml").read_text()) == \
         yaml.safe_load((dvc_root / "params.yaml").read_text())
-    assert _lock_stages(flow_root) == set(targets) == _lock_stages(dvc_root)
+    assert _lock_stages(flow_root) == set(targets) | {"params"} == _lock_stages(dvc_root)
     assert _status(flow_root, "dvc.yaml") == {}  # every stage of the main pipeline
     again = _dvc(["repro"], flow_root, env, 300)
     assert "Running stage" not in again and "Data and pipelines are up to date." in again, again
