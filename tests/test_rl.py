@@ -61,9 +61,10 @@ def _expected_rewards(params) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _reference_logprob(model_dir, tokenizer, temperature) -> torch.Tensor:
-    """l_i by a plain forward of the reference (the model folder), one sequence at a time:
-    mean over completion tokens of log softmax(logits / T)."""
+def _reference_token_logprobs(model_dir, tokenizer, temperature=1.0) -> list[torch.Tensor]:
+    """Per completion of the fixed batch (TRL's order), the reference model's (the model
+    folder's) log-prob of each completion token by a plain forward, one sequence at a time:
+    ``log softmax(logits / temperature)`` gathered at the token."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
@@ -74,9 +75,16 @@ def _reference_logprob(model_dir, tokenizer, temperature) -> torch.Tensor:
             c = completion_token_ids(tokenizer, text)
             ids = torch.tensor([p + c])
             logits = model(input_ids=ids).logits[0, len(p) - 1:-1].float() / temperature
-            lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c)[:, None])[:, 0]
-            out.append(lp.mean())
-    return torch.stack(out).reshape(len(FIXED_GROUPS), G_FIXED)
+            out.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(c)[:, None])[:, 0])
+    return out
+
+
+def _reference_logprob(model_dir, tokenizer, temperature=1.0) -> torch.Tensor:
+    """(groups, G) ``l_i``: mean over each completion's tokens of
+    :func:`_reference_token_logprobs` (docs/method.md step 2; the reference model's own
+    distribution is ``temperature=1``)."""
+    lps = _reference_token_logprobs(model_dir, tokenizer, temperature)
+    return torch.stack([lp.mean() for lp in lps]).reshape(len(FIXED_GROUPS), G_FIXED)
 
 
 # --------------------------------------------------------------------------- every method
@@ -178,8 +186,7 @@ def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_pa
     rewards = _expected_rewards(params)
     assert rewards[0].tolist() == [1.0, 0.0, 0.0, 0.0]   # the worked check's group
     assert rewards[2].tolist() == [1.0, 1.0, 1.0, 1.0]   # no contrast
-    l = _reference_logprob(params["sft"]["out_dir"], trainer.processing_class,
-                           params["rl"]["temperature"])
+    l = _reference_logprob(params["sft"]["out_dir"], trainer.processing_class)  # T = 1
     cfg = method_params(params, method).hargo_config()
     exp = estimate(method, rewards, l, EMABaseline(cfg.rho), cfg)
     torch.testing.assert_close(out["response_weights"], exp.weights.reshape(-1), atol=1e-5, rtol=0)
@@ -192,6 +199,47 @@ def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_pa
     else:
         assert trainer.ema.value == pytest.approx(float(l.mean()), abs=1e-5)
         assert "ref_per_token_logps" in out
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+@pytest.mark.parametrize("beta", [0.0, 0.02])
+def test_hargo_ref_logprob_is_the_reference_model_at_temperature_one(beta, lora, fixed_params,
+                                                                      tmp_path):
+    """l_i (recorded, and what the EMA baseline averages) is the reference model's own
+    length-normalised log-prob, at T = 1, not at the sampling temperature; the KL term's
+    per-token reference log-probs stay at the sampling temperature (TRL's), from the same pass.
+    The policy is moved away from the reference first, so a policy forward would not pass."""
+    from hargo.training.rl_logging import StepRecorder
+
+    params = set_method_knobs(copy.deepcopy(fixed_params), beta=beta)
+    params["rl"]["lora"]["enabled"] = lora
+    T = params["rl"]["temperature"]
+    assert T == 0.6
+    recorder = StepRecorder()
+    trainer = _fixed_trainer(params, "hargo", tmp_path, recorder=recorder)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    out = trainer._generate_and_score_completions(fixed_inputs())
+
+    tok = trainer.processing_class
+    l_1 = _reference_logprob(params["sft"]["out_dir"], tok, 1.0)
+    l_T = _reference_logprob(params["sft"]["out_dir"], tok, T)
+    # every l_i differs at T = 0.6 by far more than the tolerance: the old (tempered) l_i fails
+    assert (l_1 - l_T).abs().min() > 1e-3
+    got = torch.tensor(recorder._last_gen["ref_logprob"]).reshape(l_1.shape)
+    torch.testing.assert_close(got, l_1, atol=1e-5, rtol=0)
+    assert trainer.ema.value == pytest.approx(float(l_1.mean()), abs=1e-5)
+
+    tokens_T = _reference_token_logprobs(params["sft"]["out_dir"], tok, T)
+    ref, mask = out["ref_per_token_logps"], out["completion_mask"]
+    for i, lp in enumerate(tokens_T):
+        n = int(mask[i].sum())
+        assert n == lp.numel()
+        torch.testing.assert_close(ref[i, :n], lp, atol=1e-5, rtol=0)
+        assert (ref[i, n:] == 0).all()
 
 
 # --------------------------------------------------------- GRPO path = TRL's stock loss

@@ -16,7 +16,7 @@ completion_length          completion tokens (padding excluded)
 advantage_mean             advantage put into the surrogate (HARGO: ``M_i``)
 weight_mean, weight_max    per-response loss weight ``w_i`` (GRPO family: 1/G)
 confidence_mean            reference confidence ``c_i`` (hargo, hargo_b2)
-ref_logprob_mean           ``l_i``, reference log-prob per token (when the reference ran)
+ref_logprob_mean           ``l_i``, reference log-prob per token at T = 1 (hargo, hargo_b2)
 kl                         k3 KL(policy || reference) per token, averaged per response
 clip_fraction              share of tokens whose ratio was clipped
 zero_variance_groups       share of groups (prompts) whose G rewards were all equal
