@@ -18,7 +18,7 @@ from hargo.testing import crafted_records
 METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
 PER_TASK_METRICS = ("reward_mean", "reward_std", "accuracy", "completion_length",
                     "advantage_mean", "weight_mean", "weight_max", "kl", "clip_fraction",
-                    "zero_variance_groups", "n_completions")
+                    "adv_logprob", "adv_log_ratio", "zero_variance_groups", "n_completions")
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +144,19 @@ def test_rl_runs_every_method_and_logs_per_task_metrics(committed_params, tiny_m
         for task in TASKS:  # one prompt (one group) per task per step
             assert [x.value for x in hist(f"{task}/n_completions")] == [G, G]
             assert all(x.value in (0.0, 1.0) for x in hist(f"{task}/zero_variance_groups"))
+        # metrics/rl/<method>.json: the per-task zero-variance share and the learning signals
+        for scope in TASKS + ("all",):
+            zv = [x.value for x in hist(f"{scope}/zero_variance_groups")]
+            assert on_disk["zero_variance_groups"][scope] == pytest.approx(
+                {"final": zv[-1], "mean_over_steps": sum(zv) / 2}), (method, scope)
+        learn = on_disk["learning"]
+        assert set(learn) == {"loss", "grad_norm", "adv_logprob", "adv_log_ratio", "kl"}
+        for key, mlflow_key in (("loss", "trl/loss"), ("grad_norm", "trl/grad_norm"),
+                                ("adv_logprob", "all/adv_logprob"), ("kl", "all/kl")):
+            vals = [x.value for x in hist(mlflow_key)]
+            assert learn[key]["final"] == pytest.approx(vals[-1], rel=1e-6, abs=1e-9), key
+            assert learn[key]["first"] == pytest.approx(vals[0], rel=1e-6, abs=1e-9), key
+        assert learn["grad_norm"]["final"] > 0
         uses_c = method in ("hargo", "hargo_b2")
         assert bool(hist("all/confidence_mean")) is uses_c
         assert bool(hist("ema_baseline")) is uses_c
@@ -240,6 +253,53 @@ def test_hargo_ref_logprob_is_the_reference_model_at_temperature_one(beta, lora,
         assert n == lp.numel()
         torch.testing.assert_close(ref[i, :n], lp, atol=1e-5, rtol=0)
         assert (ref[i, n:] == 0).all()
+
+
+# ------------------------------------------- GRPO, beta = 0: the loss reads 0, learning does not
+
+def test_grpo_beta0_loss_is_zero_but_adv_logprob_and_gradient_are_not(fixed_params, tmp_path):
+    """With one pass per rollout the ratio is 1, so GRPO's loss is -mean(A) = 0 (group
+    advantages of mean 0); the recorded adv_logprob is mean_i A_i mean_t log pi(y_t), by a plain
+    forward (T = 0.6, the policy equals the model folder at LoRA init), and the loss's gradient
+    is minus its gradient. The fixed groups' zero-variance shares: race_fortran's group is all
+    correct (1), race_c's and mlperf's are not (0): all 1/3."""
+    from hargo.losses import masked_mean
+    from hargo.training.rl_logging import RLLoggingCallback, StepRecorder, summarize_history
+
+    params = set_method_knobs(copy.deepcopy(fixed_params), beta=0.0)
+    recorder = StepRecorder()
+    trainer = _fixed_trainer(params, "grpo", tmp_path, recorder=recorder)
+    out = trainer._generate_and_score_completions(fixed_inputs())
+    loss = trainer.compute_loss(trainer.model, out)
+    loss.backward()
+    lora = [p for n, p in trainer.model.named_parameters() if p.requires_grad]
+    g_loss = [p.grad.clone() for p in lora]
+    assert abs(loss.item()) < 1e-6
+    assert torch.sqrt(sum((g ** 2).sum() for g in g_loss)) > 1e-4
+
+    r = _expected_rewards(params)
+    A = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)   # TRL's grpo advantage
+    lps = _reference_token_logprobs(params["sft"]["out_dir"], trainer.processing_class,
+                                    params["rl"]["temperature"])
+    expected = float((A.reshape(-1) * torch.stack([lp.mean() for lp in lps])).mean())
+    m = recorder.finish_step(1)
+    assert abs(expected) > 1e-3
+    assert m["all/adv_logprob"] == pytest.approx(expected, abs=1e-5)
+    assert "all/kl" not in m and "all/adv_log_ratio" not in m    # GRPO at beta 0: no reference
+    assert (m["race_c/zero_variance_groups"], m["mlperf/zero_variance_groups"],
+            m["race_fortran/zero_variance_groups"]) == (0.0, 0.0, 1.0)
+    assert m["all/zero_variance_groups"] == pytest.approx(1 / 3)
+    line = RLLoggingCallback(recorder, "grpo").step_line(m, 1, 2)
+    assert "zero-var mlperf 0.00 race_c 0.00 race_fortran 1.00" in line
+    assert summarize_history([m])["zero_variance_groups"]["race_fortran"] == \
+        {"final": 1.0, "mean_over_steps": 1.0}
+
+    # the loss's gradient is minus the gradient of mean_i A_i mean_t log pi
+    trainer.model.zero_grad()
+    logps = trainer._completion_logps(trainer.model, out)[0]
+    (-(out["advantages"] * masked_mean(logps, out["completion_mask"])).mean()).backward()
+    for g, p in zip(g_loss, lora):
+        torch.testing.assert_close(p.grad, g, atol=1e-7, rtol=1e-5)
 
 
 # --------------------------------------------------------- GRPO path = TRL's stock loss
