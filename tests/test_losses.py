@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from hargo.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, aggregate, clip_fraction,
+from hargo.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, advantage_weighted_logprob,
+                          aggregate, clip_fraction,
                           clipped_policy_loss, clipped_surrogate, clipped_value_loss,
                           explained_variance, gae_advantages, importance_ratio, kl_penalty,
                           masked_mean, masked_token_mean, policy_loss, register_aggregation,
@@ -122,6 +123,46 @@ def test_weighted_hargo_loss_nonuniform_weights_and_advantages():
     uniform = weighted_loss(per_token, mask, torch.full((4,), 0.5), num_groups=2)
     assert uniform.item() == pytest.approx((L0 + L1 + L2 + L3) / 4, abs=1e-6)
     assert abs(uniform.item() - expected) > 0.04     # 0.0192 vs -0.0293
+
+
+def test_surrogate_value_is_zero_but_advantage_weighted_logprob_carries_its_gradient():
+    """One pass per rollout (old = current log-probs): GRPO's surrogate (uniform 1/G, advantages
+    of mean 0 per group) is 0 in value, its gradient is not, and it equals minus the gradient
+    of the mean advantage-weighted log-prob, whose value is written out here.
+
+    1 group of G = 2, T = 3: A = (+1, -1); response 0 has 2 tokens (log-probs -1, -2), response 1
+    has 3 (-0.5, -1.5, -1); padding holds 0 (as TRL's log-probs).
+    """
+    A = t([1.0, -1.0])
+    mask = t([[1, 1, 0], [1, 1, 1]])
+    logps = t([[-1.0, -2.0, 0.0], [-0.5, -1.5, -1.0]]).requires_grad_(True)
+    surrogate, _ = clipped_surrogate(logps, logps.detach(), A, 0.2, 0.2)
+    loss = weighted_loss(surrogate, mask, torch.full((2,), 0.5), num_groups=1)
+    assert loss.item() == 0.0                   # (-1 * 1 + 1 * 1) / 2
+    loss.backward()
+    # d loss / d logp[i, t] = -w_i A_i / |y_i| (N = 1): -0.5/2 on response 0, +0.5/3 on response 1
+    assert logps.grad[0].tolist() == pytest.approx([-0.25, -0.25, 0.0])
+    assert logps.grad[1].tolist() == pytest.approx([1 / 6, 1 / 6, 1 / 6])
+
+    # uniform weights: G w = 1, values A_i * mean_t logp: (+1)(-1.5) = -1.5, (-1)(-1) = +1
+    v = advantage_weighted_logprob(logps, A, mask, torch.full((2,), 0.5), group_size=2)
+    assert v.tolist() == pytest.approx([-1.5, 1.0]) and not v.requires_grad
+    assert advantage_weighted_logprob(logps, A, mask).tolist() == pytest.approx([-1.5, 1.0])
+    # -grad of mean(v) w.r.t. logps is the surrogate's gradient
+    x = logps.detach().clone().requires_grad_(True)
+    obj = (A[:, None] * torch.where(mask.bool(), x, 0.0)).sum(1) / mask.sum(1)
+    (-obj.mean()).backward()
+    torch.testing.assert_close(x.grad, logps.grad)
+    # HARGO weights (0.75, 0.25): G w = (1.5, 0.5) -> (-2.25, 0.5)
+    w = t([0.75, 0.25])
+    assert advantage_weighted_logprob(logps, A, mask, w, 2).tolist() == pytest.approx([-2.25, 0.5])
+    # per-token advantages (PPO): mean_t A_t logp_t; response 1: (2 * -0.5 + 0 + 1 * -1) / 3
+    At = t([[1.0, 1.0, 5.0], [2.0, 0.0, 1.0]])
+    assert advantage_weighted_logprob(logps, At, mask).tolist() == pytest.approx([-1.5, -2 / 3])
+    with pytest.raises(ValueError, match="weights"):
+        advantage_weighted_logprob(logps, A, mask, w[:1], 2)
+    with pytest.raises(ValueError, match="group_size"):
+        advantage_weighted_logprob(logps, A, mask, w, 0)
 
 
 # ---------------------------------------------------------------------- clipped surrogate

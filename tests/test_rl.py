@@ -18,7 +18,7 @@ from hargo.testing import crafted_records
 METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
 PER_TASK_METRICS = ("reward_mean", "reward_std", "accuracy", "completion_length",
                     "advantage_mean", "weight_mean", "weight_max", "kl", "clip_fraction",
-                    "zero_variance_groups", "n_completions")
+                    "adv_logprob", "adv_log_ratio", "zero_variance_groups", "n_completions")
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +61,10 @@ def _expected_rewards(params) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _reference_logprob(model_dir, tokenizer, temperature) -> torch.Tensor:
-    """l_i by a plain forward of the reference (the model folder), one sequence at a time:
-    mean over completion tokens of log softmax(logits / T)."""
+def _reference_token_logprobs(model_dir, tokenizer, temperature=1.0) -> list[torch.Tensor]:
+    """Per completion of the fixed batch (TRL's order), the reference model's (the model
+    folder's) log-prob of each completion token by a plain forward, one sequence at a time:
+    ``log softmax(logits / temperature)`` gathered at the token."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
@@ -74,9 +75,16 @@ def _reference_logprob(model_dir, tokenizer, temperature) -> torch.Tensor:
             c = completion_token_ids(tokenizer, text)
             ids = torch.tensor([p + c])
             logits = model(input_ids=ids).logits[0, len(p) - 1:-1].float() / temperature
-            lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c)[:, None])[:, 0]
-            out.append(lp.mean())
-    return torch.stack(out).reshape(len(FIXED_GROUPS), G_FIXED)
+            out.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(c)[:, None])[:, 0])
+    return out
+
+
+def _reference_logprob(model_dir, tokenizer, temperature=1.0) -> torch.Tensor:
+    """(groups, G) ``l_i``: mean over each completion's tokens of
+    :func:`_reference_token_logprobs` (docs/method.md step 2; the reference model's own
+    distribution is ``temperature=1``)."""
+    lps = _reference_token_logprobs(model_dir, tokenizer, temperature)
+    return torch.stack([lp.mean() for lp in lps]).reshape(len(FIXED_GROUPS), G_FIXED)
 
 
 # --------------------------------------------------------------------------- every method
@@ -136,6 +144,19 @@ def test_rl_runs_every_method_and_logs_per_task_metrics(committed_params, tiny_m
         for task in TASKS:  # one prompt (one group) per task per step
             assert [x.value for x in hist(f"{task}/n_completions")] == [G, G]
             assert all(x.value in (0.0, 1.0) for x in hist(f"{task}/zero_variance_groups"))
+        # metrics/rl/<method>.json: the per-task zero-variance share and the learning signals
+        for scope in TASKS + ("all",):
+            zv = [x.value for x in hist(f"{scope}/zero_variance_groups")]
+            assert on_disk["zero_variance_groups"][scope] == pytest.approx(
+                {"final": zv[-1], "mean_over_steps": sum(zv) / 2}), (method, scope)
+        learn = on_disk["learning"]
+        assert set(learn) == {"loss", "grad_norm", "adv_logprob", "adv_log_ratio", "kl"}
+        for key, mlflow_key in (("loss", "trl/loss"), ("grad_norm", "trl/grad_norm"),
+                                ("adv_logprob", "all/adv_logprob"), ("kl", "all/kl")):
+            vals = [x.value for x in hist(mlflow_key)]
+            assert learn[key]["final"] == pytest.approx(vals[-1], rel=1e-6, abs=1e-9), key
+            assert learn[key]["first"] == pytest.approx(vals[0], rel=1e-6, abs=1e-9), key
+        assert learn["grad_norm"]["final"] > 0
         uses_c = method in ("hargo", "hargo_b2")
         assert bool(hist("all/confidence_mean")) is uses_c
         assert bool(hist("ema_baseline")) is uses_c
@@ -178,8 +199,7 @@ def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_pa
     rewards = _expected_rewards(params)
     assert rewards[0].tolist() == [1.0, 0.0, 0.0, 0.0]   # the worked check's group
     assert rewards[2].tolist() == [1.0, 1.0, 1.0, 1.0]   # no contrast
-    l = _reference_logprob(params["sft"]["out_dir"], trainer.processing_class,
-                           params["rl"]["temperature"])
+    l = _reference_logprob(params["sft"]["out_dir"], trainer.processing_class)  # T = 1
     cfg = method_params(params, method).hargo_config()
     exp = estimate(method, rewards, l, EMABaseline(cfg.rho), cfg)
     torch.testing.assert_close(out["response_weights"], exp.weights.reshape(-1), atol=1e-5, rtol=0)
@@ -192,6 +212,94 @@ def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_pa
     else:
         assert trainer.ema.value == pytest.approx(float(l.mean()), abs=1e-5)
         assert "ref_per_token_logps" in out
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+@pytest.mark.parametrize("beta", [0.0, 0.02])
+def test_hargo_ref_logprob_is_the_reference_model_at_temperature_one(beta, lora, fixed_params,
+                                                                      tmp_path):
+    """l_i (recorded, and what the EMA baseline averages) is the reference model's own
+    length-normalised log-prob, at T = 1, not at the sampling temperature; the KL term's
+    per-token reference log-probs stay at the sampling temperature (TRL's), from the same pass.
+    The policy is moved away from the reference first, so a policy forward would not pass."""
+    from hargo.training.rl_logging import StepRecorder
+
+    params = set_method_knobs(copy.deepcopy(fixed_params), beta=beta)
+    params["rl"]["lora"]["enabled"] = lora
+    T = params["rl"]["temperature"]
+    assert T == 0.6
+    recorder = StepRecorder()
+    trainer = _fixed_trainer(params, "hargo", tmp_path, recorder=recorder)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    out = trainer._generate_and_score_completions(fixed_inputs())
+
+    tok = trainer.processing_class
+    l_1 = _reference_logprob(params["sft"]["out_dir"], tok, 1.0)
+    l_T = _reference_logprob(params["sft"]["out_dir"], tok, T)
+    # every l_i differs at T = 0.6 by far more than the tolerance: the old (tempered) l_i fails
+    assert (l_1 - l_T).abs().min() > 1e-3
+    got = torch.tensor(recorder._last_gen["ref_logprob"]).reshape(l_1.shape)
+    torch.testing.assert_close(got, l_1, atol=1e-5, rtol=0)
+    assert trainer.ema.value == pytest.approx(float(l_1.mean()), abs=1e-5)
+
+    tokens_T = _reference_token_logprobs(params["sft"]["out_dir"], tok, T)
+    ref, mask = out["ref_per_token_logps"], out["completion_mask"]
+    for i, lp in enumerate(tokens_T):
+        n = int(mask[i].sum())
+        assert n == lp.numel()
+        torch.testing.assert_close(ref[i, :n], lp, atol=1e-5, rtol=0)
+        assert (ref[i, n:] == 0).all()
+
+
+# ------------------------------------------- GRPO, beta = 0: the loss reads 0, learning does not
+
+def test_grpo_beta0_loss_is_zero_but_adv_logprob_and_gradient_are_not(fixed_params, tmp_path):
+    """With one pass per rollout the ratio is 1, so GRPO's loss is -mean(A) = 0 (group
+    advantages of mean 0); the recorded adv_logprob is mean_i A_i mean_t log pi(y_t), by a plain
+    forward (T = 0.6, the policy equals the model folder at LoRA init), and the loss's gradient
+    is minus its gradient. The fixed groups' zero-variance shares: race_fortran's group is all
+    correct (1), race_c's and mlperf's are not (0): all 1/3."""
+    from hargo.losses import masked_mean
+    from hargo.training.rl_logging import RLLoggingCallback, StepRecorder, summarize_history
+
+    params = set_method_knobs(copy.deepcopy(fixed_params), beta=0.0)
+    recorder = StepRecorder()
+    trainer = _fixed_trainer(params, "grpo", tmp_path, recorder=recorder)
+    out = trainer._generate_and_score_completions(fixed_inputs())
+    loss = trainer.compute_loss(trainer.model, out)
+    loss.backward()
+    lora = [p for n, p in trainer.model.named_parameters() if p.requires_grad]
+    g_loss = [p.grad.clone() for p in lora]
+    assert abs(loss.item()) < 1e-6
+    assert torch.sqrt(sum((g ** 2).sum() for g in g_loss)) > 1e-4
+
+    r = _expected_rewards(params)
+    A = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)   # TRL's grpo advantage
+    lps = _reference_token_logprobs(params["sft"]["out_dir"], trainer.processing_class,
+                                    params["rl"]["temperature"])
+    expected = float((A.reshape(-1) * torch.stack([lp.mean() for lp in lps])).mean())
+    m = recorder.finish_step(1)
+    assert abs(expected) > 1e-3
+    assert m["all/adv_logprob"] == pytest.approx(expected, abs=1e-5)
+    assert "all/kl" not in m and "all/adv_log_ratio" not in m    # GRPO at beta 0: no reference
+    assert (m["race_c/zero_variance_groups"], m["mlperf/zero_variance_groups"],
+            m["race_fortran/zero_variance_groups"]) == (0.0, 0.0, 1.0)
+    assert m["all/zero_variance_groups"] == pytest.approx(1 / 3)
+    line = RLLoggingCallback(recorder, "grpo").step_line(m, 1, 2)
+    assert "zero-var mlperf 0.00 race_c 0.00 race_fortran 1.00" in line
+    assert summarize_history([m])["zero_variance_groups"]["race_fortran"] == \
+        {"final": 1.0, "mean_over_steps": 1.0}
+
+    # the loss's gradient is minus the gradient of mean_i A_i mean_t log pi
+    trainer.model.zero_grad()
+    logps = trainer._completion_logps(trainer.model, out)[0]
+    (-(out["advantages"] * masked_mean(logps, out["completion_mask"])).mean()).backward()
+    for g, p in zip(g_loss, lora):
+        torch.testing.assert_close(p.grad, g, atol=1e-7, rtol=1e-5)
 
 
 # --------------------------------------------------------- GRPO path = TRL's stock loss

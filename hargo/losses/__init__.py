@@ -21,7 +21,8 @@ Aggregation (``AGGREGATIONS``, :func:`register_aggregation`, :func:`aggregate`)
     :func:`weighted_loss` is the per-response weighted form HARGO uses (``docs/method.md`` step 6).
 Policy losses (``POLICY_LOSSES``, :func:`register_policy_loss`, :func:`policy_loss`)
     ``clipped_surrogate`` (:func:`clipped_surrogate`: PPO's / TRL 1.16 GRPO's clipped objective)
-    and :func:`clip_fraction` (the clip indicators TRL logs).
+    and :func:`clip_fraction` (the clip indicators TRL logs); :func:`advantage_weighted_logprob`
+    (the surrogate's gradient-carrying part as a value, a diagnostic).
 KL estimators (``KL_ESTIMATORS``, :func:`register_kl`, :func:`kl_penalty`)
     ``k1``, ``k2``, ``k3`` of Schulman's note "Approximating KL Divergence" (2020).
 PPO (classic, with a value head)
@@ -37,8 +38,9 @@ from __future__ import annotations
 from hargo.losses.aggregation import AGGREGATIONS, aggregate, register_aggregation, weighted_loss
 from hargo.losses.kl import KL_ESTIMATORS, kl_penalty, register_kl
 from hargo.losses.masked import Reduce, masked_mean, masked_token_mean
-from hargo.losses.policy import (POLICY_LOSSES, clip_fraction, clipped_surrogate, importance_ratio,
-                                 policy_loss, register_policy_loss)
+from hargo.losses.policy import (POLICY_LOSSES, advantage_weighted_logprob, clip_fraction,
+                                 clipped_surrogate, importance_ratio, policy_loss,
+                                 register_policy_loss)
 from hargo.losses.ppo import (WHITEN_EPS, clipped_policy_loss, clipped_value_loss,
                               explained_variance, gae_advantages, token_rewards, whiten)
 
@@ -46,7 +48,7 @@ __all__ = [
     "Reduce",
     "masked_mean", "masked_token_mean",
     "AGGREGATIONS", "register_aggregation", "aggregate", "weighted_loss",
-    "importance_ratio", "clipped_surrogate", "clip_fraction",
+    "importance_ratio", "clipped_surrogate", "clip_fraction", "advantage_weighted_logprob",
     "POLICY_LOSSES", "register_policy_loss", "policy_loss",
     "KL_ESTIMATORS", "register_kl", "kl_penalty",
     "WHITEN_EPS", "token_rewards", "gae_advantages", "whiten", "clipped_policy_loss",

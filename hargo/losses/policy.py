@@ -7,9 +7,10 @@ from collections.abc import Callable
 import torch
 
 from hargo.losses._registry import lookup, register
+from hargo.losses.masked import masked_mean
 
 __all__ = ["importance_ratio", "clipped_surrogate", "clip_fraction",
-           "POLICY_LOSSES", "register_policy_loss", "policy_loss"]
+           "advantage_weighted_logprob", "POLICY_LOSSES", "register_policy_loss", "policy_loss"]
 
 #: name -> ``f(logps, old_logps, advantages, eps_low, eps_high, **kw) -> (per_token_loss, ratio)``.
 POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
@@ -119,3 +120,47 @@ def clip_fraction(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float,
     low = (ratio < 1 - eps_low) & (advantages < 0)
     high = (ratio > 1 + eps_high) & (advantages > 0)
     return low, high, low | high
+
+
+def advantage_weighted_logprob(logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                               weights: torch.Tensor | None = None, group_size: int = 1
+                               ) -> torch.Tensor:
+    """Per response, ``G w_i (1/|y_i|) sum_t A_{i,t} logps_{i,t}``: the part of the clipped
+    surrogate that carries its gradient, as a value (a diagnostic; no grad is kept).
+
+    With one optimisation pass per rollout (TRL's ``num_iterations = 1``) the ratio
+    ``r_t = exp(logps - old_logps)`` is 1 in value and nothing is clipped, so the surrogate's value
+    is ``-(1/N) sum_i w_i A_i`` -- exactly 0 for GRPO (uniform ``w = 1/G``, group advantages of
+    mean 0) -- while its gradient is ``-(1/N) sum_i w_i (1/|y_i|) sum_t A_i grad log pi(y_t)``
+    (``grad r_t = r_t grad log pi = grad log pi`` at ``r = 1``): minus the gradient of the mean over
+    the ``N G`` responses of this function's values (``docs/method.md``, "The loss"). Its value moves
+    as the policy shifts probability towards the responses with positive advantage.
+
+    Pass ``logps - ref_logps`` as ``logps`` for the advantage-weighted log-ratio to the reference
+    model (0 while the policy equals the reference).
+
+    Args:
+        logps: (B, T) per-token log-probs (policy, or policy minus reference), nats.
+        advantages: (B,), (B, 1) or (B, T) (PPO's per-token advantages).
+        mask: (B, T) the tokens that count.
+        weights: (B,) per-response loss weights ``w_i`` (each group's sum to 1); None: ``1/G``.
+        group_size: ``G``; ``G w_i`` is 1 under uniform weights.
+
+    Returns:
+        (B,) float32 (float64 for float64 input), detached.
+
+    Raises:
+        ValueError: shapes that do not match, ``group_size < 1``.
+    """
+    if group_size < 1:
+        raise ValueError(f"advantage_weighted_logprob: group_size must be >= 1, got {group_size}")
+    logps = logps.detach()
+    adv = _advantages_bt(advantages.detach(), logps.size(0), logps.size(1),
+                         "advantage_weighted_logprob")
+    per_response = masked_mean(adv * logps, mask)
+    if weights is None:
+        return per_response
+    if weights.shape != per_response.shape:
+        raise ValueError(f"advantage_weighted_logprob: weights {tuple(weights.shape)} must be "
+                         f"({per_response.numel()},)")
+    return group_size * weights.detach().to(per_response.dtype) * per_response

@@ -38,9 +38,11 @@ Methods:
     log-prob ``l_i`` of each response and the EMA baseline ``g`` -- are computed over the whole
     batch gathered from all processes *before* it is split per process, so that 1 process and N
     processes give the same weights even when TRL places one prompt's group across processes.
-    ``l_i`` comes from TRL's reference per-token log-probs (the frozen SFT model: LoRA adapter
-    off, or a separate reference copy for full fine-tuning; computed even when ``beta = 0``) of
-    the temperature-scaled distribution the completions were sampled from. The loss is
+    ``l_i`` is the reference model's own log-prob (temperature 1) of the frozen SFT model (LoRA
+    adapter off, or a separate reference copy for full fine-tuning; computed even when
+    ``beta = 0``); the same reference pass gives the log-probs at the sampling temperature that
+    the KL term uses, as TRL computes them (:func:`~hargo.training.reference.reference_per_token_logps`;
+    TRL's own reference pass is skipped for these methods). The loss is
     ``weighted_loss`` of TRL's per-token ``grpo`` loss (``clipped_surrogate`` with the modulated
     advantage ``M_i``, plus ``beta`` x ``kl_penalty(kind="k3")``): the weight multiplies the
     whole term. Supported TRL options on this path: token-level importance sampling, TRL's
@@ -189,7 +191,9 @@ class HargoGRPOTrainer(GRPOTrainer):
         t0 = time.perf_counter()
         gen_before = self.timing["generation_s"]
         self._gathered_rewards_per_func = None
-        output = super()._generate_and_score_completions(inputs)
+        own_ref = self._needs_ref and mode == "train"
+        with self._trl_reference_pass_skipped() if own_ref else contextlib.nullcontext():
+            output = super()._generate_and_score_completions(inputs)
         if mode != "train":
             return output
         device = self.accelerator.device
@@ -204,13 +208,15 @@ class HargoGRPOTrainer(GRPOTrainer):
         rewards = (rpf * self.reward_weights.to(rpf.device).unsqueeze(0)).nansum(dim=1)
         B_total = rewards.numel()
 
-        ref_logps = output.get("ref_per_token_logps")
-        if self._needs_ref and ref_logps is None:
-            ref_logps = reference_per_token_logps(self, output)
-            output["ref_per_token_logps"] = ref_logps  # unused by the loss when beta == 0
         l_all = None
-        if ref_logps is not None:
-            l_all = self.accelerator.gather(masked_mean(ref_logps, mask).float())  # (B_total,)
+        if own_ref:
+            # One reference pass: log-probs at the sampling temperature for the KL term (TRL's
+            # values; read by the per-task KL diagnostic even when beta == 0) and at T = 1 for
+            # the confidence input l_i (docs/method.md).
+            at_sampling_T, at_1 = reference_per_token_logps(self, output,
+                                                            (self.temperature, 1.0))
+            output["ref_per_token_logps"] = at_sampling_T
+            l_all = self.accelerator.gather(masked_mean(at_1, mask).float())  # (B_total,)
 
         conf_all, baseline = None, None
         if self._weighted:
@@ -256,6 +262,18 @@ class HargoGRPOTrainer(GRPOTrainer):
                 completions=completions if len(completions) == B_total else None,
                 generation_s=gen_s, scoring_s=score_s)
         return output
+
+    @contextlib.contextmanager
+    def _trl_reference_pass_skipped(self):
+        """TRL 1.16's ``_generate_and_score_completions`` runs its reference forward only when
+        ``self.beta != 0`` (and reads ``beta`` nowhere else); the HARGO methods that need the
+        reference run it themselves (:func:`reference_per_token_logps`, both temperatures from one
+        pass), so TRL's is skipped by hiding ``beta`` for the call."""
+        beta, self.beta = self.beta, 0.0
+        try:
+            yield
+        finally:
+            self.beta = beta
 
     def _response_advantages(self, output: dict, rewards: torch.Tensor, local: slice,
                              mask: torch.Tensor) -> torch.Tensor:

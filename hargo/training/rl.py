@@ -17,7 +17,9 @@
    that shape training, SFT model, train data) are unchanged; otherwise the stale checkpoints are
    removed and training starts over;
 4. writes ``models/rl/<method>/`` (adapter merged; whole or not at all) and
-   ``metrics/rl/<method>.json`` (final reward statistics, steps, wall time and its split), and
+   ``metrics/rl/<method>.json`` (final reward statistics, per-task share of zero-variance
+   groups, the learning signals -- loss, grad_norm, adv_logprob, adv_log_ratio, kl --, steps,
+   wall time and its split), and
    logs per-step per-task metrics, completion tables and plots to the MLflow child run
    ``rl-<method>`` (see ``hargo.training.rl_logging``).
 
@@ -407,6 +409,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
             "lora": bool(rl["lora"]["enabled"]),
             "ema_baseline": trainer.ema.value,
             "rewards": summary.get("rewards", {}),
+            "zero_variance_groups": summary.get("zero_variance_groups", {}),
+            "learning": summary.get("learning", {}),
             "time": {"total_s": round(time.perf_counter() - t_start, 3),
                      "load_s": round(load_s, 3), "train_s": round(train_s, 3),
                      "save_s": round(save_s, 3),

@@ -16,16 +16,35 @@ completion_length          completion tokens (padding excluded)
 advantage_mean             advantage put into the surrogate (HARGO: ``M_i``)
 weight_mean, weight_max    per-response loss weight ``w_i`` (GRPO family: 1/G)
 confidence_mean            reference confidence ``c_i`` (hargo, hargo_b2)
-ref_logprob_mean           ``l_i``, reference log-prob per token (when the reference ran)
+ref_logprob_mean           ``l_i``, reference log-prob per token at T = 1 (hargo, hargo_b2)
 kl                         k3 KL(policy || reference) per token, averaged per response
+                           (when a reference ran: beta > 0, or hargo/hargo_b2)
 clip_fraction              share of tokens whose ratio was clipped
+adv_logprob                advantage-weighted policy log-prob ``G w_i mean_t A_i log pi``:
+                           the surrogate's gradient-carrying part, as a value (the loss's
+                           policy gradient is minus its gradient, see below)
+adv_log_ratio              ``G w_i mean_t A_i (log pi - log pi_ref)`` (when a reference ran):
+                           0 at the start, grows as the policy favours the better responses
 zero_variance_groups       share of groups (prompts) whose G rewards were all equal
 n_completions              completions in the scope
 =========================  ================================================================
 
 plus ``ema_baseline`` (``g``), ``time/generation_s`` (sampling the rollouts), ``time/scoring_s``
 (reference/old log-probs, rewards, advantages), ``time/update_s`` (policy forward, backward,
-optimizer step) and ``time/step_s``. TRL's own log values go to MLflow as ``trl/<name>``.
+optimizer step) and ``time/step_s``; and, from the trainer's log of the step, ``loss`` and
+``grad_norm`` (the gradient norm before clipping). TRL's own log values go to MLflow as
+``trl/<name>``.
+
+Why ``loss`` can read 0 while the weights move: with one optimisation pass per rollout the
+importance ratio is 1 in value, so the clipped surrogate's value is ``-(1/N) sum_i w_i A_i``: for
+GRPO (uniform weights, group advantages of mean 0) and ``beta = 0`` that is 0 at every step. Its
+gradient is not 0: it is minus the gradient of ``adv_logprob`` (the ratio's gradient is the
+log-prob's). ``grad_norm``, ``adv_logprob``, ``adv_log_ratio`` and ``kl`` show the learning.
+
+One console line per step (:class:`RLLoggingCallback`) carries reward, accuracy, ``w_max``,
+``g``, ``loss``, ``grad_norm``, ``adv_logprob``, ``adv_log_ratio``, ``kl``, the share of
+zero-variance groups per task, and the time split; :func:`summarize_history` puts the per-task
+zero-variance shares and the learning signals in ``metrics/rl/<method>.json``.
 """
 from __future__ import annotations
 
@@ -38,7 +57,7 @@ from transformers import TrainerCallback
 
 from hargo.rewards import completion_text
 
-__all__ = ["PLP_ACCURACY_THRESHOLD", "is_correct", "StepRecorder", "RLLoggingCallback",
+__all__ = ["PLP_ACCURACY_THRESHOLD", "LEARNING_KEYS", "is_correct", "StepRecorder", "RLLoggingCallback",
            "plot_history", "summarize_history", "prompt_preview"]
 
 #: plp has no exact answer: a completion counts as correct when its reward (MiniLM cosine plus
@@ -46,6 +65,10 @@ __all__ = ["PLP_ACCURACY_THRESHOLD", "is_correct", "StepRecorder", "RLLoggingCal
 PLP_ACCURACY_THRESHOLD = 0.5
 #: race and mlperf: correct means the full reward 1.0 (within this tolerance).
 _FULL_REWARD_TOL = 1e-6
+#: What :meth:`StepRecorder.add_trainer_log` takes from the trainer's log of a step.
+_TRAINER_LOG_KEYS = ("loss", "grad_norm")
+#: The learning signals :func:`summarize_history` summarises (first, final, mean over steps).
+LEARNING_KEYS = ("loss", "grad_norm", "all/adv_logprob", "all/adv_log_ratio", "all/kl")
 
 
 def is_correct(task: str, reward: float) -> bool:
@@ -136,13 +159,22 @@ class StepRecorder:
         self._last_gen = rec
 
     def add_loss(self, *, tasks: Sequence[str], kl: Sequence[float] | None,
-                 clip_fraction: Sequence[float]) -> None:
+                 clip_fraction: Sequence[float], adv_logprob: Sequence[float] | None = None,
+                 adv_log_ratio: Sequence[float] | None = None) -> None:
         """Record one loss micro-batch: per response, its task, token-averaged KL (None when no
-        reference ran) and clipped-token share."""
-        if len(clip_fraction) != len(tasks) or (kl is not None and len(kl) != len(tasks)):
-            raise ValueError("StepRecorder.add_loss: tasks, kl and clip_fraction differ in length")
-        self._loss.append({"tasks": list(tasks), "kl": None if kl is None else list(kl),
-                           "clip_fraction": list(clip_fraction)})
+        reference ran), clipped-token share, advantage-weighted log-prob and log-ratio to the
+        reference (None: not computed; see the module docstring).
+
+        Raises:
+            ValueError: the sequences differ in length.
+        """
+        named = {"kl": kl, "clip_fraction": clip_fraction, "adv_logprob": adv_logprob,
+                 "adv_log_ratio": adv_log_ratio}
+        if any(v is not None and len(v) != len(tasks) for v in named.values()):
+            raise ValueError("StepRecorder.add_loss: tasks, kl, clip_fraction, adv_logprob and "
+                             "adv_log_ratio differ in length")
+        self._loss.append({"tasks": list(tasks),
+                           **{k: None if v is None else list(v) for k, v in named.items()}})
 
     # ---------------------------------------------------------------- step metrics
 
@@ -194,14 +226,14 @@ class StepRecorder:
             metrics["time/scoring_s"] = float(sum(g["scoring_s"] for g in gens))
         if losses:
             ltasks = [t for l in losses for t in l["tasks"]]
-            clip = [v for l in losses for v in l["clip_fraction"]]
-            kl = [v for l in losses for v in l["kl"]] if all(l["kl"] is not None for l in losses) \
-                else None
+            lcols = {k: ([v for l in losses for v in l[k]]
+                         if all(l.get(k) is not None for l in losses) else None)
+                     for k in ("clip_fraction", "kl", "adv_logprob", "adv_log_ratio")}
             for scope in sorted(set(ltasks)) + (["all"] if "all" not in ltasks else []):
                 idx = [i for i, t in enumerate(ltasks) if scope == "all" or t == scope]
-                metrics[f"{scope}/clip_fraction"] = _mean([clip[i] for i in idx])
-                if kl is not None:
-                    metrics[f"{scope}/kl"] = _mean([kl[i] for i in idx])
+                for k, col in lcols.items():
+                    if col is not None:
+                        metrics[f"{scope}/{k}"] = _mean([col[i] for i in idx])
         if step_s is not None:
             metrics["time/step_s"] = float(step_s)
             if gens:
@@ -209,6 +241,17 @@ class StepRecorder:
                                                - metrics["time/scoring_s"])
         self.history.append(metrics)
         return metrics
+
+    def add_trainer_log(self, step: int, logs: dict) -> dict[str, float]:
+        """Copy ``loss`` and ``grad_norm`` of the trainer's log of ``step`` (transformers logs
+        them after ``on_step_end``) into that step's :attr:`history` entry; returns what was
+        copied (nothing when the latest entry is another step's or the log has neither)."""
+        if not self.history or self.history[-1].get("step") != int(step):
+            return {}
+        got = {k: float(logs[k]) for k in _TRAINER_LOG_KEYS
+               if isinstance(logs.get(k), (int, float)) and not isinstance(logs.get(k), bool)}
+        self.history[-1].update(got)
+        return got
 
     def completion_table(self, step: int, max_rows: int | None = None) -> dict[str, list] | None:
         """Sample completions of the latest generated batch, whole groups first-come, as columns
@@ -249,8 +292,14 @@ class StepRecorder:
 
 
 def summarize_history(history: Sequence[dict]) -> dict[str, Any]:
-    """Final reward statistics of a run: per scope (task or ``all``), the last step's reward
-    mean/std/accuracy, and the mean reward over all steps; plus the summed time split."""
+    """What ``metrics/rl/<method>.json`` reports of a run's per-step history.
+
+    ``rewards``: per scope (task or ``all``), the last step's reward mean/std/accuracy, the first
+    step's and the mean over all steps; ``time``: the summed time split;
+    ``zero_variance_groups``: per scope, the share of groups whose G rewards were all equal, at
+    the last step (``final``) and averaged over the steps; ``learning``: ``loss``, ``grad_norm``,
+    ``adv_logprob``, ``adv_log_ratio``, ``kl`` (the ``all`` scope) at the first and last step and
+    averaged over the steps, for those the history holds (module docstring). NaN is left out."""
     out: dict[str, Any] = {"steps_logged": len(history)}
     if not history:
         return out
@@ -269,6 +318,20 @@ def summarize_history(history: Sequence[dict]) -> dict[str, Any]:
                       for s, d in per.items()}
     out["time"] = {k.split("/", 1)[1]: float(sum(h.get(k, 0.0) or 0.0 for h in history))
                    for k in ("time/generation_s", "time/scoring_s", "time/update_s", "time/step_s")}
+    zero = {}
+    for s in scopes:
+        vals = [h[f"{s}/zero_variance_groups"] for h in history
+                if not _isnan(h.get(f"{s}/zero_variance_groups"))]
+        if vals:
+            zero[s] = {"final": vals[-1], "mean_over_steps": _mean(vals)}
+    out["zero_variance_groups"] = zero
+    learning = {}
+    for key in LEARNING_KEYS:
+        vals = [h[key] for h in history if not _isnan(h.get(key))]
+        if vals:
+            learning[key.replace("all/", "")] = {"first": vals[0], "final": vals[-1],
+                                                 "mean_over_steps": _mean(vals)}
+    out["learning"] = learning
     return out
 
 
@@ -344,7 +407,8 @@ def _active_mlflow():
 
 class RLLoggingCallback(TrainerCallback):
     """Finishes each step in the :class:`StepRecorder`, logs it to the active MLflow run (if any),
-    prints one progress line, and every ``log_completions_steps`` steps logs a completions table
+    prints one progress line (:meth:`step_line`, with the step's ``loss`` and ``grad_norm`` from
+    the trainer's log), and every ``log_completions_steps`` steps logs a completions table
     as the MLflow artifact ``completions/step_NNNNN.json``.
 
     Args:
@@ -361,6 +425,7 @@ class RLLoggingCallback(TrainerCallback):
         self.log_completions_steps = int(log_completions_steps or 0)
         self.print_fn = print_fn or (lambda s: print(s, flush=True))
         self._t0: float | None = None
+        self._pending: tuple[dict, int, int] | None = None
         self.tables: list[str] = []
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -370,7 +435,9 @@ class RLLoggingCallback(TrainerCallback):
         if mlflow is None:
             return
         for m in self.recorder.history:
-            vals = {k: float(v) for k, v in m.items() if k != "step" and not _isnan(v)}
+            # loss/grad_norm came from the trainer's log, which MLflow has as trl/<name>
+            vals = {k: float(v) for k, v in m.items()
+                    if k != "step" and k not in _TRAINER_LOG_KEYS and not _isnan(v)}
             if vals:
                 mlflow.log_metrics(vals, step=int(m["step"]))
         if self.recorder.history:
@@ -394,23 +461,56 @@ class RLLoggingCallback(TrainerCallback):
                     name = f"completions/step_{state.global_step:05d}.json"
                     mlflow.log_table(data=table, artifact_file=name)
                     self.tables.append(name)
-        parts = [f"[rl {self.method}] step {state.global_step}/{state.max_steps}"]
+        # transformers logs the step's loss and grad_norm right after on_step_end: the line waits
+        # for them (on_log), or goes out without them at the next step / the end of training.
+        self._flush()
+        self._pending = (m, state.global_step, state.max_steps)
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            self.print_fn(self.step_line(*self._pending))
+            self._pending = None
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self._flush()
+
+    def step_line(self, m: dict, step: int, max_steps: int) -> str:
+        """The console line of step ``step``'s metrics ``m`` (a :attr:`StepRecorder.history`
+        entry): reward, accuracy, w_max, g, loss, grad_norm, adv_logprob, adv_log_ratio, kl, the
+        share of zero-variance groups per task (``zero-var <task> <share> ...``) and the time
+        split, each when ``m`` has it."""
+        parts = [f"[rl {self.method}] step {step}/{max_steps}"]
         if "all/reward_mean" in m:
             parts.append(f"reward {m['all/reward_mean']:.3f}")
             parts.append(f"acc {m['all/accuracy']:.2f}")
             parts.append(f"w_max {m['all/weight_max']:.3f}")
         if "ema_baseline" in m:
             parts.append(f"g {m['ema_baseline']:.3f}")
-        if "all/kl" in m:
-            parts.append(f"kl {m['all/kl']:.4f}")
+        for key, label, fmt in (("loss", "loss", ".4g"), ("grad_norm", "grad_norm", ".4g"),
+                                ("all/adv_logprob", "adv_logp", ".4g"),
+                                ("all/adv_log_ratio", "adv_lr", ".4g"), ("all/kl", "kl", ".4f")):
+            if key in m and not _isnan(m[key]):
+                parts.append(f"{label} {m[key]:{fmt}}")
+        zero = [(k.split("/")[0], v) for k, v in m.items()
+                if k.endswith("/zero_variance_groups") and not k.startswith("all/")]
+        if zero:
+            parts.append("zero-var " + " ".join(f"{t} {v:.2f}" for t, v in sorted(zero)))
         for k in ("generation_s", "scoring_s", "update_s"):
             if f"time/{k}" in m:
                 parts.append(f"{k[:-2]} {m[f'time/{k}']:.1f}s")
-        self.print_fn("  ".join(parts))
+        return "  ".join(parts)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
+        if not logs:
             return
+        # every process: the checkpoint's recorder history then holds loss and grad_norm too
+        got = self.recorder.add_trainer_log(state.global_step, logs)
+        if not state.is_world_process_zero:
+            return
+        if got and self._pending is not None and self._pending[1] == state.global_step:
+            self._pending[0].update(got)
+            self._flush()
         mlflow = _active_mlflow()
         if mlflow is None:
             return

@@ -1,13 +1,15 @@
 """Per-task diagnostics of :class:`~hargo.training.grpo.HargoGRPOTrainer`: each response's task,
-carried through TRL's batch as an index into ``trainer.task_names``, and the per-response KL and
-clip fraction of each loss micro-batch, handed to the recorder
+carried through TRL's batch as an index into ``trainer.task_names``, and the per-response KL,
+clip fraction and advantage-weighted log-prob / log-ratio of each loss micro-batch, handed to
+the recorder
 (:class:`hargo.training.rl_logging.StepRecorder`) with those tasks. The weighting never reads
 them."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hargo.losses import clip_fraction, importance_ratio, kl_penalty, masked_mean
+from hargo.losses import (advantage_weighted_logprob, clip_fraction, importance_ratio, kl_penalty,
+                          masked_mean)
 
 if TYPE_CHECKING:
     from hargo.training.grpo import HargoGRPOTrainer
@@ -32,24 +34,32 @@ def task_index(task_names: list[str], task) -> int:
 
 
 def record_loss_diagnostics(trainer: HargoGRPOTrainer, inputs: dict) -> None:
-    """Per-response KL (k3, token-averaged) and clip fraction of ``trainer``'s micro-batch
-    ``inputs`` (from the policy log-probs its loss forward captured), gathered from all processes
-    and handed to the recorder with the responses' tasks."""
+    """Per response of ``trainer``'s micro-batch ``inputs`` (from the policy log-probs its loss
+    forward captured): KL (k3, token-averaged), clip fraction, the advantage-weighted log-prob
+    ``G w_i mean_t A_i log pi(y_t)`` (the surrogate's gradient-carrying part,
+    :func:`~hargo.losses.advantage_weighted_logprob`) and, when a reference ran, the
+    advantage-weighted log-ratio ``G w_i mean_t A_i (log pi - log pi_ref)(y_t)``; gathered from all
+    processes and handed to the recorder with the responses' tasks."""
     logps = trainer._captured_logps
     if logps is None or "task_ids" not in inputs:
         return
     mask = trainer._loss_mask(inputs)
     ref = inputs.get("ref_per_token_logps")
     kl = None if ref is None else masked_mean(kl_penalty(logps, ref, "k3"), mask)
+    weights = inputs.get("response_weights")
+    G = trainer.num_generations
+    adv_logp = advantage_weighted_logprob(logps, inputs["advantages"], mask, weights, G)
+    adv_lr = None if ref is None else advantage_weighted_logprob(logps - ref, inputs["advantages"],
+                                                                 mask, weights, G)
     old = inputs.get("old_per_token_logps")
     ratio = importance_ratio(logps, logps if old is None else old)
     _, _, clipped = clip_fraction(ratio, inputs["advantages"], trainer.epsilon_low,
                                   trainer.epsilon_high, trainer.args.delta)
     clip = trainer.accelerator.gather(masked_mean(clipped.float(), mask))
     task_ids = trainer.accelerator.gather(inputs["task_ids"])
-    if kl is not None:
-        kl = trainer.accelerator.gather(kl)
+    gather = lambda x: None if x is None else trainer.accelerator.gather(x).tolist()  # noqa: E731
+    kl, adv_logp, adv_lr = gather(kl), gather(adv_logp), gather(adv_lr)
     if trainer.recorder is not None:
         trainer.recorder.add_loss(tasks=[trainer.task_names[i] for i in task_ids.tolist()],
-                                  kl=None if kl is None else kl.tolist(),
-                                  clip_fraction=clip.tolist())
+                                  kl=kl, clip_fraction=clip.tolist(), adv_logprob=adv_logp,
+                                  adv_log_ratio=adv_lr)
