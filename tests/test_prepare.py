@@ -102,24 +102,47 @@ def _bad_dir(tmp_path: Path, content: bytes) -> Path:
 GOOD = b'{"instruction": "q0", "input": "", "output": "a0"}'
 
 
-@pytest.mark.parametrize("content,record,field,message", [
-    (b"[" + GOOD + b', {"instruction": "q1" "input": "", "output": "a1"}]', 1, None, "not valid JSON"),
-    (b"[" + GOOD + b", " + GOOD + b",]", 2, None, "not valid JSON"),
-    (b"[" + GOOD + b', {"instruction": "q1", "input": ""}]', 1, "output", "missing required field"),
-    (b"[" + GOOD + b", " + GOOD + b', {"instruction": "q2", "input": "", "output": 7}]', 2, "output",
+def _two(bad: bytes) -> bytes:
+    """A good record on line 2 and ``bad`` (record 1) on line 3, as the real files are laid out."""
+    return b"[\n" + GOOD + b",\n" + bad + b"\n]"
+
+
+@pytest.mark.parametrize("content,record,field,line,message", [
+    # invalid JSON: the record and the field the parser stopped in, and where
+    (b"[" + GOOD + b', {"instruction": "q1" "input": "", "output": "a1"}]', 1, "instruction", 1,
+     "not valid JSON: Expecting ',' delimiter"),
+    (b"[" + GOOD + b", " + GOOD + b",]", 2, None, 1, "not valid JSON"),
+    (_two(b'{"instruction": "q1", "input": "", "output": "bad \\x escape"}'), 1, "output", 3,
+     "not valid JSON: Invalid \\escape"),
+    (_two(b'{"instruction": "q1", "input": "", "output": "no closing quote}\n]'), 1, "output", 3,
+     "not valid JSON: Invalid control character"),
+    (_two(b'{"instruction": "q1", "input": ""}'), 1, "output", None, "missing required field"),
+    (b"[" + GOOD + b", " + GOOD + b', {"instruction": "q2", "input": "", "output": 7}]', 2, "output", None,
      "expected a string, got a number"),
-    (b"[" + GOOD + b', {"instruction": null, "input": "", "output": "a1"}]', 1, "instruction",
+    (b"[" + GOOD + b', {"instruction": null, "input": "", "output": "a1"}]', 1, "instruction", None,
      "expected a string, got null"),
-    (b"[" + GOOD + b', {"instruction": "caf\xe9 \xff", "input": "", "output": "a1"}]', 1, "instruction",
+    # bytes that are not UTF-8, in any field
+    (b"[" + GOOD + b', {"instruction": "caf\xe9 \xff", "input": "", "output": "a1"}]', 1, "instruction", 1,
      "not valid UTF-8: byte 0xe9"),
-    (b"", None, None, "empty file"),
-    (b"  \n", None, None, "empty file"),
-    (b"[]", None, None, "no records"),
-    (b'{"instruction": "q"}', None, None, "expected a JSON array of records, got an object"),
-    (b"[" + GOOD + b', ["q1", "", "a1"]]', 1, None, "expected a JSON object, got an array"),
-], ids=["invalid-json", "trailing-comma", "missing-field", "wrong-type", "null-field", "non-utf8",
-        "empty", "blank", "empty-array", "not-an-array", "record-not-object"])
-def test_bad_input_names_file_record_field_and_writes_nothing(tmp_path, content, record, field, message):
+    (_two(b'{"instruction": "q1", "input": "", "output": "a1 \xc3("}'), 1, "output", 3,
+     "not valid UTF-8: byte 0xc3"),
+    # JSON-escaped lone surrogates: valid JSON, but no character (UnicodeEncodeError on writing)
+    (_two(b'{"instruction": "q1", "input": "", "output": "rocket \\ud83d"}'), 1, "output", 3,
+     "JSON escape \\ud83d is a lone UTF-16 surrogate"),
+    (_two(b'{"instruction": "q1 \\uDE00", "input": "", "output": "a1"}'), 1, "instruction", 3,
+     "JSON escape \\uDE00 is a lone UTF-16 surrogate"),
+    (_two(b'{"instruction": "q1", "input": "\\ud83d\\u0041", "output": "a1"}'), 1, "input", 3,
+     "JSON escape \\ud83d is a lone UTF-16 surrogate"),
+    (b"", None, None, None, "empty file"),
+    (b"  \n", None, None, None, "empty file"),
+    (b"[]", None, None, None, "no records"),
+    (b'{"instruction": "q"}', None, None, None, "expected a JSON array of records, got an object"),
+    (b"[" + GOOD + b', ["q1", "", "a1"]]', 1, None, None, "expected a JSON object, got an array"),
+], ids=["invalid-json", "trailing-comma", "invalid-escape", "unterminated-string", "missing-field",
+        "wrong-type", "null-field", "non-utf8", "non-utf8-output", "lone-high-surrogate",
+        "lone-low-surrogate", "high-surrogate-without-low", "empty", "blank", "empty-array",
+        "not-an-array", "record-not-object"])
+def test_bad_input_names_file_record_field_and_writes_nothing(tmp_path, content, record, field, line, message):
     raw = _bad_dir(tmp_path, content)
     out = tmp_path / "prepared"
     with pytest.raises(HargoInputError) as e:
@@ -132,7 +155,16 @@ def test_bad_input_names_file_record_field_and_writes_nothing(tmp_path, content,
         assert f"record {record}" in str(err)
     if field is not None:
         assert f"field '{field}'" in str(err)
+    if line is not None:
+        assert f"(line {line}, column " in str(err)
     assert not out.exists()
+
+
+def test_valid_surrogate_pairs_and_escaped_backslashes_are_not_lone_surrogates(tmp_path):
+    # "\\ud83d\\ude00" is one character (U+1F600); "\\\\ud83d" is a backslash and the text "ud83d"
+    path = tmp_path / "f.json"
+    path.write_bytes(_two(b'{"instruction": "smile \\ud83d\\ude00", "input": "", "output": "\\\\ud83d"}'))
+    assert R.load_file(path)[1] == {"instruction": "smile \U0001F600", "input": "", "output": "\\ud83d"}
 
 
 def test_bad_input_leaves_earlier_outputs_untouched(tmp_path):
