@@ -250,17 +250,20 @@ def test_every_raw_record_is_accounted_for(tmp_path, strategy, conflicts):
 
 # ----------------------------------------------------------------------------- splits
 
+# Prompts "<task> line\nq<k>" as written in one of four ways: the same instruction to the split
+_VARIANTS = (lambda c: c, lambda c: c.replace("\n", "\r\n") + " ", lambda c: "  " + c.upper(),
+             lambda c: c.replace("\n", " \t\n"))
 _records = st.lists(
-    st.tuples(st.sampled_from(TASKS), st.integers(0, 12)), min_size=0, max_size=120,
-).map(lambda xs: [{"id": f"r{k}", "task": t, "prompt": [{"role": "user", "content": f"{t} q{q}"}]}
-                  for k, (t, q) in enumerate(xs)])
+    st.tuples(st.sampled_from(TASKS), st.integers(0, 12), st.sampled_from(_VARIANTS)), min_size=0, max_size=120,
+).map(lambda xs: [{"id": f"r{k}", "task": t, "prompt": [{"role": "user", "content": v(f"{t} line\nq{q}")}]}
+                  for k, (t, q, v) in enumerate(xs)])
 
 
 @settings(max_examples=150, deadline=None)
 @given(records=_records, fraction=st.sampled_from([0.1, 0.2, 0.25, 0.5]), seed=st.integers(0, 2**31))
 def test_grouped_split_leaks_nothing(records, fraction, seed):
     train, eval_ = S.split_grouped(records, fraction, seed)
-    key = lambda r: r["prompt"][0]["content"]
+    key = lambda r: " ".join(r["prompt"][0]["content"].split()).lower()  # an independent normaliser
     assert not {key(r) for r in train} & {key(r) for r in eval_}
     assert sorted(r["id"] for r in train + eval_) == sorted(r["id"] for r in records)  # a partition
     for t in TASKS:
@@ -272,6 +275,49 @@ def test_grouped_split_leaks_nothing(records, fraction, seed):
     assert S.split_grouped(records, fraction, seed) == (train, eval_)  # seeded
 
 
+def test_normalise_text_folds_line_ends_whitespace_case_and_blanks():
+    assert R.normalise_text("Is  X\r\nracy? ") == R.normalise_text("is x\nRACY?") == "is x racy?"
+    assert R.normalise_text("a\rb\u00a0c\t") == "a b c"  # a lone CR and a no-break space
+    assert R.normalise_text("H100 ") == R.normalise_text("h100") == "h100"
+    assert R.normalise_text("a b") != R.normalise_text("ab")  # whitespace is folded, not removed
+
+
+def test_crlf_and_trailing_space_copies_stay_in_one_split():
+    # 20 instructions, each also as a CRLF + trailing-space copy: 40 records, eval target 20
+    recs = []
+    for k in range(20):
+        text = f"Given the code snippet: #pragma omp parallel\n{{ a[{k}] = 0; }}, help me detect"
+        recs += [{"id": f"r{k}", "task": "race_c", "prompt": [{"role": "user", "content": text}]},
+                 {"id": f"r{k}-crlf", "task": "race_c",
+                  "prompt": [{"role": "user", "content": text.replace("\n", "\r\n") + " "}]}]
+    for seed in range(5):
+        train, eval_ = S.split_grouped(recs, 0.5, seed)
+        assert len(eval_) == 20
+        ids = {r["id"] for r in eval_}
+        assert all((f"r{k}" in ids) == (f"r{k}-crlf" in ids) for k in range(20))
+    assert S.near_duplicates(recs) == {"race_c": {"groups": 20, "records": 40}}
+
+
+def test_prepare_keeps_near_duplicate_instructions_in_one_split(tmp_path):
+    # every plp instruction also as a copy with CRLF line ends, other case and a trailing space
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    plp = json.loads((raw / "task1_plp.json").read_text())
+    copies = [dict(r, instruction=r["instruction"].replace(" the ", " THE\r\n", 1) + " ") for r in plp]
+    assert all(c["instruction"] != r["instruction"] for c, r in zip(copies, plp))
+    (raw / "task1_plp.json").write_text(json.dumps(plp + copies))
+    for seed in (1, 2, 3):
+        P.run(params(raw, tmp_path / "out", fraction=0.25, seed=seed))
+        train, eval_ = (read_jsonl(tmp_path / "out" / n) for n in ("train.jsonl", "eval.jsonl"))
+        key = lambda r: R.normalise_text(r["prompt"][0]["content"])
+        assert not {key(r) for r in train} & {key(r) for r in eval_}
+        ev = [r for r in eval_ if r["task"] == "plp"]
+        assert len(ev) == 6 and len({key(r) for r in ev}) == 3  # 24 records -> 6 = three pairs
+        stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+        assert stats["near_duplicates"]["plp"] == {"groups": 12, "records": 24}
+        assert stats["near_duplicates"]["race_fortran"] == {"groups": 0, "records": 0}
+
+
 def test_grouped_split_by_custom_key_keeps_groups_whole():
     # 5 instructions x 10 records: the eval target floor(50 * 0.2) = 10 holds exactly one group
     recs = [{"id": f"r{k}", "task": "plp", "prompt": [{"role": "user", "content": f"p{k}"}],
@@ -279,7 +325,7 @@ def test_grouped_split_by_custom_key_keeps_groups_whole():
     by_instruction = lambda r: r["instruction"]
     chosen = set()
     for seed in range(10):
-        train, eval_ = S.split_grouped(recs, 0.2, seed, key=by_instruction)
+        train, eval_ = S.split_grouped(recs, 0.2, seed, text=by_instruction)
         assert len(eval_) == 10 and len({r["instruction"] for r in eval_}) == 1
         assert not {r["instruction"] for r in train} & {r["instruction"] for r in eval_}
         chosen.add(eval_[0]["instruction"])
@@ -329,8 +375,18 @@ def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
     assert (h["race_c"]["conflict_groups"], h["race_c"]["conflict_dropped"]) == (5, 8)  # 4 ties
     assert (h["mlperf"]["exact_duplicates"], h["mlperf"]["conflict_groups"]) == (510, 92)
     assert (h["plp"]["exact_duplicates"], h["plp"]["conflict_groups"]) == (57, 13)
-    assert stats["counts"]["race_c"]["labels"] == {"train": {"no": 858, "yes": 757},
-                                                   "eval": {"no": 101, "yes": 78}}
+    assert stats["counts"]["race_c"]["labels"] == {"train": {"no": 870, "yes": 745},
+                                                   "eval": {"no": 89, "yes": 90}}
+    # near-duplicates (instructions equal after folding whitespace and case) stay in one split:
+    # race_c, the same kernel indented differently: kept records 624/907, 625/906, 1432/1487,
+    # 1525/1573, 1553/1577/1813; mlperf 1589/1661 ("MXNet"/"mxnet") and 1621/1718
+    # ("PyTorch"/"pytorch") in otherwise equal questions
+    key = lambda r: " ".join(r["prompt"][0]["content"].split()).casefold()  # independent of R.normalise_text
+    assert not {key(r) for r in train} & {key(r) for r in eval_}
+    assert stats["near_duplicates"] == {"race_c": {"groups": 5, "records": 11},
+                                        "race_fortran": {"groups": 0, "records": 0},
+                                        "mlperf": {"groups": 2, "records": 4},
+                                        "plp": {"groups": 0, "records": 0}}
     assert stats["answer_length_ratio"]["ratio"] == 64.44  # plp 158.87 / race_c 2.4654
 
 

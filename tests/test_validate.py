@@ -4,6 +4,7 @@ label "maybe", an empty answer); under the paper split the leak is measured, not
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,35 @@ def test_leaked_instruction_fails_no_train_eval_leak(prepared, tmp_path):
     assert f["failing"] == 2 and sorted(f["ids"]) == sorted([leaked["id"], copy["id"]])
     assert "prepared.no_train_eval_leak: 2 failing of 63 rows" in str(err)
     assert leaked["id"] in str(err)
+
+
+def test_near_duplicate_leak_fails_no_train_eval_leak(tmp_path):
+    # plp-00012: plp-00003's instruction with CRLF line ends, other case and a trailing space
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    plp = json.loads((raw / "task1_plp.json").read_text())
+    text = plp[3]["instruction"]
+    plp.append(dict(plp[3], instruction=text.replace(" the ", " THE\r\n", 1).upper() + " "))
+    (raw / "task1_plp.json").write_text(json.dumps(plp))
+    p = params(raw, tmp_path)
+    P.run(p)
+    summary = V.run(p)  # prepare keeps the pair in one split
+    assert summary["success"] and summary["leaked_rows"] == 0
+    out = tmp_path / "prepared"
+    side = {n: [json.loads(x) for x in (out / n).read_text().splitlines()] for n in ("train.jsonl", "eval.jsonl")}
+    home = next(n for n, recs in side.items() if any(r["id"] == "plp-00012" for r in recs))
+    other = "eval.jsonl" if home == "train.jsonl" else "train.jsonl"
+    copy = next(r for r in side[home] if r["id"] == "plp-00012")
+    assert any(r["id"] == "plp-00003" for r in side[home])
+    _rw(out / home, lambda recs: [r for r in recs if r["id"] != "plp-00012"])  # force the leak
+    _rw(out / other, lambda recs: recs + [copy])
+    err = _failed(p)
+    assert [f["name"] for f in err.failures] == ["prepared.no_train_eval_leak"]
+    assert err.failures[0]["failing"] == 2
+    assert sorted(err.failures[0]["ids"]) == ["plp-00003", "plp-00012"]
+    assert "plp-00003" in str(err) and "plp-00012" in str(err)
+    metrics = json.loads(Path(p["validate"]["metrics_file"]).read_text())
+    assert (metrics["leaked_rows"], metrics["leaked_instructions"]) == (2, 1)
 
 
 def test_label_maybe_fails_race_label_in_set(prepared, tmp_path):

@@ -28,8 +28,12 @@ Two split strategies (``data.split.strategy``):
        whose top labels tie (one ``yes``, one ``no``) is rejected under both policies: a binary
        reference chosen by file order would be a coin flip.
        (Steps 1-3: :func:`hargo.data.conflicts.clean_task`.)
-    4. :func:`hargo.data.split.split_grouped` per task by instruction text, so that no
-       instruction is in both splits.
+    4. :func:`hargo.data.split.split_grouped` per task by instruction text, compared after
+       :func:`hargo.data.raw.normalise_text` (whitespace runs and line ends, case, surrounding
+       blanks), so that no instruction is in both splits, not even as a near-duplicate
+       (``validate`` checks the same key). ``stats.json`` ``near_duplicates`` counts, per task,
+       the groups that join records whose instructions differ only so, and their records:
+       each such group is kept in one split.
 
 ``paper`` (the HPC-GPT/HARGO papers' split, 5,273 train / 584 eval on the real files)
     Every raw record kept, in file order: no de-duplication, no quarantine. ``answer`` is the raw
@@ -51,7 +55,7 @@ from typing import Any
 from hargo.data import labels as L
 from hargo.data.conflicts import CONFLICT_POLICIES, clean_task
 from hargo.data.raw import load_raw, make_record
-from hargo.data.split import check_fraction, split_grouped, split_paper
+from hargo.data.split import check_fraction, near_duplicates, split_grouped, split_paper
 from hargo.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from hargo.vocab import RACE_TASKS, TASKS
 
@@ -241,11 +245,15 @@ def prepare(params: dict) -> dict:
             instruction[r["id"]] = raws[r["source"]["index"]]["instruction"]
         records += recs
 
+    def text(r: dict) -> str:
+        return instruction[r["id"]]
+
     if strategy == "paper":
         train, eval_ = split_paper(records, fraction, seed)
     else:
-        train, eval_ = split_grouped(records, fraction, seed, key=lambda r: instruction[r["id"]])
+        train, eval_ = split_grouped(records, fraction, seed, text=text)
     stats = compute_stats(train, eval_, raw, handling, params)
+    stats["near_duplicates"] = near_duplicates(records, text)
     table = answer_length_table(train + eval_)
 
     out = Path(data["out_dir"])

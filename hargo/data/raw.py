@@ -1,6 +1,7 @@
 """The raw HPC-GPT files and their records: which file holds which task, the strict reader
-(:func:`load_file`, :func:`load_raw`), and how one raw record becomes a prepared record
-(:func:`make_record`: its id, prompt and source).
+(:func:`load_file`, :func:`load_raw`), how one raw record becomes a prepared record
+(:func:`make_record`: its id, prompt and source), and the one text normalisation that decides
+when two instructions or two answers are the same (:func:`normalise_text`).
 """
 from __future__ import annotations
 
@@ -222,6 +223,23 @@ def load_raw(raw_dir: str | Path) -> dict[str, list[dict]]:
 
 
 # ----------------------------------------------------------------------------- records
+
+_WS_RUN = re.compile(r"\s+")
+
+
+def normalise_text(text: str) -> str:
+    """The form two texts are compared in: every whitespace run (line ends of any kind, CRLF,
+    CR or LF, included; Unicode whitespace too) as one space, surrounding blanks stripped, case
+    folded (``str.casefold``).
+
+    The one key for "the same instruction" (the grouped split, :mod:`hargo.data.split`, and the
+    ``validate`` leak expectation, :mod:`hargo.data.validate`) and "the same answer" (the
+    conflict vote, :mod:`hargo.data.conflicts`)::
+
+        normalise_text("Is  X\r\nracy? ") == normalise_text("is x\nRACY?") == "is x racy?"
+    """
+    return _WS_RUN.sub(" ", text).strip().casefold()
+
 
 def instruction_prompt(instruction: str, input_: str) -> str:
     """The user turn: the instruction, plus a blank line and the input when the input is not
