@@ -204,22 +204,56 @@ def test_grouped_handling_of_the_crafted_noise():
     assert sum(r["label"] == "yes" for r in recs) == 10
     assert c["label_forms"] == {L.CLEAN: 23, L.LEADING_LABEL: 2, L.NO_LABEL: 1}
 
+    assert (c["conflict_majority"], c["conflict_ties"]) == (0, 1)
+
     recs, rejects, c = C.clean_task("mlperf", raw["mlperf"], "majority")
     # 15-19: "2", "896", "2", "192", "2" -> "2" (3 votes), alt in first-seen order;
-    # 20/21: a tie -> first seen
+    # 20/21: "3.0-2003, NVIDIA+CoreWeave" x1 / "3.0-2004, ASUSTeK" x1, a tie -> both rejected
     by_id = {r["id"]: r for r in recs}
     assert by_id["mlperf-00015"]["answer"] == "2"
     assert by_id["mlperf-00015"]["alt_answers"] == ["896", "192"]
-    assert by_id["mlperf-00020"]["answer"] == "3.0-2003, NVIDIA+CoreWeave"
-    assert by_id["mlperf-00020"]["alt_answers"] == ["3.0-2004, ASUSTeK"]
-    assert (c["exact_duplicates"], c["conflict_groups"], c["conflict_records"], c["conflict_merged"],
-            c["kept"], rejects) == (2, 2, 5, 3, 17, [])
+    assert "mlperf-00020" not in by_id and "mlperf-00021" not in by_id
+    assert (c["exact_duplicates"], c["conflict_groups"], c["conflict_majority"], c["conflict_ties"],
+            c["conflict_records"], c["conflict_merged"], c["conflict_dropped"], c["kept"]) == (2, 2, 1, 1, 5, 2, 2, 16)
+    assert [(r["source"]["index"], r["reason"]) for r in rejects] == [(20, C.CONFLICT_TIE), (21, C.CONFLICT_TIE)]
+    assert rejects[0]["detail"] == ("answers given for this prompt: '3.0-2003, NVIDIA+CoreWeave' x1; "
+                                    "'3.0-2004, ASUSTeK' x1")
 
     recs, rejects, c = C.clean_task("mlperf", raw["mlperf"], "drop")
     assert c["kept"] == 15 and c["conflict_dropped"] == 5
-    assert [r["source"]["index"] for r in rejects] == [15, 16, 18, 20, 21]
-    assert {r["reason"] for r in rejects} == {C.CONFLICT_DROPPED}
+    assert [(r["source"]["index"], r["reason"]) for r in rejects] == [
+        (15, C.CONFLICT_DROPPED), (16, C.CONFLICT_DROPPED), (18, C.CONFLICT_DROPPED),
+        (20, C.CONFLICT_TIE), (21, C.CONFLICT_TIE)]  # a tie is a tie under both policies
     assert "'2' x3" in rejects[0]["detail"]
+
+
+def test_answers_are_compared_after_normalisation():
+    q = lambda i, o: {"instruction": f"Which accelerator is in system {i}?", "input": "", "output": o}
+    raws = [q(0, "H100"), q(0, "H100 "),                            # one answer, written twice
+            q(1, "H100"), q(1, "A100"), q(1, "h100\r\n"), q(1, "A100 "), q(1, "H100"),  # h100 x3, a100 x2
+            q(2, "H100"), q(2, "A100 "), q(2, " a100"), q(2, "h100")]  # h100 x2, a100 x2: a tie
+    recs, rejects, c = C.clean_task("mlperf", raws, "majority")
+    assert [(r["id"], r["answer"], r["alt_answers"]) for r in recs] == [
+        ("mlperf-00000", "H100", []),          # merged, not a conflict
+        ("mlperf-00002", "H100", ["A100"])]    # the winner's and the alternative's first text
+    assert (c["merged_duplicates"], c["exact_duplicates"], c["conflict_groups"], c["conflict_majority"],
+            c["conflict_ties"], c["conflict_merged"], c["conflict_dropped"]) == (1, 1, 2, 1, 1, 3, 4)
+    assert [r["source"]["index"] for r in rejects] == [7, 8, 9, 10]
+    assert {r["reason"] for r in rejects} == {C.CONFLICT_TIE}
+    assert rejects[0]["detail"] == "answers given for this prompt: 'H100' x2; 'A100 ' x2"
+
+
+def test_ties_are_rejected_for_every_task():
+    # free-text plp answers and race labels alike: one answer each, no reference
+    plp = [{"instruction": "What does BigCloneBench hold?", "input": "", "output": o}
+           for o in ("Java clone pairs.", "Code clones in Java.")]
+    race = [{"instruction": "Given the code snippet: x[i] = x[i+1];, help me detect a race", "input": "",
+             "output": o} for o in ("yes", "no")]
+    for task, raws in (("plp", plp), ("mlperf", plp), ("race_fortran", race)):
+        for policy in C.CONFLICT_POLICIES:
+            recs, rejects, c = C.clean_task(task, raws, policy)
+            assert recs == [] and [r["reason"] for r in rejects] == [C.CONFLICT_TIE] * 2
+            assert (c["conflict_groups"], c["conflict_ties"], c["conflict_dropped"]) == (1, 1, 2)
 
 
 def test_race_majority_and_merged_duplicates():
@@ -243,6 +277,8 @@ def test_every_raw_record_is_accounted_for(tmp_path, strategy, conflicts):
                    + h.get("merged_duplicates", 0) + h.get("conflict_merged", 0) + h.get("conflict_dropped", 0))
         assert h["raw"] == removed + h["kept"] == stats["counts"][task]["raw"]
         assert h["kept"] == stats["counts"][task]["total"]
+        assert h.get("conflict_groups", 0) == h.get("conflict_majority", 0) + h.get("conflict_ties", 0)
+    assert "a tie at the top is rejected for every task" in stats["conflict_rule"]
     rejects = read_jsonl(tmp_path / "rejects.jsonl")
     assert len(rejects) == sum(sum(h.get("quarantined", {}).values()) + h.get("conflict_dropped", 0)
                                for h in stats["handling"].values())
@@ -361,20 +397,47 @@ def test_paper_strategy_gives_5273_584_on_the_real_files(real_raw_dir, tmp_path)
     assert (tmp_path / "again" / "eval.jsonl").read_bytes() == (tmp_path / "eval.jsonl").read_bytes()
 
 
+def _answer_votes_from_raw(raws: list[dict]) -> list[list[int]]:
+    """Per prompt of an mlperf/plp file, the vote counts of its distinct answers, derived from
+    the raw records alone (whitespace and case folded by str.split/casefold, not R.normalise_text)."""
+    votes: dict[str, dict[str, int]] = {}
+    for r in raws:
+        answers = votes.setdefault(r["instruction"], {})
+        a = " ".join(r["output"].split()).casefold()
+        answers[a] = answers.get(a, 0) + 1
+    return [sorted(v.values(), reverse=True) for v in votes.values()]
+
+
 def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
     summary = P.run(params(real_raw_dir, tmp_path))
     assert summary["per_task"] == {"race_c": {"train": 1615, "eval": 179},
                                    "race_fortran": {"train": 1418, "eval": 157},
-                                   "mlperf": {"train": 1061, "eval": 117},
-                                   "plp": {"train": 480, "eval": 53}}
+                                   "mlperf": {"train": 999, "eval": 111},
+                                   "plp": {"train": 468, "eval": 52}}
     train, eval_ = read_jsonl(tmp_path / "train.jsonl"), read_jsonl(tmp_path / "eval.jsonl")
-    assert not {r["prompt"][0]["content"] for r in train} & {r["prompt"][0]["content"] for r in eval_}
     stats = json.loads((tmp_path / "stats.json").read_text())
     h = stats["handling"]
     assert h["race_c"]["quarantined"] == {C.MISSING_CODE: 19, L.NO_LABEL: 1}
-    assert (h["race_c"]["conflict_groups"], h["race_c"]["conflict_dropped"]) == (5, 8)  # 4 ties
-    assert (h["mlperf"]["exact_duplicates"], h["mlperf"]["conflict_groups"]) == (510, 92)
-    assert (h["plp"]["exact_duplicates"], h["plp"]["conflict_groups"]) == (57, 13)
+    # race_c: 5 conflicting kernels, 4 of them yes x1 / no x1 ties (8 records rejected)
+    assert (h["race_c"]["conflict_groups"], h["race_c"]["conflict_majority"], h["race_c"]["conflict_ties"],
+            h["race_c"]["conflict_dropped"]) == (5, 1, 4, 8)
+    # mlperf and plp (no quarantine upstream): every count derived from the raw files
+    raw = R.load_raw(real_raw_dir)
+    for task, expected in (("mlperf", (510, 92, 24, 68, 1110)), ("plp", (57, 13, 0, 13, 520))):
+        groups = _answer_votes_from_raw(raw[task])
+        conflicts = [v for v in groups if len(v) > 1]
+        ties = sum(v[0] == v[1] for v in conflicts)
+        derived = (len(raw[task]) - len({tuple(r.values()) for r in raw[task]}), len(conflicts),
+                   len(conflicts) - ties, ties, len(groups) - ties)
+        assert derived == expected
+        assert (h[task]["exact_duplicates"], h[task]["conflict_groups"], h[task]["conflict_majority"],
+                h[task]["conflict_ties"], h[task]["kept"]) == derived
+    # 65 of mlperf's 68 ties are one record each way; the others 2-2, 4-4 and 6-6
+    assert sorted(v[0] for v in _answer_votes_from_raw(raw["mlperf"]) if len(v) > 1 and v[0] == v[1]) == [1] * 65 + [2, 4, 6]
+    # the eval split is the target size floor(0.1 n) of every task's kept records
+    for task, c in stats["counts"].items():
+        if task != "total":
+            assert c["eval"] == S.eval_size(h[task]["kept"], 0.1) and c["train"] + c["eval"] == h[task]["kept"]
     assert stats["counts"]["race_c"]["labels"] == {"train": {"no": 870, "yes": 745},
                                                    "eval": {"no": 89, "yes": 90}}
     # near-duplicates (instructions equal after folding whitespace and case) stay in one split:
@@ -387,7 +450,7 @@ def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
                                         "race_fortran": {"groups": 0, "records": 0},
                                         "mlperf": {"groups": 2, "records": 4},
                                         "plp": {"groups": 0, "records": 0}}
-    assert stats["answer_length_ratio"]["ratio"] == 64.44  # plp 158.87 / race_c 2.4654
+    assert stats["answer_length_ratio"]["ratio"] == 64.69
 
 
 # ----------------------------------------------------------------------------- outputs and stats
@@ -395,9 +458,9 @@ def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
 def test_prepared_record_schema_and_outputs(tmp_path):
     summary = P.run(params(TINY, tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(OUTPUTS)
-    # race_c 21 -> 2 eval; fortran 12 -> 1; mlperf 17 -> 1; plp 12 -> 1
+    # race_c 21 -> 2 eval; fortran 12 -> 1; mlperf 16 -> 1; plp 12 -> 1
     assert summary["per_task"] == {"race_c": {"train": 19, "eval": 2}, "race_fortran": {"train": 11, "eval": 1},
-                                   "mlperf": {"train": 16, "eval": 1}, "plp": {"train": 11, "eval": 1}}
+                                   "mlperf": {"train": 15, "eval": 1}, "plp": {"train": 11, "eval": 1}}
     recs = read_jsonl(tmp_path / "train.jsonl") + read_jsonl(tmp_path / "eval.jsonl")
     r = next(x for x in recs if x["id"] == "plp-00003")
     assert r == {"id": "plp-00003", "task": "plp",

@@ -56,7 +56,7 @@ def test_crafted_data_passes_and_writes_the_report(prepared, tmp_path, monkeypat
                                 metrics_file="metrics/validation.json")
     summary = V.run(prepared)
     assert summary["success"] and summary["failed"] == 0
-    assert summary["rows"] == {"raw": 72, "train": 57, "eval": 5}
+    assert summary["rows"] == {"raw": 72, "train": 56, "eval": 5}
     report = json.loads((tmp_path / "reports/validation/report.json").read_text())
     names = [e["name"] for e in report["expectations"]]
     assert len(names) == len(V.expectation_specs(prepared)) == 25
@@ -77,7 +77,7 @@ def test_leaked_instruction_fails_no_train_eval_leak(prepared, tmp_path):
     assert [f["name"] for f in err.failures] == ["prepared.no_train_eval_leak"]
     f = err.failures[0]
     assert f["failing"] == 2 and sorted(f["ids"]) == sorted([leaked["id"], copy["id"]])
-    assert "prepared.no_train_eval_leak: 2 failing of 63 rows" in str(err)
+    assert "prepared.no_train_eval_leak: 2 failing of 62 rows" in str(err)
     assert leaked["id"] in str(err)
 
 
@@ -136,7 +136,7 @@ def test_empty_answer_fails_answer_non_empty(prepared, tmp_path):
     assert [(f["name"], f["failing"], f["ids"]) for f in err.failures] == [
         ("prepared.answer_non_empty", 1, [blank]),
         ("prepared.answer_chars_within_bounds", 1, [blank])]
-    assert str(err).startswith("2 expectation(s) failed:\n  prepared.answer_non_empty: 1 failing of 62 rows")
+    assert str(err).startswith("2 expectation(s) failed:\n  prepared.answer_non_empty: 1 failing of 61 rows")
 
 
 def test_count_and_yes_fraction_bounds_come_from_params(prepared):
@@ -176,7 +176,7 @@ def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path):
     P.run(p)
     summary = V.run(p)
     assert summary["success"] and summary["leaked_rows"] == 0
-    assert summary["rows"] == {"raw": 5857, "train": 4574, "eval": 506}
+    assert summary["rows"] == {"raw": 5857, "train": 4500, "eval": 499}
 
 
 def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):
