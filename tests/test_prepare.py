@@ -328,7 +328,7 @@ def test_crlf_and_trailing_space_copies_stay_in_one_split():
                   "prompt": [{"role": "user", "content": text.replace("\n", "\r\n") + " "}]}]
     for seed in range(5):
         train, eval_ = S.split_grouped(recs, 0.5, seed)
-        assert len(eval_) == 20
+        assert len(train) == len(eval_) == 20
         ids = {r["id"] for r in eval_}
         assert all((f"r{k}" in ids) == (f"r{k}-crlf" in ids) for k in range(20))
     assert S.near_duplicates(recs) == {"race_c": {"groups": 20, "records": 40}}
