@@ -102,24 +102,47 @@ def _bad_dir(tmp_path: Path, content: bytes) -> Path:
 GOOD = b'{"instruction": "q0", "input": "", "output": "a0"}'
 
 
-@pytest.mark.parametrize("content,record,field,message", [
-    (b"[" + GOOD + b', {"instruction": "q1" "input": "", "output": "a1"}]', 1, None, "not valid JSON"),
-    (b"[" + GOOD + b", " + GOOD + b",]", 2, None, "not valid JSON"),
-    (b"[" + GOOD + b', {"instruction": "q1", "input": ""}]', 1, "output", "missing required field"),
-    (b"[" + GOOD + b", " + GOOD + b', {"instruction": "q2", "input": "", "output": 7}]', 2, "output",
+def _two(bad: bytes) -> bytes:
+    """A good record on line 2 and ``bad`` (record 1) on line 3, as the real files are laid out."""
+    return b"[\n" + GOOD + b",\n" + bad + b"\n]"
+
+
+@pytest.mark.parametrize("content,record,field,line,message", [
+    # invalid JSON: the record and the field the parser stopped in, and where
+    (b"[" + GOOD + b', {"instruction": "q1" "input": "", "output": "a1"}]', 1, "instruction", 1,
+     "not valid JSON: Expecting ',' delimiter"),
+    (b"[" + GOOD + b", " + GOOD + b",]", 2, None, 1, "not valid JSON"),
+    (_two(b'{"instruction": "q1", "input": "", "output": "bad \\x escape"}'), 1, "output", 3,
+     "not valid JSON: Invalid \\escape"),
+    (_two(b'{"instruction": "q1", "input": "", "output": "no closing quote}\n]'), 1, "output", 3,
+     "not valid JSON: Invalid control character"),
+    (_two(b'{"instruction": "q1", "input": ""}'), 1, "output", None, "missing required field"),
+    (b"[" + GOOD + b", " + GOOD + b', {"instruction": "q2", "input": "", "output": 7}]', 2, "output", None,
      "expected a string, got a number"),
-    (b"[" + GOOD + b', {"instruction": null, "input": "", "output": "a1"}]', 1, "instruction",
+    (b"[" + GOOD + b', {"instruction": null, "input": "", "output": "a1"}]', 1, "instruction", None,
      "expected a string, got null"),
-    (b"[" + GOOD + b', {"instruction": "caf\xe9 \xff", "input": "", "output": "a1"}]', 1, "instruction",
+    # bytes that are not UTF-8, in any field
+    (b"[" + GOOD + b', {"instruction": "caf\xe9 \xff", "input": "", "output": "a1"}]', 1, "instruction", 1,
      "not valid UTF-8: byte 0xe9"),
-    (b"", None, None, "empty file"),
-    (b"  \n", None, None, "empty file"),
-    (b"[]", None, None, "no records"),
-    (b'{"instruction": "q"}', None, None, "expected a JSON array of records, got an object"),
-    (b"[" + GOOD + b', ["q1", "", "a1"]]', 1, None, "expected a JSON object, got an array"),
-], ids=["invalid-json", "trailing-comma", "missing-field", "wrong-type", "null-field", "non-utf8",
-        "empty", "blank", "empty-array", "not-an-array", "record-not-object"])
-def test_bad_input_names_file_record_field_and_writes_nothing(tmp_path, content, record, field, message):
+    (_two(b'{"instruction": "q1", "input": "", "output": "a1 \xc3("}'), 1, "output", 3,
+     "not valid UTF-8: byte 0xc3"),
+    # JSON-escaped lone surrogates: valid JSON, but no character (UnicodeEncodeError on writing)
+    (_two(b'{"instruction": "q1", "input": "", "output": "rocket \\ud83d"}'), 1, "output", 3,
+     "JSON escape \\ud83d is a lone UTF-16 surrogate"),
+    (_two(b'{"instruction": "q1 \\uDE00", "input": "", "output": "a1"}'), 1, "instruction", 3,
+     "JSON escape \\uDE00 is a lone UTF-16 surrogate"),
+    (_two(b'{"instruction": "q1", "input": "\\ud83d\\u0041", "output": "a1"}'), 1, "input", 3,
+     "JSON escape \\ud83d is a lone UTF-16 surrogate"),
+    (b"", None, None, None, "empty file"),
+    (b"  \n", None, None, None, "empty file"),
+    (b"[]", None, None, None, "no records"),
+    (b'{"instruction": "q"}', None, None, None, "expected a JSON array of records, got an object"),
+    (b"[" + GOOD + b', ["q1", "", "a1"]]', 1, None, None, "expected a JSON object, got an array"),
+], ids=["invalid-json", "trailing-comma", "invalid-escape", "unterminated-string", "missing-field",
+        "wrong-type", "null-field", "non-utf8", "non-utf8-output", "lone-high-surrogate",
+        "lone-low-surrogate", "high-surrogate-without-low", "empty", "blank", "empty-array",
+        "not-an-array", "record-not-object"])
+def test_bad_input_names_file_record_field_and_writes_nothing(tmp_path, content, record, field, line, message):
     raw = _bad_dir(tmp_path, content)
     out = tmp_path / "prepared"
     with pytest.raises(HargoInputError) as e:
@@ -132,7 +155,16 @@ def test_bad_input_names_file_record_field_and_writes_nothing(tmp_path, content,
         assert f"record {record}" in str(err)
     if field is not None:
         assert f"field '{field}'" in str(err)
+    if line is not None:
+        assert f"(line {line}, column " in str(err)
     assert not out.exists()
+
+
+def test_valid_surrogate_pairs_and_escaped_backslashes_are_not_lone_surrogates(tmp_path):
+    # "\\ud83d\\ude00" is one character (U+1F600); "\\\\ud83d" is a backslash and the text "ud83d"
+    path = tmp_path / "f.json"
+    path.write_bytes(_two(b'{"instruction": "smile \\ud83d\\ude00", "input": "", "output": "\\\\ud83d"}'))
+    assert R.load_file(path)[1] == {"instruction": "smile \U0001F600", "input": "", "output": "\\ud83d"}
 
 
 def test_bad_input_leaves_earlier_outputs_untouched(tmp_path):
@@ -172,22 +204,56 @@ def test_grouped_handling_of_the_crafted_noise():
     assert sum(r["label"] == "yes" for r in recs) == 10
     assert c["label_forms"] == {L.CLEAN: 23, L.LEADING_LABEL: 2, L.NO_LABEL: 1}
 
+    assert (c["conflict_majority"], c["conflict_ties"]) == (0, 1)
+
     recs, rejects, c = C.clean_task("mlperf", raw["mlperf"], "majority")
     # 15-19: "2", "896", "2", "192", "2" -> "2" (3 votes), alt in first-seen order;
-    # 20/21: a tie -> first seen
+    # 20/21: "3.0-2003, NVIDIA+CoreWeave" x1 / "3.0-2004, ASUSTeK" x1, a tie -> both rejected
     by_id = {r["id"]: r for r in recs}
     assert by_id["mlperf-00015"]["answer"] == "2"
     assert by_id["mlperf-00015"]["alt_answers"] == ["896", "192"]
-    assert by_id["mlperf-00020"]["answer"] == "3.0-2003, NVIDIA+CoreWeave"
-    assert by_id["mlperf-00020"]["alt_answers"] == ["3.0-2004, ASUSTeK"]
-    assert (c["exact_duplicates"], c["conflict_groups"], c["conflict_records"], c["conflict_merged"],
-            c["kept"], rejects) == (2, 2, 5, 3, 17, [])
+    assert "mlperf-00020" not in by_id and "mlperf-00021" not in by_id
+    assert (c["exact_duplicates"], c["conflict_groups"], c["conflict_majority"], c["conflict_ties"],
+            c["conflict_records"], c["conflict_merged"], c["conflict_dropped"], c["kept"]) == (2, 2, 1, 1, 5, 2, 2, 16)
+    assert [(r["source"]["index"], r["reason"]) for r in rejects] == [(20, C.CONFLICT_TIE), (21, C.CONFLICT_TIE)]
+    assert rejects[0]["detail"] == ("answers given for this prompt: '3.0-2003, NVIDIA+CoreWeave' x1; "
+                                    "'3.0-2004, ASUSTeK' x1")
 
     recs, rejects, c = C.clean_task("mlperf", raw["mlperf"], "drop")
     assert c["kept"] == 15 and c["conflict_dropped"] == 5
-    assert [r["source"]["index"] for r in rejects] == [15, 16, 18, 20, 21]
-    assert {r["reason"] for r in rejects} == {C.CONFLICT_DROPPED}
+    assert [(r["source"]["index"], r["reason"]) for r in rejects] == [
+        (15, C.CONFLICT_DROPPED), (16, C.CONFLICT_DROPPED), (18, C.CONFLICT_DROPPED),
+        (20, C.CONFLICT_TIE), (21, C.CONFLICT_TIE)]  # a tie is a tie under both policies
     assert "'2' x3" in rejects[0]["detail"]
+
+
+def test_answers_are_compared_after_normalisation():
+    q = lambda i, o: {"instruction": f"Which accelerator is in system {i}?", "input": "", "output": o}
+    raws = [q(0, "H100"), q(0, "H100 "),                            # one answer, written twice
+            q(1, "H100"), q(1, "A100"), q(1, "h100\r\n"), q(1, "A100 "), q(1, "H100"),  # h100 x3, a100 x2
+            q(2, "H100"), q(2, "A100 "), q(2, " a100"), q(2, "h100")]  # h100 x2, a100 x2: a tie
+    recs, rejects, c = C.clean_task("mlperf", raws, "majority")
+    assert [(r["id"], r["answer"], r["alt_answers"]) for r in recs] == [
+        ("mlperf-00000", "H100", []),          # merged, not a conflict
+        ("mlperf-00002", "H100", ["A100"])]    # the winner's and the alternative's first text
+    assert (c["merged_duplicates"], c["exact_duplicates"], c["conflict_groups"], c["conflict_majority"],
+            c["conflict_ties"], c["conflict_merged"], c["conflict_dropped"]) == (1, 1, 2, 1, 1, 3, 4)
+    assert [r["source"]["index"] for r in rejects] == [7, 8, 9, 10]
+    assert {r["reason"] for r in rejects} == {C.CONFLICT_TIE}
+    assert rejects[0]["detail"] == "answers given for this prompt: 'H100' x2; 'A100 ' x2"
+
+
+def test_ties_are_rejected_for_every_task():
+    # free-text plp answers and race labels alike: one answer each, no reference
+    plp = [{"instruction": "What does BigCloneBench hold?", "input": "", "output": o}
+           for o in ("Java clone pairs.", "Code clones in Java.")]
+    race = [{"instruction": "Given the code snippet: x[i] = x[i+1];, help me detect a race", "input": "",
+             "output": o} for o in ("yes", "no")]
+    for task, raws in (("plp", plp), ("mlperf", plp), ("race_fortran", race)):
+        for policy in C.CONFLICT_POLICIES:
+            recs, rejects, c = C.clean_task(task, raws, policy)
+            assert recs == [] and [r["reason"] for r in rejects] == [C.CONFLICT_TIE] * 2
+            assert (c["conflict_groups"], c["conflict_ties"], c["conflict_dropped"]) == (1, 1, 2)
 
 
 def test_race_majority_and_merged_duplicates():
@@ -211,6 +277,8 @@ def test_every_raw_record_is_accounted_for(tmp_path, strategy, conflicts):
                    + h.get("merged_duplicates", 0) + h.get("conflict_merged", 0) + h.get("conflict_dropped", 0))
         assert h["raw"] == removed + h["kept"] == stats["counts"][task]["raw"]
         assert h["kept"] == stats["counts"][task]["total"]
+        assert h.get("conflict_groups", 0) == h.get("conflict_majority", 0) + h.get("conflict_ties", 0)
+    assert "a tie at the top is rejected for every task" in stats["conflict_rule"]
     rejects = read_jsonl(tmp_path / "rejects.jsonl")
     assert len(rejects) == sum(sum(h.get("quarantined", {}).values()) + h.get("conflict_dropped", 0)
                                for h in stats["handling"].values())
@@ -218,17 +286,20 @@ def test_every_raw_record_is_accounted_for(tmp_path, strategy, conflicts):
 
 # ----------------------------------------------------------------------------- splits
 
+# Prompts "<task> line\nq<k>" as written in one of four ways: the same instruction to the split
+_VARIANTS = (lambda c: c, lambda c: c.replace("\n", "\r\n") + " ", lambda c: "  " + c.upper(),
+             lambda c: c.replace("\n", " \t\n"))
 _records = st.lists(
-    st.tuples(st.sampled_from(TASKS), st.integers(0, 12)), min_size=0, max_size=120,
-).map(lambda xs: [{"id": f"r{k}", "task": t, "prompt": [{"role": "user", "content": f"{t} q{q}"}]}
-                  for k, (t, q) in enumerate(xs)])
+    st.tuples(st.sampled_from(TASKS), st.integers(0, 12), st.sampled_from(_VARIANTS)), min_size=0, max_size=120,
+).map(lambda xs: [{"id": f"r{k}", "task": t, "prompt": [{"role": "user", "content": v(f"{t} line\nq{q}")}]}
+                  for k, (t, q, v) in enumerate(xs)])
 
 
 @settings(max_examples=150, deadline=None)
 @given(records=_records, fraction=st.sampled_from([0.1, 0.2, 0.25, 0.5]), seed=st.integers(0, 2**31))
 def test_grouped_split_leaks_nothing(records, fraction, seed):
     train, eval_ = S.split_grouped(records, fraction, seed)
-    key = lambda r: r["prompt"][0]["content"]
+    key = lambda r: " ".join(r["prompt"][0]["content"].split()).lower()  # an independent normaliser
     assert not {key(r) for r in train} & {key(r) for r in eval_}
     assert sorted(r["id"] for r in train + eval_) == sorted(r["id"] for r in records)  # a partition
     for t in TASKS:
@@ -240,6 +311,49 @@ def test_grouped_split_leaks_nothing(records, fraction, seed):
     assert S.split_grouped(records, fraction, seed) == (train, eval_)  # seeded
 
 
+def test_normalise_text_folds_line_ends_whitespace_case_and_blanks():
+    assert R.normalise_text("Is  X\r\nracy? ") == R.normalise_text("is x\nRACY?") == "is x racy?"
+    assert R.normalise_text("a\rb\u00a0c\t") == "a b c"  # a lone CR and a no-break space
+    assert R.normalise_text("H100 ") == R.normalise_text("h100") == "h100"
+    assert R.normalise_text("a b") != R.normalise_text("ab")  # whitespace is folded, not removed
+
+
+def test_crlf_and_trailing_space_copies_stay_in_one_split():
+    # 20 instructions, each also as a CRLF + trailing-space copy: 40 records, eval target 20
+    recs = []
+    for k in range(20):
+        text = f"Given the code snippet: #pragma omp parallel\n{{ a[{k}] = 0; }}, help me detect"
+        recs += [{"id": f"r{k}", "task": "race_c", "prompt": [{"role": "user", "content": text}]},
+                 {"id": f"r{k}-crlf", "task": "race_c",
+                  "prompt": [{"role": "user", "content": text.replace("\n", "\r\n") + " "}]}]
+    for seed in range(5):
+        train, eval_ = S.split_grouped(recs, 0.5, seed)
+        assert len(train) == len(eval_) == 20
+        ids = {r["id"] for r in eval_}
+        assert all((f"r{k}" in ids) == (f"r{k}-crlf" in ids) for k in range(20))
+    assert S.near_duplicates(recs) == {"race_c": {"groups": 20, "records": 40}}
+
+
+def test_prepare_keeps_near_duplicate_instructions_in_one_split(tmp_path):
+    # every plp instruction also as a copy with CRLF line ends, other case and a trailing space
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    plp = json.loads((raw / "task1_plp.json").read_text())
+    copies = [dict(r, instruction=r["instruction"].replace(" the ", " THE\r\n", 1) + " ") for r in plp]
+    assert all(c["instruction"] != r["instruction"] for c, r in zip(copies, plp))
+    (raw / "task1_plp.json").write_text(json.dumps(plp + copies))
+    for seed in (1, 2, 3):
+        P.run(params(raw, tmp_path / "out", fraction=0.25, seed=seed))
+        train, eval_ = (read_jsonl(tmp_path / "out" / n) for n in ("train.jsonl", "eval.jsonl"))
+        key = lambda r: R.normalise_text(r["prompt"][0]["content"])
+        assert not {key(r) for r in train} & {key(r) for r in eval_}
+        ev = [r for r in eval_ if r["task"] == "plp"]
+        assert len(ev) == 6 and len({key(r) for r in ev}) == 3  # 24 records -> 6 = three pairs
+        stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+        assert stats["near_duplicates"]["plp"] == {"groups": 12, "records": 24}
+        assert stats["near_duplicates"]["race_fortran"] == {"groups": 0, "records": 0}
+
+
 def test_grouped_split_by_custom_key_keeps_groups_whole():
     # 5 instructions x 10 records: the eval target floor(50 * 0.2) = 10 holds exactly one group
     recs = [{"id": f"r{k}", "task": "plp", "prompt": [{"role": "user", "content": f"p{k}"}],
@@ -247,7 +361,7 @@ def test_grouped_split_by_custom_key_keeps_groups_whole():
     by_instruction = lambda r: r["instruction"]
     chosen = set()
     for seed in range(10):
-        train, eval_ = S.split_grouped(recs, 0.2, seed, key=by_instruction)
+        train, eval_ = S.split_grouped(recs, 0.2, seed, text=by_instruction)
         assert len(eval_) == 10 and len({r["instruction"] for r in eval_}) == 1
         assert not {r["instruction"] for r in train} & {r["instruction"] for r in eval_}
         chosen.add(eval_[0]["instruction"])
@@ -283,23 +397,60 @@ def test_paper_strategy_gives_5273_584_on_the_real_files(real_raw_dir, tmp_path)
     assert (tmp_path / "again" / "eval.jsonl").read_bytes() == (tmp_path / "eval.jsonl").read_bytes()
 
 
+def _answer_votes_from_raw(raws: list[dict]) -> list[list[int]]:
+    """Per prompt of an mlperf/plp file, the vote counts of its distinct answers, derived from
+    the raw records alone (whitespace and case folded by str.split/casefold, not R.normalise_text)."""
+    votes: dict[str, dict[str, int]] = {}
+    for r in raws:
+        answers = votes.setdefault(r["instruction"], {})
+        a = " ".join(r["output"].split()).casefold()
+        answers[a] = answers.get(a, 0) + 1
+    return [sorted(v.values(), reverse=True) for v in votes.values()]
+
+
 def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
     summary = P.run(params(real_raw_dir, tmp_path))
     assert summary["per_task"] == {"race_c": {"train": 1615, "eval": 179},
                                    "race_fortran": {"train": 1418, "eval": 157},
-                                   "mlperf": {"train": 1061, "eval": 117},
-                                   "plp": {"train": 480, "eval": 53}}
+                                   "mlperf": {"train": 999, "eval": 111},
+                                   "plp": {"train": 468, "eval": 52}}
     train, eval_ = read_jsonl(tmp_path / "train.jsonl"), read_jsonl(tmp_path / "eval.jsonl")
-    assert not {r["prompt"][0]["content"] for r in train} & {r["prompt"][0]["content"] for r in eval_}
     stats = json.loads((tmp_path / "stats.json").read_text())
     h = stats["handling"]
     assert h["race_c"]["quarantined"] == {C.MISSING_CODE: 19, L.NO_LABEL: 1}
-    assert (h["race_c"]["conflict_groups"], h["race_c"]["conflict_dropped"]) == (5, 8)  # 4 ties
-    assert (h["mlperf"]["exact_duplicates"], h["mlperf"]["conflict_groups"]) == (510, 92)
-    assert (h["plp"]["exact_duplicates"], h["plp"]["conflict_groups"]) == (57, 13)
-    assert stats["counts"]["race_c"]["labels"] == {"train": {"no": 858, "yes": 757},
-                                                   "eval": {"no": 101, "yes": 78}}
-    assert stats["answer_length_ratio"]["ratio"] == 64.44  # plp 158.87 / race_c 2.4654
+    # race_c: 5 conflicting kernels, 4 of them yes x1 / no x1 ties (8 records rejected)
+    assert (h["race_c"]["conflict_groups"], h["race_c"]["conflict_majority"], h["race_c"]["conflict_ties"],
+            h["race_c"]["conflict_dropped"]) == (5, 1, 4, 8)
+    # mlperf and plp (no quarantine upstream): every count derived from the raw files
+    raw = R.load_raw(real_raw_dir)
+    for task, expected in (("mlperf", (510, 92, 24, 68, 1110)), ("plp", (57, 13, 0, 13, 520))):
+        groups = _answer_votes_from_raw(raw[task])
+        conflicts = [v for v in groups if len(v) > 1]
+        ties = sum(v[0] == v[1] for v in conflicts)
+        derived = (len(raw[task]) - len({tuple(r.values()) for r in raw[task]}), len(conflicts),
+                   len(conflicts) - ties, ties, len(groups) - ties)
+        assert derived == expected
+        assert (h[task]["exact_duplicates"], h[task]["conflict_groups"], h[task]["conflict_majority"],
+                h[task]["conflict_ties"], h[task]["kept"]) == derived
+    # 65 of mlperf's 68 ties are one record each way; the others 2-2, 4-4 and 6-6
+    assert sorted(v[0] for v in _answer_votes_from_raw(raw["mlperf"]) if len(v) > 1 and v[0] == v[1]) == [1] * 65 + [2, 4, 6]
+    # the eval split is the target size floor(0.1 n) of every task's kept records
+    for task, c in stats["counts"].items():
+        if task != "total":
+            assert c["eval"] == S.eval_size(h[task]["kept"], 0.1) and c["train"] + c["eval"] == h[task]["kept"]
+    assert stats["counts"]["race_c"]["labels"] == {"train": {"no": 870, "yes": 745},
+                                                   "eval": {"no": 89, "yes": 90}}
+    # near-duplicates (instructions equal after folding whitespace and case) stay in one split:
+    # race_c, the same kernel indented differently: kept records 624/907, 625/906, 1432/1487,
+    # 1525/1573, 1553/1577/1813; mlperf 1589/1661 ("MXNet"/"mxnet") and 1621/1718
+    # ("PyTorch"/"pytorch") in otherwise equal questions
+    key = lambda r: " ".join(r["prompt"][0]["content"].split()).casefold()  # independent of R.normalise_text
+    assert not {key(r) for r in train} & {key(r) for r in eval_}
+    assert stats["near_duplicates"] == {"race_c": {"groups": 5, "records": 11},
+                                        "race_fortran": {"groups": 0, "records": 0},
+                                        "mlperf": {"groups": 2, "records": 4},
+                                        "plp": {"groups": 0, "records": 0}}
+    assert stats["answer_length_ratio"]["ratio"] == 64.69
 
 
 # ----------------------------------------------------------------------------- outputs and stats
@@ -307,9 +458,9 @@ def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
 def test_prepared_record_schema_and_outputs(tmp_path):
     summary = P.run(params(TINY, tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(OUTPUTS)
-    # race_c 21 -> 2 eval; fortran 12 -> 1; mlperf 17 -> 1; plp 12 -> 1
+    # race_c 21 -> 2 eval; fortran 12 -> 1; mlperf 16 -> 1; plp 12 -> 1
     assert summary["per_task"] == {"race_c": {"train": 19, "eval": 2}, "race_fortran": {"train": 11, "eval": 1},
-                                   "mlperf": {"train": 16, "eval": 1}, "plp": {"train": 11, "eval": 1}}
+                                   "mlperf": {"train": 15, "eval": 1}, "plp": {"train": 11, "eval": 1}}
     recs = read_jsonl(tmp_path / "train.jsonl") + read_jsonl(tmp_path / "eval.jsonl")
     r = next(x for x in recs if x["id"] == "plp-00003")
     assert r == {"id": "plp-00003", "task": "plp",

@@ -4,6 +4,7 @@ label "maybe", an empty answer); under the paper split the leak is measured, not
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_crafted_data_passes_and_writes_the_report(prepared, tmp_path, monkeypat
                                 metrics_file="metrics/validation.json")
     summary = V.run(prepared)
     assert summary["success"] and summary["failed"] == 0
-    assert summary["rows"] == {"raw": 72, "train": 57, "eval": 5}
+    assert summary["rows"] == {"raw": 72, "train": 56, "eval": 5}
     report = json.loads((tmp_path / "reports/validation/report.json").read_text())
     names = [e["name"] for e in report["expectations"]]
     assert len(names) == len(V.expectation_specs(prepared)) == 25
@@ -76,8 +77,37 @@ def test_leaked_instruction_fails_no_train_eval_leak(prepared, tmp_path):
     assert [f["name"] for f in err.failures] == ["prepared.no_train_eval_leak"]
     f = err.failures[0]
     assert f["failing"] == 2 and sorted(f["ids"]) == sorted([leaked["id"], copy["id"]])
-    assert "prepared.no_train_eval_leak: 2 failing of 63 rows" in str(err)
+    assert "prepared.no_train_eval_leak: 2 failing of 62 rows" in str(err)
     assert leaked["id"] in str(err)
+
+
+def test_near_duplicate_leak_fails_no_train_eval_leak(tmp_path):
+    # plp-00012: plp-00003's instruction with CRLF line ends, other case and a trailing space
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    plp = json.loads((raw / "task1_plp.json").read_text())
+    text = plp[3]["instruction"]
+    plp.append(dict(plp[3], instruction=text.replace(" the ", " THE\r\n", 1).upper() + " "))
+    (raw / "task1_plp.json").write_text(json.dumps(plp))
+    p = params(raw, tmp_path)
+    P.run(p)
+    summary = V.run(p)  # prepare keeps the pair in one split
+    assert summary["success"] and summary["leaked_rows"] == 0
+    out = tmp_path / "prepared"
+    side = {n: [json.loads(x) for x in (out / n).read_text().splitlines()] for n in ("train.jsonl", "eval.jsonl")}
+    home = next(n for n, recs in side.items() if any(r["id"] == "plp-00012" for r in recs))
+    other = "eval.jsonl" if home == "train.jsonl" else "train.jsonl"
+    copy = next(r for r in side[home] if r["id"] == "plp-00012")
+    assert any(r["id"] == "plp-00003" for r in side[home])
+    _rw(out / home, lambda recs: [r for r in recs if r["id"] != "plp-00012"])  # force the leak
+    _rw(out / other, lambda recs: recs + [copy])
+    err = _failed(p)
+    assert [f["name"] for f in err.failures] == ["prepared.no_train_eval_leak"]
+    assert err.failures[0]["failing"] == 2
+    assert sorted(err.failures[0]["ids"]) == ["plp-00003", "plp-00012"]
+    assert "plp-00003" in str(err) and "plp-00012" in str(err)
+    metrics = json.loads(Path(p["validate"]["metrics_file"]).read_text())
+    assert (metrics["leaked_rows"], metrics["leaked_instructions"]) == (2, 1)
 
 
 def test_label_maybe_fails_race_label_in_set(prepared, tmp_path):
@@ -106,7 +136,7 @@ def test_empty_answer_fails_answer_non_empty(prepared, tmp_path):
     assert [(f["name"], f["failing"], f["ids"]) for f in err.failures] == [
         ("prepared.answer_non_empty", 1, [blank]),
         ("prepared.answer_chars_within_bounds", 1, [blank])]
-    assert str(err).startswith("2 expectation(s) failed:\n  prepared.answer_non_empty: 1 failing of 62 rows")
+    assert str(err).startswith("2 expectation(s) failed:\n  prepared.answer_non_empty: 1 failing of 61 rows")
 
 
 def test_count_and_yes_fraction_bounds_come_from_params(prepared):
@@ -146,7 +176,7 @@ def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path):
     P.run(p)
     summary = V.run(p)
     assert summary["success"] and summary["leaked_rows"] == 0
-    assert summary["rows"] == {"raw": 5857, "train": 4574, "eval": 506}
+    assert summary["rows"] == {"raw": 5857, "train": 4500, "eval": 499}
 
 
 def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):

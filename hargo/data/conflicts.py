@@ -1,6 +1,17 @@
 """Steps 1-3 of the ``grouped`` strategy (:mod:`hargo.data.prepare`): quarantine, exact
 duplicates, and one record per prompt with the conflicting-answer policy ``data.conflicts``
 (:func:`clean_task`).
+
+Answers are compared after :func:`hargo.data.raw.normalise_text` (race: the parsed label), so
+``"H100"`` and ``"H100 "`` are one answer. A prompt whose raw records give different answers is
+a conflict. The rule is the same for every task:
+
+- a *strict majority* (the most frequent answer, counted over the raw records, beats every
+  other) decides the reference under ``majority``; ``drop`` rejects the group;
+- a *tie* at the top (``yes`` x1 / ``no`` x1; two paraphrases once each) is rejected under both
+  policies, reason :data:`CONFLICT_TIE`: the data gives no reference, and picking one by file
+  order would make it a coin flip. (Accepting every tied answer is no way out: no scorer reads
+  ``alt_answers``, SFT trains on one ``answer``, and for race it would accept both labels.)
 """
 from __future__ import annotations
 
@@ -8,7 +19,7 @@ from collections import Counter, OrderedDict
 from typing import Any
 
 from hargo.data import labels as L
-from hargo.data.raw import FIELDS, TASK_FILES, instruction_prompt, make_id, make_record
+from hargo.data.raw import FIELDS, TASK_FILES, instruction_prompt, make_id, make_record, normalise_text
 from hargo.vocab import RACE_TASKS
 
 CONFLICT_POLICIES = ("majority", "drop")
@@ -18,7 +29,7 @@ EMPTY_INSTRUCTION = "empty_instruction"
 EMPTY_ANSWER = "empty_answer"
 MISSING_CODE = "missing_code"
 CONFLICT_DROPPED = "conflicting_answers"
-CONFLICT_TIE = "conflicting_labels_tie"
+CONFLICT_TIE = "conflicting_answers_tie"
 
 
 def _reject(task: str, index: int, raw: dict, reason: str, detail: str = "") -> dict:
@@ -34,18 +45,22 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
     Args:
         task: one of :data:`TASKS`.
         raws: the task's raw records in file order (index = source index).
-        conflicts: ``"majority"`` or ``"drop"``.
+        conflicts: ``"majority"`` or ``"drop"`` (the module docstring has the rule).
 
     Returns:
         ``(records, rejects, counts)``: prepared records in file order, reject rows, and counts
         with ``raw == quarantined + exact_duplicates + merged_duplicates + conflict_merged +
-        conflict_dropped + kept``; ``label_forms`` counts the normalisation reasons of all race
-        outputs.
+        conflict_dropped + kept``; ``conflict_groups == conflict_majority + conflict_ties``
+        (groups; ``conflict_records`` their records after exact de-duplication);
+        ``label_forms`` counts the normalisation reasons of all race outputs. A kept record's
+        ``answer`` is the original text of the first record (file order) giving the winning
+        answer; ``alt_answers`` the other answers, each as first written, in first-seen order.
     """
     race = task in RACE_TASKS
     rejects: list[dict] = []
     c: dict[str, Any] = {"raw": len(raws), "quarantined": Counter(), "exact_duplicates": 0,
                          "merged_duplicates": 0, "conflict_groups": 0, "conflict_records": 0,
+                         "conflict_majority": 0, "conflict_ties": 0,
                          "conflict_merged": 0, "conflict_dropped": 0, "label_forms": Counter()}
     # 1. quarantine
     cands: list[tuple[int, str, str | None]] = []  # (index, answer, label)
@@ -89,9 +104,12 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
         groups.setdefault(instruction_prompt(r["instruction"], r["input"]), []).append(cand)
     kept: list[dict] = []
     for members in groups.values():
-        votes: "OrderedDict[str, int]" = OrderedDict()
-        for i, ans, _ in members:
-            votes[ans] = votes.get(ans, 0) + mult[i]
+        votes: "OrderedDict[str, int]" = OrderedDict()   # normalised answer -> raw records
+        first: dict[str, tuple[int, str, str | None]] = {}  # normalised answer -> first member
+        for m in members:
+            norm = normalise_text(m[1])
+            votes[norm] = votes.get(norm, 0) + mult[m[0]]
+            first.setdefault(norm, m)
         if len(votes) == 1:
             i, ans, lab = members[0]
             c["merged_duplicates"] += len(members) - 1
@@ -99,18 +117,20 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
             continue
         c["conflict_groups"] += 1
         c["conflict_records"] += len(members)
-        ranked = sorted(votes.items(), key=lambda kv: -kv[1])  # stable: ties keep first-seen order
-        tie = ranked[0][1] == ranked[1][1]
-        if conflicts == "drop" or (race and tie):
-            reason = CONFLICT_TIE if (race and tie) else CONFLICT_DROPPED
-            detail = "answers given for this prompt: " + "; ".join(f"{a!r} x{n}" for a, n in votes.items())
+        ranked = sorted(votes.values(), reverse=True)
+        tie = ranked[0] == ranked[1]
+        c["conflict_ties" if tie else "conflict_majority"] += 1
+        if tie or conflicts == "drop":
+            reason = CONFLICT_TIE if tie else CONFLICT_DROPPED
+            detail = "answers given for this prompt: " + "; ".join(
+                f"{first[a][1]!r} x{n}" for a, n in votes.items())
             for i, _, _ in members:
                 rejects.append(_reject(task, i, raws[i], reason, detail))
             c["conflict_dropped"] += len(members)
             continue
-        best = ranked[0][0]
-        i, ans, lab = next(m for m in members if m[1] == best)
-        kept.append(make_record(task, i, raws[i], ans, lab, [a for a in votes if a != best]))
+        best = max(votes, key=votes.get)
+        i, ans, lab = first[best]
+        kept.append(make_record(task, i, raws[i], ans, lab, [first[a][1] for a in votes if a != best]))
         c["conflict_merged"] += len(members) - 1
     kept.sort(key=lambda r: r["source"]["index"])
     rejects.sort(key=lambda r: r["source"]["index"])

@@ -20,16 +20,22 @@ Two split strategies (``data.split.strategy``):
        output, :func:`hargo.data.labels.snippet_missing`): its label refers to code the model
        never sees.
     2. Remove exact duplicate records (same instruction, input and output), counted.
-    3. Group what is left by prompt text. Same prompt, same (normalised) answer: merged into one
-       record (counted as ``merged_duplicates``). Same prompt, different answers (a conflict):
-       ``data.conflicts: majority`` keeps the most frequent answer over the raw records (ties: the
-       first seen) as ``answer`` and lists the other answers in ``alt_answers`` (shown to
-       scorers, never the reference); ``drop`` sends the whole group to rejects. A race conflict
-       whose top labels tie (one ``yes``, one ``no``) is rejected under both policies: a binary
-       reference chosen by file order would be a coin flip.
+    3. Group what is left by prompt text. Answers are compared after
+       :func:`hargo.data.raw.normalise_text` (race: the label). Same prompt, same answer: merged
+       into one record (counted as ``merged_duplicates``). Same prompt, different answers (a
+       conflict), one rule for every task: ``data.conflicts: majority`` keeps the answer of a
+       strict majority of the raw records as ``answer`` and lists the other answers in
+       ``alt_answers`` (never the reference); ``drop`` sends the whole group to rejects. A tie
+       at the top has no reference and is rejected under both policies (reason
+       ``conflicting_answers_tie``). ``stats.json`` counts, per task, ``conflict_groups`` =
+       ``conflict_majority`` + ``conflict_ties`` and the records merged or rejected.
        (Steps 1-3: :func:`hargo.data.conflicts.clean_task`.)
-    4. :func:`hargo.data.split.split_grouped` per task by instruction text, so that no
-       instruction is in both splits.
+    4. :func:`hargo.data.split.split_grouped` per task by instruction text, compared after
+       :func:`hargo.data.raw.normalise_text` (whitespace runs and line ends, case, surrounding
+       blanks), so that no instruction is in both splits, not even as a near-duplicate
+       (``validate`` checks the same key). ``stats.json`` ``near_duplicates`` counts, per task,
+       the groups that join records whose instructions differ only so, and their records:
+       each such group is kept in one split.
 
 ``paper`` (the HPC-GPT/HARGO papers' split, 5,273 train / 584 eval on the real files)
     Every raw record kept, in file order: no de-duplication, no quarantine. ``answer`` is the raw
@@ -51,11 +57,14 @@ from typing import Any
 from hargo.data import labels as L
 from hargo.data.conflicts import CONFLICT_POLICIES, clean_task
 from hargo.data.raw import load_raw, make_record
-from hargo.data.split import check_fraction, split_grouped, split_paper
+from hargo.data.split import check_fraction, near_duplicates, split_grouped, split_paper
 from hargo.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from hargo.vocab import RACE_TASKS, TASKS
 
 STRATEGIES = ("grouped", "paper")
+CONFLICT_RULE = ("answers compared after normalise_text; majority: a strict majority of the raw "
+                 "records is the reference, the rest alt_answers; drop: every conflict rejected; "
+                 "a tie at the top is rejected for every task under both")
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -127,6 +136,7 @@ def compute_stats(train: list[dict], eval_: list[dict], raw: dict[str, list[dict
     out: dict[str, Any] = {
         "strategy": data["split"]["strategy"], "eval_fraction": data["split"]["eval_fraction"],
         "seed": params["seed"], "conflicts": data.get("conflicts", "majority"),
+        "conflict_rule": CONFLICT_RULE,
         "token_count": "regex \\w+|[^\\w\\s] (words and punctuation), not the model tokenizer",
         "counts": {}, "handling": handling, "answer_length": {}, "prompt_length": {},
     }
@@ -241,11 +251,15 @@ def prepare(params: dict) -> dict:
             instruction[r["id"]] = raws[r["source"]["index"]]["instruction"]
         records += recs
 
+    def text(r: dict) -> str:
+        return instruction[r["id"]]
+
     if strategy == "paper":
         train, eval_ = split_paper(records, fraction, seed)
     else:
-        train, eval_ = split_grouped(records, fraction, seed, key=lambda r: instruction[r["id"]])
+        train, eval_ = split_grouped(records, fraction, seed, text=text)
     stats = compute_stats(train, eval_, raw, handling, params)
+    stats["near_duplicates"] = near_duplicates(records, text)
     table = answer_length_table(train + eval_)
 
     out = Path(data["out_dir"])

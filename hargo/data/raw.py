@@ -1,12 +1,13 @@
 """The raw HPC-GPT files and their records: which file holds which task, the strict reader
-(:func:`load_file`, :func:`load_raw`), and how one raw record becomes a prepared record
-(:func:`make_record`: its id, prompt and source).
+(:func:`load_file`, :func:`load_raw`), how one raw record becomes a prepared record
+(:func:`make_record`: its id, prompt and source), and the one text normalisation that decides
+when two instructions or two answers are the same (:func:`normalise_text`).
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NoReturn
 
 from hargo.io import HargoInputError
 from hargo.vocab import TASKS
@@ -32,12 +33,92 @@ def _line_col(text: str, pos: int) -> str:
     return f"line {line}, column {col}"
 
 
+def _where(text: str, pos: int) -> tuple[int | None, str | None]:
+    """Which record and field of a JSON array text the character offset ``pos`` lies in.
+
+    Walks ``text`` up to ``pos`` (it need not parse past it): records are counted by the commas
+    between the array's elements, and the field is the last key of the record object whose
+    value ``pos`` is in or follows (reset by the comma before the next member).
+
+    Returns:
+        ``(record, field)``, 0-based record index; ``(None, None)`` outside the array or when
+        the text is not an array; ``field`` is None between members or outside an object.
+    """
+    depth, record, field, key = 0, None, None, None
+    i, n = 0, min(pos, len(text))
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            if depth == 2 and j < n:
+                key = text[i + 1:j]
+            i = j + 1
+            continue
+        if ch in "[{":
+            if depth == 0 and ch == "{":
+                return None, None
+            depth += 1
+            if depth == 1:
+                record = 0
+            elif depth == 2:
+                field = key = None
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 1:
+            record += 1
+        elif ch == "," and depth == 2:
+            field = key = None
+        elif ch == ":" and depth == 2:
+            field = key
+        i += 1
+    if depth == 0:
+        return None, None
+    return record, field if depth >= 2 else None
+
+
+def _fail(path: Path, text: str, pos: int, message: str, cause: Exception | None = None) -> NoReturn:
+    """Raise a :class:`HargoInputError` naming the record and field at ``pos`` and its line."""
+    record, field = _where(text, pos)
+    raise HargoInputError(path, f"{message} ({_line_col(text, pos)})",
+                          record=record, field=field) from cause
+
+
+# A \\uXXXX escape of a UTF-16 surrogate (D800-DFFF), with the backslashes before it.
+_SURROGATE_ESCAPE = re.compile(r"(?<!\\)(\\+)u([dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """Offset of the first JSON escape that encodes a lone UTF-16 surrogate (``"\\ud83d"`` not
+    followed by a low-surrogate escape, or a low one alone), else None.
+
+    Such an escape is valid JSON but no Unicode character: the string could never be written as
+    UTF-8. Call it on text that parsed as JSON (every backslash is then inside a string); an
+    even run of backslashes before the ``u`` is escaped backslashes, not an escape.
+    """
+    paired_low = -1
+    for m in _SURROGATE_ESCAPE.finditer(text):
+        if len(m.group(1)) % 2 == 0:
+            continue
+        start = m.end() - 6  # the backslash of the escape
+        if start == paired_low:
+            continue
+        if m.group(2)[1].lower() in "89ab":  # high: must be followed by a low escape
+            nxt = text[m.end():m.end() + 6]
+            if re.fullmatch(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}", nxt):
+                paired_low = m.end()
+                continue
+        return start
+    return None
+
+
 def _parse_array(path: Path, text: str) -> list:
-    """Parse a JSON array element by element, so a syntax error names the record it is in.
+    """Parse a JSON array element by element.
 
     Raises:
-        HargoInputError: not valid JSON (with the index of the record being read and the
-            line/column), or not an array.
+        HargoInputError: not valid JSON, naming the record and field the error is in and its
+            line and column (:func:`_where`); not an array.
     """
     import json
 
@@ -47,7 +128,7 @@ def _parse_array(path: Path, text: str) -> list:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as e:
-            raise HargoInputError(path, f"not valid JSON: {e.msg} ({_line_col(text, e.pos)})") from e
+            _fail(path, text, e.pos, f"not valid JSON: {e.msg}", e)
         raise HargoInputError(path, f"expected a JSON array of records, got {_type_name(obj)}")
     i = _JSON_WS.match(text, i + 1).end()
     items: list = []
@@ -58,8 +139,7 @@ def _parse_array(path: Path, text: str) -> list:
             try:
                 obj, end = dec.raw_decode(text, i)
             except json.JSONDecodeError as e:
-                raise HargoInputError(path, f"not valid JSON: {e.msg} ({_line_col(text, e.pos)})",
-                                      record=len(items)) from e
+                _fail(path, text, e.pos, f"not valid JSON: {e.msg}", e)
             items.append(obj)
             i = _JSON_WS.match(text, end).end()
             if text.startswith(",", i):
@@ -68,8 +148,7 @@ def _parse_array(path: Path, text: str) -> list:
             if text.startswith("]", i):
                 i += 1
                 break
-            raise HargoInputError(path, "not valid JSON: expected ',' or ']' after the record "
-                                  f"({_line_col(text, i)})", record=len(items) - 1)
+            _fail(path, text, i, "not valid JSON: expected ',' or ']' after the record")
     if _JSON_WS.match(text, i).end() != len(text):
         raise HargoInputError(path, f"not valid JSON: extra data after the array ({_line_col(text, i)})")
     return items
@@ -80,10 +159,6 @@ def _type_name(x: Any) -> str:
             int: "a number", float: "a number", type(None): "null"}.get(type(x), type(x).__name__)
 
 
-def _has_surrogate(s: str) -> bool:
-    return any("\udc80" <= ch <= "\udcff" for ch in s)
-
-
 def load_file(path: str | Path) -> list[dict]:
     """Read and strictly check one raw file: a non-empty JSON array of objects, each with string
     fields ``instruction``, ``input`` and ``output`` (other keys are ignored).
@@ -92,10 +167,12 @@ def load_file(path: str | Path) -> list[dict]:
         The records as ``{"instruction", "input", "output"}`` dicts, in file order.
 
     Raises:
-        HargoInputError: missing file, empty file, non-UTF-8 bytes (naming the record and field
-            that hold them when the rest parses), invalid JSON (naming the record being read), not
-            an array, an empty array, a record that is not an object, a missing field, or a field
-            that is not a string. Index is 0-based.
+        HargoInputError: missing file, empty file, bytes that are not UTF-8, a JSON escape of a
+            lone UTF-16 surrogate (``"\\ud83d"``: valid JSON, but no character, so it could never
+            be written out), invalid JSON, not an array, an empty array, a record that is not an
+            object, a missing field, or a field that is not a string. The first four name the
+            record and field they are in (when they are inside one) and the line and column;
+            the record index is 0-based.
     """
     path = Path(path)
     if not path.is_file():
@@ -106,19 +183,15 @@ def load_file(path: str | Path) -> list[dict]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        # Locate the bad bytes: decode them to lone surrogates and find the string holding them.
-        msg = f"not valid UTF-8: byte 0x{data[e.start]:02x} at offset {e.start}"
-        try:
-            items = _parse_array(path, data.decode("utf-8", errors="surrogateescape"))
-        except HargoInputError:
-            raise HargoInputError(path, msg) from e
-        for i, rec in enumerate(items):
-            if isinstance(rec, dict):
-                for k, v in rec.items():
-                    if (isinstance(v, str) and _has_surrogate(v)) or _has_surrogate(str(k)):
-                        raise HargoInputError(path, msg, record=i, field=str(k)) from e
-        raise HargoInputError(path, msg) from e
+        # The bad bytes decode to lone surrogates here, one character each: offsets stay exact.
+        loose = data.decode("utf-8", errors="surrogateescape")
+        _fail(path, loose, len(data[:e.start].decode("utf-8")),
+              f"not valid UTF-8: byte 0x{data[e.start]:02x} at offset {e.start}", e)
     items = _parse_array(path, text)
+    lone = _lone_surrogate(text)
+    if lone is not None:
+        _fail(path, text, lone, f"JSON escape {text[lone:lone + 6]} is a lone UTF-16 surrogate, "
+              "not a Unicode character")
     if not items:
         raise HargoInputError(path, "no records (empty JSON array)")
     out = []
@@ -150,6 +223,23 @@ def load_raw(raw_dir: str | Path) -> dict[str, list[dict]]:
 
 
 # ----------------------------------------------------------------------------- records
+
+_WS_RUN = re.compile(r"\s+")
+
+
+def normalise_text(text: str) -> str:
+    """The form two texts are compared in: every whitespace run (line ends of any kind, CRLF,
+    CR or LF, included; Unicode whitespace too) as one space, surrounding blanks stripped, case
+    folded (``str.casefold``).
+
+    The one key for "the same instruction" (the grouped split, :mod:`hargo.data.split`, and the
+    ``validate`` leak expectation, :mod:`hargo.data.validate`) and "the same answer" (the
+    conflict vote, :mod:`hargo.data.conflicts`)::
+
+        normalise_text("Is  X\r\nracy? ") == normalise_text("is x\nRACY?") == "is x racy?"
+    """
+    return _WS_RUN.sub(" ", text).strip().casefold()
+
 
 def instruction_prompt(instruction: str, input_: str) -> str:
     """The user turn: the instruction, plus a blank line and the input when the input is not

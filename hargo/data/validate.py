@@ -11,7 +11,9 @@ Checkpoint in an ephemeral GX context (pandas data source; GX 1.x):
     schema holds (field types), required fields present and non-empty, ``task`` in the four
     values, race labels present and in {yes, no} (no label on mlperf/plp), ids unique, ``source``
     points at a raw record, and ``leaks``: the record's instruction (taken from the raw record its
-    ``source`` names, else the prompt text) also appears in the other split; expected all False.
+    ``source`` names, else the prompt text) also appears in the other split, compared after
+    :func:`hargo.data.raw.normalise_text` (the grouped split's key: a copy with CRLF line ends,
+    other whitespace or case is the same instruction); expected all False.
     Prompt and answer lengths (characters) within ``validate.prompt_chars``/``answer_chars``.
 ``summary``
     one row per task (``n`` records, ``n_eval``) and one per race task and split
@@ -33,7 +35,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hargo.data.raw import TASK_FILES, load_raw
+from hargo.data.raw import TASK_FILES, load_raw, normalise_text
 from hargo.io import atomic_dir, atomic_write_json, read_jsonl
 from hargo.vocab import RACE_TASKS, TASKS
 
@@ -95,7 +97,8 @@ def raw_rows(raw: dict[str, list[dict]]) -> list[dict]:
 def prepared_rows(train: list[dict], eval_: list[dict], raw: dict[str, list[dict]]) -> list[dict]:
     """Rows of the ``prepared`` table, one per record, ``split`` = train | eval, with the
     computed columns ``schema_ok``, ``prompt_content``, ``prompt_chars``, ``answer_chars``,
-    ``source_ok``, ``instruction`` and ``leaks`` (see the module docstring)."""
+    ``source_ok``, ``instruction``, ``leak_key`` (the normalised instruction) and ``leaks`` (see
+    the module docstring)."""
     by_file = {TASK_FILES[t]: rs for t, rs in raw.items()}
     rows = []
     for split, recs in (("train", train), ("eval", eval_)):
@@ -114,10 +117,12 @@ def prepared_rows(train: list[dict], eval_: list[dict], raw: dict[str, list[dict
                 "source_ok": ok,
                 "instruction": rs[idx]["instruction"] if ok else content,
             })
-    sides = {s: {row["instruction"] for row in rows if row["split"] == s} for s in ("train", "eval")}
+    for row in rows:
+        row["leak_key"] = normalise_text(row["instruction"]) if row["instruction"] is not None else None
+    sides = {s: {row["leak_key"] for row in rows if row["split"] == s} for s in ("train", "eval")}
     for row in rows:
         other = sides["eval" if row["split"] == "train" else "train"]
-        row["leaks"] = row["instruction"] is not None and row["instruction"] in other
+        row["leaks"] = row["leak_key"] is not None and row["leak_key"] in other
     return rows
 
 
@@ -341,7 +346,7 @@ def validate(params: dict) -> dict:
             "failed_not_enforced": sum(1 for r in results if not r["success"] and not r["enforced"]),
             "rows": {"raw": len(tables["raw"]), "train": len(train), "eval": len(eval_)},
             "leaked_rows": len(leaked),
-            "leaked_instructions": len({r["instruction"] for r in leaked}),
+            "leaked_instructions": len({r["leak_key"] for r in leaked}),
             "unlabelled_race_rows": sum(1 for r in prepared if r["task"] in RACE_TASKS and r["label"] is None),
         }
         atomic_write_json(tmp / "report.json", {"summary": summary, "expectations": results})
