@@ -84,7 +84,8 @@ class RewardJudge(BaseJudge):
         if not n == len(a) == len(b):
             raise ValueError(f"{self.name}: {n} samples, {len(a)} and {len(b)} completions")
         both = list(samples) * 2
-        r = self.reward_fn(completions=list(a) + list(b), task=[s.get("task") for s in both],
+        r = self.reward_fn(prompts=[s.get("prompt") for s in both],
+                           completions=list(a) + list(b), task=[s.get("task") for s in both],
                            answer=[s.get("answer") for s in both],
                            label=[s.get("label") for s in both])
         return [_sign(r[i] - r[n + i], self.tol) for i in range(n)]

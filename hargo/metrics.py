@@ -14,12 +14,14 @@ Definitions:
 - **MLPerf EM** (``mlperf_em``): fraction of mlperf samples whose normalised reference
   (casefolded, whitespace collapsed, outer quotes and trailing punctuation stripped) occurs in the
   normalised completion with no word character right before or after it
-  (``hargo.rewards.mlperf.exact_match``).
+  (``hargo.rewards.mlperf.exact_match``), and which offer no other candidate answer
+  (``hargo.rewards.mlperf.mlperf_em``: the reward's hedging rule, the question's own values
+  excused): ``"0 1 2 4 8 16 32 64 128"`` is not an exact match of ``"8"``.
 - **PLP Similarity** (``plp_similarity``): mean MiniLM cosine of completion and reference (no
   bonus or penalty).
 - **AvgScore** (``avg_score``): mean task reward over all samples.
 - ``accuracy_<task>``: fraction correct, where correct means: race, the extracted answer equals
-  the label; mlperf, the top reward tier (exact, numeric or all-values match, reward 1.0); plp,
+  the label; mlperf, the full reward 1.0 (exact, numeric or all-values match, not hedged); plp,
   cosine >= ``plp_correct_threshold`` (default 0.5).
 - ``n_<task>``, ``mean_completion_chars_<task>``, ``median_completion_chars_<task>``.
 
@@ -29,8 +31,9 @@ from __future__ import annotations
 
 import statistics
 
-from hargo.rewards import RACE_TASKS, TASKS, TaskReward, check_task, completion_text
-from hargo.rewards.mlperf import exact_match
+from hargo.rewards import (RACE_TASKS, TASKS, TaskReward, check_task, completion_text,
+                           question_text)
+from hargo.rewards.mlperf import mlperf_em
 from hargo.rewards.race import extract_yes_no, canonical_label
 
 __all__ = ["score_samples", "compute_metrics", "race_classification", "win_rate",
@@ -83,7 +86,8 @@ def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward 
     reward_fn = reward_fn or TaskReward()
     texts = [completion_text(c) for c in completions]
     if rewards is None:
-        rewards = reward_fn(completions=texts, task=[s["task"] for s in samples],
+        rewards = reward_fn(prompts=[s.get("prompt") for s in samples],
+                            completions=texts, task=[s["task"] for s in samples],
                             answer=[s.get("answer") for s in samples],
                             label=[s.get("label") for s in samples])
     elif len(rewards) != len(samples):
@@ -101,7 +105,7 @@ def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward 
             rec["prediction"] = pred
             rec["correct"] = pred == canonical_label(s["label"])
         elif s["task"] == "mlperf":
-            rec["em"] = exact_match(text, s["answer"])
+            rec["em"] = mlperf_em(text, s["answer"], question_text(s.get("prompt")))
             rec["correct"] = float(rewards[i]) >= 1.0
         else:
             rec["similarity"] = sims[i]

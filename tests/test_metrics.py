@@ -289,3 +289,38 @@ def test_make_judge():
         make_judge({"judge": "llm", "judge_endpoint": None, "judge_model": None})
     with pytest.raises(ValueError, match="'reward' or 'llm'"):
         make_judge({"judge": "human"})
+
+
+# ---------------------------------------------------------------------------------- hedging
+
+def _mlperf(i, answer, question):
+    return {"id": f"mlperf-{i}", "task": "mlperf", "answer": answer, "label": None,
+            "prompt": [{"role": "user", "content": question}]}
+
+
+HEDGE_CASES = [  # (sample, completion, reward, em): the metrics follow the reward's hedging rule
+    (_mlperf(1, "8", "How many accelerators?"), "8 GPUs", 1.0, True),
+    (_mlperf(2, "8", "How many accelerators?"), "0 1 2 4 8 16 32 64 128", 1 / 9, False),
+    (_mlperf(3, "Dell", "Who is the submitter?"),
+     "Dell, NVIDIA, HPE, Lenovo, Supermicro, GIGABYTE", 1 / 6, False),
+    (_mlperf(4, "Dell", "Who is the submitter?"), "The submitter is Dell or HPE.", 1 / 2, False),
+    # the prompt's own values are a restatement, not candidates (8480 would halve it otherwise)
+    (_mlperf(5, "4", "How many accelerators has the Platinum 8480+ system?"),
+     "The Platinum 8480+ system has 4 accelerators.", 1.0, True),
+]
+
+
+def test_metrics_follow_the_hedging_rule(reward_fn):
+    samples = [c[0] for c in HEDGE_CASES]
+    comps = [c[1] for c in HEDGE_CASES]
+    scored = score_samples(samples, comps, reward_fn)
+    assert [r["reward"] for r in scored] == pytest.approx([c[2] for c in HEDGE_CASES])
+    assert [r["em"] for r in scored] == [c[3] for c in HEDGE_CASES]
+    assert [r["correct"] for r in scored] == [c[2] == 1.0 for c in HEDGE_CASES]
+    m = compute_metrics(samples, comps, reward_fn=reward_fn)
+    assert m["mlperf_em"] == pytest.approx(2 / 5) and m["accuracy_mlperf"] == pytest.approx(2 / 5)
+    assert m["avg_score"] == pytest.approx((1 + 1 / 9 + 1 / 6 + 1 / 2 + 1) / 5)
+    # the reward judge sees the prompts too: the precise answer beats every hedge, ties itself
+    judge = RewardJudge(reward_fn)
+    precise = ["8", "8", "Dell", "Dell", "4"]
+    assert judge.compare_batch(samples, precise, comps) == [0, 1, 1, 1, 0]

@@ -178,7 +178,8 @@ def test_stage_writes_ranked_pairs_and_stats(pref_root, committed_params, mlflow
         assert p["chosen_reward"] > p["rejected_reward"]
         assert p["prompt"] == by_id[p["id"]]["prompt"] and p["task"] == by_id[p["id"]]["task"]
         r = by_id[p["id"]]
-        got = reward(completions=[p["chosen"], p["rejected"]], task=[r["task"]] * 2,
+        got = reward(prompts=[r["prompt"]] * 2,
+                     completions=[p["chosen"], p["rejected"]], task=[r["task"]] * 2,
                      answer=[r["answer"]] * 2, label=[r["label"]] * 2)
         assert got == pytest.approx([p["chosen_reward"], p["rejected_reward"]])
     gaps = [p["chosen_reward"] - p["rejected_reward"] for p in pairs]

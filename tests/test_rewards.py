@@ -254,3 +254,230 @@ def test_reward_config_from_committed_params(committed_params):
     assert rc.plp == PLPConfig.from_params(committed_params["rewards"]["plp"])
     assert rc.plp.embed_max_chars == committed_params["rewards"]["plp"]["embed_max_chars"]
     assert rc.mlperf.overlap_high == committed_params["rewards"]["mlperf"]["overlap_high"]
+
+
+# ---------------------------------------------------------------------------------- hedging
+# Issue 12 item 8: a completion that hedges (many candidates, both labels, the reference padded
+# inside long text) earns less than the precise answer, for every task reward.
+
+from hargo.rewards.mlperf import extra_candidates, mlperf_em, segments  # noqa: E402
+
+#: MLPerf submitters (none contains another as a whole word)
+_VENDORS = ["Dell", "NVIDIA", "HPE", "Lenovo", "Supermicro", "GIGABYTE", "ASUSTeK", "Fujitsu",
+            "Azure", "xFusion", "Intel-HabanaLabs", "Krai", "IEI", "H3C", "CoreWeave"]
+#: how a hedge joins its candidates
+_JOINS = [", ", "; ", " or ", "\n", " | ", " / ", " and ", ", or ", " and/or "]
+#: real PLP references (data/prepared/eval.jsonl)
+_PLP_REFS = [
+    "CodeBERT is the baseline used for clone detection in the POJ-104 dataset.",
+    "The training set of the Devign dataset contains 21k code samples for defect detection "
+    "analysis.",
+    "Encoder-Decoder is the baseline model used for code repair in the Bugs2Fix dataset.",
+    "The Bugs2Fix dataset supports the Java programming language.",
+    "The task for the Cloze Test using the CT-all dataset is to predict tokens that come from "
+    "the entire vocabulary.",
+    "The BigCloneBench dataset can be used for clone detection tasks if the language is Java "
+    "and the baseline is CodeBERT.",
+]
+
+
+def test_issue_hedges_fixed_values():
+    """The two cases of the issue: 1/k of the tier for k candidates, and not an exact match."""
+    hedge = "0 1 2 4 8 16 32 64 128"
+    assert extra_candidates(hedge, "8") == ["0", "1", "2", "4", "16", "32", "64", "128"]
+    assert mlperf_reward(hedge, "8") == pytest.approx(1 / 9)        # was 1.0
+    assert exact_match(hedge, "8") and not mlperf_em(hedge, "8")
+    six = "Dell, NVIDIA, HPE, Lenovo, Supermicro, GIGABYTE"
+    assert extra_candidates(six, "Dell") == ["nvidia", "hpe", "lenovo", "supermicro", "gigabyte"]
+    assert mlperf_reward(six, "Dell") == pytest.approx(1 / 6)       # was 1.0
+    assert not mlperf_em(six, "Dell")
+
+
+@pytest.mark.parametrize("completion,answer,question", [
+    ("8", "8", ""), ("8 GPUs", "8", ""), ("There are 8 accelerators.", "8", ""),
+    ("ID 3.0-2020 has 8 accelerators", "8", ""),                      # an id is not a count
+    ("8 accelerators with NGC MXNet 23.04", "8", ""),                 # a version is not a count
+    ("Dell", "Dell", ""), ("The submitter is Dell.", "Dell", ""),
+    ("Dell PowerEdge XE9680", "Dell", ""), ("Dell, 8", "Dell", ""),   # 8 is no vendor
+    ("The submitter is Dell, which builds the XE9680.", "Dell", ""),  # a clause, not a value
+    ("Dell, Dell", "Dell", ""),                                       # the same answer twice
+    ("8 of them, all Habana Gaudi2", "Habana Gaudi2, 8", ""),
+    ("The ID is 3.0-2087.", "3.0-2087", ""),
+    # restating the question is not hedging: its values are excused
+    ("The system with the Intel(R) Xeon(R) Platinum 8480+ and NGC HugeCTR 23.04 has 4 "
+     "accelerators.", "4", "If the system with ID 3.0-2052 has the processor Intel(R) Xeon(R) "
+     "Platinum 8480+ and the software used is NGC HugeCTR 23.04, what is the number of "
+     "accelerators?"),
+    ("If the Submitter is Dell and there are 8 accelerators, the system is XE9680x8A100.",
+     "XE9680x8A100", "What is the system if the submitter is Dell and the number of "
+     "accelerators is 8?"),
+])
+def test_precise_answers_keep_full_credit(completion, answer, question):
+    assert extra_candidates(completion, answer, question) == []
+    assert mlperf_reward(completion, answer, question=question) == 1.0
+
+
+@pytest.mark.parametrize("completion,answer,question,expected", [
+    ("The submitter is Dell or HPE", "Dell", "", 1 / 2),
+    ("It could be Dell, or it could be HPE", "Dell", "", 1 / 2),
+    ("3.0-2030, 3.0-2031", "3.0-2030", "", 1 / 2),
+    ("8, 16 or 32 GPUs", "8", "", 1 / 3),
+    ("Habana Gaudi2, 8, 16", "Habana Gaudi2, 8", "", 2 / 3),            # 2 of 3 values right
+    ("Habana Gaudi2, NVIDIA H100", "Habana Gaudi2, 8", "", 0.5 * 1 / 2),  # partial tier, hedged
+    ("Intel(R) Xeon(R) Platinum 8460H or Intel(R) Xeon(R) Platinum 8480+",
+     "Intel(R) Xeon(R) Platinum 8460H", "", 1 / 2),
+    ("The ID is 3.0-2062.\nThe ID is 3.0-2063.", "The ID is 3.0-2062.", "", 1 / 2),
+    # the question's own 8480 is excused, but not without the question
+    ("The Platinum 8480+ system has 4 accelerators.", "4", "", 1 / 2),
+    ("The Platinum 8480+ system has 4 accelerators.", "4", "Processor Platinum 8480+?", 1.0),
+])
+def test_hedged_answers_values(completion, answer, question, expected):
+    assert mlperf_reward(completion, answer, question=question) == pytest.approx(expected)
+    assert mlperf_em(completion, answer, question) == (expected == 1.0
+                                                       and exact_match(completion, answer))
+
+
+def test_segments_and_number_tokens():
+    assert segments("Dell, or HPE") == [("Dell", False), ("HPE", True)]
+    assert segments("A or B and C, D") == [("A", False), ("B", True), ("C", True), ("D", False)]
+    assert segments("1,024 GPUs; 8") == [("1,024 GPUs", False), ("8", False)]
+    # a clock speed holds no number (it held a phantom "2" before: a hedge candidate)
+    assert numeric_tokens("Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz") == ["6338"]
+    assert numeric_tokens("It is 8.") == ["8"] and numeric_tokens("1.2.3") == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(ref=st.integers(0, 4096), others=st.sets(st.integers(0, 4096), min_size=1, max_size=8),
+       join=st.sampled_from(_JOINS + [" "]), unit=st.sampled_from(["", " GPUs"]),
+       data=st.data())
+def test_mlperf_number_hedges_pay_one_over_k(ref, others, join, unit, data):
+    """A number hedged with k other numbers earns 1/(k+1) < 1 = the precise answer."""
+    others = sorted(others - {ref})
+    if not others:
+        return
+    cands = data.draw(st.permutations([ref] + others))
+    hedge = join.join(f"{x}{unit}" for x in cands)
+    precise = f"{ref}{unit}"
+    assert mlperf_reward(precise, str(ref)) == 1.0 and mlperf_em(precise, str(ref))
+    assert mlperf_reward(hedge, str(ref)) == pytest.approx(1 / (len(others) + 1))
+    assert not mlperf_em(hedge, str(ref))
+    # every candidate named by the question: a restatement, not a hedge
+    question = "Which of " + ", ".join(map(str, others)) + "?"
+    assert mlperf_reward(hedge, str(ref), question=question) == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(names=st.lists(st.sampled_from(_VENDORS), min_size=2, max_size=8, unique=True),
+       join=st.sampled_from(_JOINS), prefix=st.sampled_from(["", "The submitter is "]),
+       question=st.sampled_from(["", "Who is the submitter of the system with ID 3.0-2045?"]))
+def test_mlperf_name_hedges_pay_one_over_k(names, join, prefix, question):
+    """A name hedged with k other names earns 1/(k+1) < 1 = the precise answer, whatever the
+    order, the separator, or a leading phrase taken from the question."""
+    if prefix and not question:
+        question = "Who is the submitter?"  # a frame is recognised through the question
+    ref = names[0]
+    for order in (names, names[::-1]):
+        hedge = prefix + join.join(order)
+        assert mlperf_reward(hedge, ref, question=question) == pytest.approx(1 / len(names))
+        assert not mlperf_em(hedge, ref, question)
+    assert mlperf_reward(prefix + ref, ref, question=question) == 1.0
+    assert mlperf_em(prefix + ref, ref, question)
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(st.sampled_from(_VENDORS), min_size=2, max_size=3, unique=True),
+       extra=st.lists(st.sampled_from(_VENDORS), min_size=1, max_size=4, unique=True),
+       join=st.sampled_from([", ", "; ", "\n"]))
+def test_mlperf_multi_value_hedges_pay_precision(values, extra, join):
+    """A multi-value reference hedged with e other values earns n / (n + e)."""
+    extra = [x for x in extra if x not in values]
+    ref = ", ".join(values)
+    assert mlperf_reward(join.join(values), ref) == 1.0
+    if extra:
+        hedge = join.join(values + extra)
+        assert mlperf_reward(hedge, ref) == pytest.approx(len(values) / (len(values) + len(extra)))
+
+
+_RACE_HEDGES = ["{a} or {b}", "{a}/{b}", "{a}. Actually, {b}.", "{A}, or {b}, there may be a race",
+                "Answer: {a}\nAnswer: {b}", "{A} -- {b} -- it depends on the schedule."]
+
+
+@settings(max_examples=60, deadline=None)
+@given(label=st.sampled_from(["yes", "no"]), first=st.sampled_from(["yes", "no"]),
+       template=st.sampled_from(_RACE_HEDGES),
+       case=st.sampled_from([str.lower, str.upper, str.capitalize]))
+def test_race_hedges_score_zero(label, first, template, case):
+    """Naming both labels is no answer: 0 against either label; the precise label scores 1."""
+    second = "no" if first == "yes" else "yes"
+    hedge = template.format(a=case(first), b=case(second), A=first.capitalize())
+    assert extract_yes_no(hedge) is None
+    assert race_reward(hedge, label) == 0.0 < race_reward(case(label), label) == 1.0
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(i=st.integers(0, len(_PLP_REFS) - 1), k=st.integers(1, 3), data=st.data(),
+       pad=st.lists(st.sampled_from(["the", "model", "runs", "fast", "on", "GPUs", "today",
+                                     "and", "data", "is", "large"]), min_size=3, max_size=120))
+def test_plp_hedges_score_below_the_reference(scorer, i, k, data, pad):
+    """The reference alone beats (a) it listed with k other candidate sentences and (b) it
+    padded inside unrelated text: dilution lowers the cosine (and past 400 characters the
+    length penalty bites)."""
+    ref = _PLP_REFS[i]
+    others = data.draw(st.lists(st.sampled_from([r for r in _PLP_REFS if r != ref]),
+                                min_size=k, max_size=k, unique=True))
+    listing = " ".join(data.draw(st.permutations([ref] + others)))
+    padding = " ".join(pad)
+    cut = data.draw(st.integers(0, len(pad)))
+    padded = " ".join(pad[:cut] + [ref] + pad[cut:])
+    cfg = PLPConfig()
+    precise, hedged, padded_r = plp_rewards([ref, listing, padded], [ref] * 3, cfg, scorer)
+    assert hedged < precise and padded_r < precise
+    assert precise == pytest.approx(1.1, abs=1e-5) and padding
+
+
+def test_task_reward_excuses_the_prompt():
+    """TaskReward reads the question from the prompts TRL passes (string or conversation)."""
+    fn = TaskReward(RewardConfig())
+    c = "The Platinum 8480+ system has 4 accelerators."
+    q = "If the processor is Intel(R) Xeon(R) Platinum 8480+, how many accelerators?"
+    kw = dict(completions=[c, c, c], task=["mlperf"] * 3, answer=["4"] * 3)
+    assert fn(prompts=[q, [{"role": "user", "content": q}], None], **kw) == [1.0, 1.0, 0.5]
+    assert fn(**kw) == [0.5, 0.5, 0.5]
+
+
+def _real_mlperf(real_raw_dir):
+    from hargo.data.raw import instruction_prompt, load_file
+
+    raws = load_file(real_raw_dir / "task1_ml_perf.json")
+    return [(instruction_prompt(r["instruction"], r["input"]), r["output"]) for r in raws]
+
+
+def test_real_references_keep_full_credit(real_raw_dir):
+    """Every real MLPerf reference (1,820 raw records) scores 1.0 and is an exact match against
+    itself, bare, wrapped in a phrase and after its restated question: the hedging rule
+    changes no correct-form answer."""
+    qa = _real_mlperf(real_raw_dir)
+    assert len(qa) == 1820
+    fn = TaskReward(RewardConfig())
+    for form in ("{a}", "The answer is {a}.", "{q} The answer is {a}"):
+        comps = [form.format(a=a, q=q) for q, a in qa]
+        r = fn(prompts=[q for q, _ in qa], completions=comps, task=["mlperf"] * len(qa),
+               answer=[a for _, a in qa])
+        assert r == [1.0] * len(qa), form
+        assert all(mlperf_em(c, a, q) for c, (q, a) in zip(comps, qa)), form
+
+
+def test_real_alternative_numbers_are_hedges(real_raw_dir):
+    """Questions with several different real answers that are numbers or ids (duplicates with
+    conflicting outputs): listing them all earns 1/k of the precise answer's 1.0."""
+    by_q: dict[str, set] = {}
+    for q, a in _real_mlperf(real_raw_dir):
+        by_q.setdefault(q, set()).add(a)
+    groups = [(q, sorted(a)) for q, a in by_q.items()
+              if len(a) > 1 and all(numeric_tokens(x) == [x] for x in a)]
+    assert len(groups) >= 10
+    for q, answers in groups:
+        hedge = ", ".join(answers)
+        for a in answers:
+            assert mlperf_reward(a, a, question=q) == 1.0
+            assert mlperf_reward(hedge, a, question=q) == pytest.approx(1 / len(answers))

@@ -135,7 +135,8 @@ class StoredRewards:
                     raise KeyError(f"StoredRewards: no stored reward for {len(miss)} completions "
                                    f"and no fallback")
                 self._fallback = self._fallback_factory()
-            vals = self._fallback(completions=[texts[i] for i in miss],
+            vals = self._fallback(prompts=None if prompts is None else [prompts[i] for i in miss],
+                                  completions=[texts[i] for i in miss],
                                   task=[task[i] for i in miss], answer=[answer[i] for i in miss],
                                   label=[label[i] for i in miss])
             for i, v in zip(miss, vals):

@@ -202,7 +202,8 @@ def run(params: dict, root: str | Path = ".") -> dict[str, Any]:
         rep = [r for r in subset for _ in range(k)]
         t0 = time.perf_counter()
         reward = TaskReward(RewardConfig.from_params(params.get("rewards")))
-        rewards = reward(completions=gen.completions, task=[r["task"] for r in rep],
+        rewards = reward(prompts=[r.get("prompt") for r in rep],
+                         completions=gen.completions, task=[r["task"] for r in rep],
                          answer=[r.get("answer") for r in rep], label=[r.get("label") for r in rep])
         reward_s = time.perf_counter() - t0
         pairs, stats = make_pairs(subset, gen.completions, rewards, k)

@@ -14,6 +14,13 @@ mlperf         tiered 1 / 0.5 / 0.2 / 0.1   ``hargo.rewards.mlperf``
 plp            MiniLM cosine + format/len   ``hargo.rewards.plp``
 =============  ===========================  =============================================
 
+Hedging is never paid in full (issue 12 item 8): a completion that offers several answers earns
+less than the precise one. race: a completion with both "yes" and "no" has no answer and scores 0
+(``extract_yes_no``); mlperf: the tier is multiplied by the share of offered candidates that are
+reference values, 1/k for k candidates (``hargo.rewards.mlperf.extra_candidates``; the prompt's
+own values are excused); plp: padding and extra candidate sentences dilute the MiniLM cosine and
+past the length budget cost the length penalty, so the reference alone scores highest.
+
 Rewards never raise on any completion string (empty, megabytes long, binary junk, any Unicode)
 and are deterministic.
 """
@@ -21,13 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hargo.rewards.mlperf import MLPerfConfig, exact_match, mlperf_reward
+from hargo.rewards.mlperf import MLPerfConfig, exact_match, mlperf_em, mlperf_reward
 from hargo.rewards.plp import PLPConfig, PLPScorer, get_scorer, plp_rewards
 from hargo.rewards.race import extract_yes_no, race_reward
 
-__all__ = ["TASKS", "RACE_TASKS", "RewardConfig", "TaskReward", "completion_text",
+__all__ = ["TASKS", "RACE_TASKS", "RewardConfig", "TaskReward", "completion_text", "question_text",
            "MLPerfConfig", "PLPConfig", "PLPScorer", "get_scorer", "extract_yes_no",
-           "exact_match", "race_reward", "mlperf_reward", "plp_rewards", "check_task"]
+           "exact_match", "mlperf_em", "race_reward", "mlperf_reward", "plp_rewards", "check_task"]
 
 from hargo.vocab import RACE_TASKS, TASKS  # noqa: E402  (re-exported: the reward knows these)
 
@@ -73,6 +80,16 @@ def completion_text(c) -> str:
         if isinstance(last, dict):
             return _content_text(last.get("content", ""))
     raise TypeError(f"completion must be a str or a list of chat messages, got {type(c).__name__}")
+
+
+def question_text(prompt) -> str:
+    """The question of one prompt as TRL passes it: a string, or the last message's content of a
+    conversational prompt (as ``completion_text``); ``""`` for None or any other shape (the
+    question only excuses restated values, so an unreadable one excuses nothing)."""
+    try:
+        return "" if prompt is None else completion_text(prompt)
+    except TypeError:
+        return ""
 
 
 def _content_text(content) -> str:
@@ -125,7 +142,9 @@ class TaskReward:
         """Rewards of a batch.
 
         Args:
-            prompts: ignored (TRL passes them).
+            prompts: list of N prompts (strings or conversational message lists; the last
+                message's content is the question), or None. Only mlperf uses them: the values
+                the question gives are not counted as hedged candidates (``mlperf_reward``).
             completions: list of N completions (strings or conversational message lists).
             task: list of N task names (or one name for all).
             answer: list of N reference answers (mlperf, plp; may be None for race samples).
@@ -145,6 +164,8 @@ class TaskReward:
         tasks = _column("task", task, n)
         answers = [None] * n if answer is None else _column("answer", answer, n)
         labels = [None] * n if label is None else _column("label", label, n)
+        questions = [""] * n if prompts is None else [
+            question_text(p) for p in _column("prompts", prompts, n)]
         out: list[float | None] = [None] * n
         plp_idx = []
         for i, (t, text) in enumerate(zip(tasks, texts)):
@@ -152,7 +173,8 @@ class TaskReward:
             if t in RACE_TASKS:
                 out[i] = race_reward(text, labels[i])
             elif t == "mlperf":
-                out[i] = mlperf_reward(text, _answer(answers[i], i), self.config.mlperf)
+                out[i] = mlperf_reward(text, _answer(answers[i], i), self.config.mlperf,
+                                       questions[i])
             else:
                 plp_idx.append(i)
         if plp_idx:

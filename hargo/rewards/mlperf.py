@@ -23,6 +23,39 @@ Tiers, first that applies (``mlperf_reward``):
    ``overlap_low_reward`` (0.1) when > ``overlap_low`` (0.4); else 0. Keyword overlap is the
    fraction of the reference's keywords (tokens minus stop words) present in the completion.
 
+Hedging (``extra_candidates``; issue 12 item 8): the reference must be *the* answer, not one of
+several offered. Whatever tier applies, the reward is multiplied by the share of the offered
+candidates that are reference values, ``found / (found + extra)``: ``found`` is the number of
+reference values found (1 for a single-value reference and for the keyword tiers), ``extra`` the
+number of distinct other candidates the completion offers. A hedge over k candidates thus earns
+1/k of its tier, what a uniform guess among them earns on average. The question (the prompt's
+text, when the caller passes it) is never a hedge: its numbers and keywords are excused, so
+restating it costs nothing. Other candidates, precisely:
+
+- reference a single number or id (``"8"``, ``"3.0-2087"``): each distinct number of the same
+  kind (integer, decimal, or hyphenated id) in the completion other than the reference's and
+  the question's. ``"0 1 2 4 8 16 32 64 128"`` for ``"8"``: 8 others, reward 1/9; ``"8 GPUs"``,
+  ``"ID 3.0-2020 has 8 accelerators with NGC 23.04"``: none. Words are not alternatives to a
+  number.
+- any other reference: each *segment* of the completion (cut at ``;``, ``|``, newlines, a comma
+  not between two digits, `` / ``, and the words ``and``, ``or``, ``and/or``; ``segments``) that
+  contains no reference value, names something new (a keyword outside the reference and the
+  question; a lone number only when the reference holds a number) and is offered as an answer:
+  it lies in the scope of an ``or``; or it is a bare value (no stop word such as ``is``,
+  ``the``, ``which``); or it restates the reference or question with another name (a new
+  keyword written with a digit or a capital inside, and at least as many known keywords as new
+  ones: ``"The ID is 3.0-2063."`` on its own line beside ``"The ID is 3.0-2062."``).
+  ``"Dell, NVIDIA, HPE, Lenovo, Supermicro, GIGABYTE"`` for ``"Dell"``: 5 others, reward 1/6;
+  ``"Dell PowerEdge XE9680"``, ``"Dell, 8"``, ``"The submitter is Dell, which builds the
+  XE9680."``: none.
+
+Not caught (the rule reads structure, not meaning): alternatives run together with spaces only
+(``"Dell HPE Lenovo"``), offered in a clause without ``or`` (``"Dell, but it might be HPE"``) or
+behind a leading phrase the question does not contain (``"The submitter is NVIDIA, Dell"`` with
+no question), and an alternative that extends the reference (``"R750xax4A100-PCIE-80GB-NVBRIDGE"``
+contains ``"R750xax4A100-PCIE-80GB"``, so it reads as the answer). The MLPerf EM metric follows
+the same rule (``mlperf_em``).
+
 Constants come from params.yaml ``rewards.mlperf`` (``MLPerfConfig.from_params``).
 """
 from __future__ import annotations
@@ -34,7 +67,8 @@ from dataclasses import dataclass
 __all__ = [
     "MLPerfConfig", "normalise", "normalise_number", "numeric_tokens", "split_values",
     "keywords", "exact_match", "numeric_match", "all_values_match", "partial_match",
-    "keyword_overlap", "mlperf_reward", "EXACT_REWARD",
+    "keyword_overlap", "segments", "extra_candidates", "mlperf_em", "mlperf_reward",
+    "EXACT_REWARD",
 ]
 
 #: reward of tier 1 (method.md: "1.0 exact or numeric match")
@@ -68,8 +102,9 @@ def normalise(text: str) -> str:
 
 
 # A number (optionally with thousands commas and a fraction) or an id made of numbers joined by
-# hyphens (``3.0-2087``); not part of a longer word (``80GB``, ``H100``, ``8x`` are not numbers).
-_NUM = re.compile(r"(?<![\w.])((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)((?:-\d+(?:\.\d+)?)*)(?!\w)")
+# hyphens (``3.0-2087``); not part of a longer word (``80GB``, ``H100``, ``8x`` are not numbers,
+# nor is any part of ``2.40GHz``: no match may stop before ``.`` and a digit).
+_NUM = re.compile(r"(?<![\w.])((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)((?:-\d+(?:\.\d+)?)*)(?!\w|\.\d)")
 
 
 def normalise_number(token: str) -> str:
@@ -197,23 +232,129 @@ def keyword_overlap(completion: str, answer: str) -> float:
     return len(ka & _prep(completion).keywords) / len(ka)
 
 
-def mlperf_reward(completion: str, answer: str, config: MLPerfConfig | None = None) -> float:
-    """The MLPerf reward of one completion against its reference (tiers in the module docstring).
+# Segment separators: list punctuation, a comma not between two digits, a spaced slash, and the
+# conjunctions (captured, so that a segment after "or" is known).
+_SEP = re.compile(r"(;|\n|\||,(?!\d)|(?<!\d),|\s/\s|\band/or\b|\bor\b|\band\b)", re.IGNORECASE)
+_DISJUNCTIONS = frozenset({"or", "and/or", "/"})
+
+
+def segments(text: str) -> list[tuple[str, bool]]:
+    """The completion cut at list separators (see the module docstring), each segment stripped
+    (case kept), with whether it lies in the scope of a disjunction: after ``or``, ``and/or`` or
+    `` / ``, up to the next separator other than ``and`` (so ``"A or B and C, D"`` puts B and C
+    in it, not D). Empty segments are dropped:
+    ``"Dell, or HPE"`` -> ``[("Dell", False), ("HPE", True)]``."""
+    out, in_or = [], False
+    for i, part in enumerate(_SEP.split(text)):
+        if i % 2:  # a separator
+            sep = part.strip().casefold()
+            if sep in _DISJUNCTIONS:
+                in_or = True
+            elif sep != "and" and out and out[-1][1] == in_or:
+                in_or = False  # a list separator ends the disjunction's scope
+            continue
+        seg = part.strip().strip(_STRIP)
+        if seg:
+            out.append((seg, in_or))
+    return out
+
+
+def _names(segment: str) -> set[str]:
+    """The casefolded tokens of ``segment`` written as names: with a digit, or an upper-case
+    letter other than a segment-initial capital (``HugeCTR``, ``3.0-2063``, ``A100``; not the
+    ``The`` of ``"The ID is"``)."""
+    toks = _TOKEN.findall(segment)
+    return {t.casefold() for i, t in enumerate(toks)
+            if any(ch.isdigit() or ch.isupper() for ch in (t if i else t[1:]))}
+
+
+def _number_kind(token: str) -> str:
+    """``"id"`` (hyphenated, ``3.0-2087``), ``"decimal"`` (``23.04``) or ``"integer"`` (a
+    normalised token: ``8.0`` is already ``8``)."""
+    return "id" if "-" in token else ("decimal" if "." in token else "integer")
+
+
+def extra_candidates(completion: str, answer: str, question: str = "") -> list[str]:
+    """The candidates a completion offers besides the reference's values (rule in the module
+    docstring): the other numbers of the reference's kind for a single-number/id reference,
+    else the offered segments that name something outside the reference and the question.
+
+    Args:
+        completion: the model's answer.
+        answer: the reference.
+        question: the prompt's text ("" when unknown: then nothing is excused as restated).
+
+    Returns:
+        The extra candidates, in order of appearance, each once (empty: no hedging).
+    """
+    c = _prep(completion)
+    num = _single_number(answer)
+    if num is not None:
+        kind = _number_kind(num)
+        asked = set(numeric_tokens(question))
+        return list(dict.fromkeys(t for t in numeric_tokens(c.text)
+                                  if t != num and t not in asked and _number_kind(t) == kind))
+    values = split_values(answer)
+    values = values if len(values) >= 2 else [answer]
+    known = keywords(answer) | keywords(question)
+    numbers_count = bool(numeric_tokens(answer))
+    out: dict[str, None] = {}
+    for original, after_or in segments(c.text):
+        seg = normalise(original)
+        if seg in out or any(exact_match(seg, v) or numeric_match(seg, v) for v in values):
+            continue  # the segment gives a reference value: it is the answer, not another one
+        kw = keywords(seg)
+        lone_number = len(kw) == 1 and _NUM.fullmatch(next(iter(kw))) is not None
+        new = kw - known if numbers_count or not lone_number else set()
+        if not new:
+            continue  # restates the reference or the question, or is a lone number for a name
+        bare = not set(_TOKEN.findall(seg)) & _STOP
+        swapped = bool(new & _names(original)) and len(kw & known) >= len(new)
+        if after_or or bare or swapped:
+            out[seg] = None  # an alternative after "or", a bare value, or a swapped name
+    return list(out)
+
+
+def mlperf_em(completion: str, answer: str, question: str = "") -> bool:
+    """The MLPerf EM metric: ``exact_match`` and no other candidate offered
+    (``extra_candidates`` empty), so a hedge that contains the reference is not an exact match."""
+    return exact_match(completion, answer) and not extra_candidates(completion, answer, question)
+
+
+def _tier(c: _Prepared, answer: str, config: MLPerfConfig) -> tuple[float, int]:
+    """(tier reward, number of reference values found; 1 for a single-value reference)."""
+    found, n = _values_found(c, answer)
+    if exact_match(c, answer) or numeric_match(c, answer):
+        return EXACT_REWARD, n if n >= 2 else 1
+    if n >= 2 and found == n:  # all_values_match
+        return EXACT_REWARD, n
+    if n >= 2 and found > 0:  # partial_match
+        return config.partial, found
+    overlap = keyword_overlap(c, answer)
+    if overlap > config.overlap_high:
+        return config.overlap_high_reward, 1
+    if overlap > config.overlap_low:
+        return config.overlap_low_reward, 1
+    return 0.0, 1
+
+
+def mlperf_reward(completion: str, answer: str, config: MLPerfConfig | None = None,
+                  question: str = "") -> float:
+    """The MLPerf reward of one completion against its reference: the tier (module docstring)
+    times the hedging share ``found / (found + len(extra_candidates(...)))``.
+
+    Args:
+        completion, answer: the model's answer and the reference.
+        config: tier constants (default ``MLPerfConfig()``).
+        question: the prompt's text; its numbers and keywords are never counted as offered
+            candidates ("" when unknown).
 
     Never raises on any ``str`` completion; deterministic.
     """
     config = config or MLPerfConfig()
     c = _Prepared(completion)
-    if exact_match(c, answer) or numeric_match(c, answer):
-        return EXACT_REWARD
-    found, n = _values_found(c, answer)
-    if n >= 2 and found == n:  # all_values_match
-        return EXACT_REWARD
-    if n >= 2 and found > 0:  # partial_match
-        return config.partial
-    overlap = keyword_overlap(c, answer)
-    if overlap > config.overlap_high:
-        return config.overlap_high_reward
-    if overlap > config.overlap_low:
-        return config.overlap_low_reward
-    return 0.0
+    base, found = _tier(c, answer, config)
+    if base == 0.0:
+        return 0.0
+    extra = len(extra_candidates(c, answer, question))
+    return base if extra == 0 else base * found / (found + extra)
