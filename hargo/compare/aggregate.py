@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from hargo.compare.layout import run_name  # re-exported
 from hargo.compare.stats import (f1_statistic, mean_statistic, mean_std,
                                  paired_bootstrap_ci_seeds, race_f1_records)
 from hargo.rewards import RACE_TASKS, TASKS, completion_text
@@ -35,11 +36,6 @@ HEADLINE = {"win_rate": ("WinRate vs SFT", True), "dr_f1": ("DR-F1", True),
             "avg_score": ("AvgScore", False)}
 #: The metrics of the results table, in column order: the headline ones, then per-task accuracy.
 METRIC_KEYS = list(HEADLINE) + [f"accuracy_{t}" for t in TASKS]
-
-
-def run_name(method: str, seed: int) -> str:
-    """The run of ``method`` trained with ``seed``: ``<method>-s<seed>``."""
-    return f"{method}-s{seed}"
 
 
 def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Mapping
 
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
+from hargo.compare.layout import EVAL_ROOT  # re-exported
 from hargo.params import ParamsError, validate_params
 
 __all__ = ["run", "eval_params", "parse_run", "EVAL_ROOT", "SFT_RUN"]
 
-EVAL_ROOT = Path("data") / "compare" / "eval"
 SFT_RUN = "sft"
 _RUN_RE = re.compile(r"^(?P<method>[a-z_0-9]+)-s(?P<seed>\d+)$")
 

@@ -51,10 +51,9 @@ from typing import Mapping, Sequence
 from hargo.compare import render
 from hargo.compare.aggregate import (SFT, Aggregates, RecordingJudge, StoredRewards, aggregate,
                                      bootstrap_cis, run_metrics, run_name)
-from hargo.compare.evaluate import EVAL_ROOT
-from hargo.compare.train import TRAIN_METRICS_ROOT
+from hargo.compare.layout import EVAL_ROOT, TRAIN_METRICS_ROOT
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_text, read_jsonl
-from hargo.params import PREFERENCE_METHODS
+from hargo.vocab import PREFERENCE_METHODS
 from hargo.rewards import RACE_TASKS
 
 __all__ = ["EVAL_ROOT", "TRAIN_METRICS_ROOT", "REPORT_MD", "REPORT_HTML", "FIGURES_DIR",

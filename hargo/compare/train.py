@@ -36,18 +36,13 @@ from typing import Mapping
 
 from hargo.io import HargoInputError, atomic_write_json, read_jsonl
 from hargo import vocab
+from hargo.compare.layout import TRAIN_METRICS_ROOT, run_name  # re-exported
 from hargo.params import ParamsError, validate_params
 
 __all__ = ["run", "run_name", "run_params", "family", "model_dir", "metrics_path",
            "TRAIN_METRICS_ROOT", "CHECKPOINT_ROOT"]
 
-TRAIN_METRICS_ROOT = Path("metrics") / "compare" / "train"
 CHECKPOINT_ROOT = Path("checkpoints") / "compare"
-
-
-def run_name(method: str, seed: int) -> str:
-    """``"<method>-s<seed>"``: the name of one comparison run (folders, MLflow runs)."""
-    return f"{method}-s{int(seed)}"
 
 
 def family(method: str) -> str:

@@ -35,30 +35,29 @@ optimizer step) and ``time/step_s``; and, from the trainer's log of the step, ``
 ``grad_norm`` (the gradient norm before clipping). TRL's own log values go to MLflow as
 ``trl/<name>``.
 
-Why ``loss`` can read 0 while the weights move: with one optimisation pass per rollout the
-importance ratio is 1 in value, so the clipped surrogate's value is ``-(1/N) sum_i w_i A_i``: for
-GRPO (uniform weights, group advantages of mean 0) and ``beta = 0`` that is 0 at every step. Its
-gradient is not 0: it is minus the gradient of ``adv_logprob`` (the ratio's gradient is the
-log-prob's). ``grad_norm``, ``adv_logprob``, ``adv_log_ratio`` and ``kl`` show the learning.
+Why ``loss`` can read 0 while the weights move (GRPO, ``beta = 0``: ratio 1 in value, group
+advantages of mean 0), and what shows learning instead: README, *Reading an RL run*.
 
 One console line per step (:class:`RLLoggingCallback`) carries reward, accuracy, ``w_max``,
 ``g``, ``loss``, ``grad_norm``, ``adv_logprob``, ``adv_log_ratio``, ``kl``, the share of
-zero-variance groups per task, and the time split; :func:`summarize_history` puts the per-task
+zero-variance groups per task, and the time split; :func:`~hargo.training.rl_history.summarize_history` puts the per-task
 zero-variance shares and the learning signals in ``metrics/rl/<method>.json``.
 """
 from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from transformers import TrainerCallback
 
 from hargo.rewards import completion_text
+# the end-of-run summary and plots, re-exported here beside the recorder that feeds them
+from hargo.training.rl_history import (LEARNING_KEYS, is_missing, plot_history,
+                                       summarize_history)
 
-__all__ = ["PLP_ACCURACY_THRESHOLD", "LEARNING_KEYS", "is_correct", "StepRecorder", "RLLoggingCallback",
-           "plot_history", "summarize_history", "prompt_preview"]
+__all__ = ["PLP_ACCURACY_THRESHOLD", "LEARNING_KEYS", "is_correct", "StepRecorder",
+           "RLLoggingCallback", "plot_history", "summarize_history", "prompt_preview"]
 
 #: plp has no exact answer: a completion counts as correct when its reward (MiniLM cosine plus
 #: the format bonus minus the length penalty) reaches this value.
@@ -67,8 +66,6 @@ PLP_ACCURACY_THRESHOLD = 0.5
 _FULL_REWARD_TOL = 1e-6
 #: What :meth:`StepRecorder.add_trainer_log` takes from the trainer's log of a step.
 _TRAINER_LOG_KEYS = ("loss", "grad_norm")
-#: The learning signals :func:`summarize_history` summarises (first, final, mean over steps).
-LEARNING_KEYS = ("loss", "grad_norm", "all/adv_logprob", "all/adv_log_ratio", "all/kl")
 
 
 def is_correct(task: str, reward: float) -> bool:
@@ -291,112 +288,6 @@ class StepRecorder:
         self.history = [{k: (float("nan") if v is None else v) for k, v in h.items()} for h in hist]
 
 
-def summarize_history(history: Sequence[dict]) -> dict[str, Any]:
-    """What ``metrics/rl/<method>.json`` reports of a run's per-step history.
-
-    ``rewards``: per scope (task or ``all``), the last step's reward mean/std/accuracy, the first
-    step's and the mean over all steps; ``time``: the summed time split;
-    ``zero_variance_groups``: per scope, the share of groups whose G rewards were all equal, at
-    the last step (``final``) and averaged over the steps; ``learning``: ``loss``, ``grad_norm``,
-    ``adv_logprob``, ``adv_log_ratio``, ``kl`` (the ``all`` scope) at the first and last step and
-    averaged over the steps, for those the history holds (module docstring). NaN is left out."""
-    out: dict[str, Any] = {"steps_logged": len(history)}
-    if not history:
-        return out
-    scopes = sorted({k.split("/")[0] for h in history for k in h if k.endswith("/reward_mean")})
-    per = {}
-    for s in scopes:
-        vals = [h[f"{s}/reward_mean"] for h in history
-                if f"{s}/reward_mean" in h and not _isnan(h[f"{s}/reward_mean"])]
-        last = next((h for h in reversed(history) if f"{s}/reward_mean" in h), {})
-        per[s] = {"final_reward_mean": last.get(f"{s}/reward_mean"),
-                  "final_reward_std": last.get(f"{s}/reward_std"),
-                  "final_accuracy": last.get(f"{s}/accuracy"),
-                  "mean_reward_over_steps": _mean(vals) if vals else None,
-                  "first_reward_mean": vals[0] if vals else None}
-    out["rewards"] = {s: {k: (None if _isnan(v) else v) for k, v in d.items()}
-                      for s, d in per.items()}
-    out["time"] = {k.split("/", 1)[1]: float(sum(h.get(k, 0.0) or 0.0 for h in history))
-                   for k in ("time/generation_s", "time/scoring_s", "time/update_s", "time/step_s")}
-    zero = {}
-    for s in scopes:
-        vals = [h[f"{s}/zero_variance_groups"] for h in history
-                if not _isnan(h.get(f"{s}/zero_variance_groups"))]
-        if vals:
-            zero[s] = {"final": vals[-1], "mean_over_steps": _mean(vals)}
-    out["zero_variance_groups"] = zero
-    learning = {}
-    for key in LEARNING_KEYS:
-        vals = [h[key] for h in history if not _isnan(h.get(key))]
-        if vals:
-            learning[key.replace("all/", "")] = {"first": vals[0], "final": vals[-1],
-                                                 "mean_over_steps": _mean(vals)}
-    out["learning"] = learning
-    return out
-
-
-def _isnan(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def plot_history(history: Sequence[dict], out_dir: str | Path, title: str = "") -> list[Path]:
-    """Draw ``reward_per_task.png`` (reward mean per task over steps) and ``weight_per_task.png``
-    (loss weight mean, solid, and max, dashed, per task) into ``out_dir``; returns the paths.
-    Empty history: no files."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if not history:
-        return []
-    scopes = sorted({k.split("/")[0] for h in history for k in h if k.endswith("/reward_mean")})
-    paths = []
-
-    def series(key):
-        pts = [(h["step"], h[key]) for h in history if key in h and not _isnan(h[key])]
-        return [p[0] for p in pts], [p[1] for p in pts]
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for s in scopes:
-        x, y = series(f"{s}/reward_mean")
-        ax.plot(x, y, marker="o", label=s, linewidth=2.5 if s == "all" else 1.5)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("mean reward")
-    ax.set_title(f"{title} reward per task".strip())
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    p = out_dir / "reward_per_task.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for i, s in enumerate(scopes):
-        color = f"C{i % 10}"
-        x, y = series(f"{s}/weight_mean")
-        ax.plot(x, y, marker="o", color=color, label=f"{s} mean")
-        x, y = series(f"{s}/weight_max")
-        ax.plot(x, y, linestyle="--", color=color, label=f"{s} max")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("per-response loss weight w (mean is 1/G by construction)")
-    ax.set_title(f"{title} loss weight per task".strip())
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    p = out_dir / "weight_per_task.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
-    return paths
-
-
 def _active_mlflow():
     try:
         import mlflow
@@ -437,7 +328,7 @@ class RLLoggingCallback(TrainerCallback):
         for m in self.recorder.history:
             # loss/grad_norm came from the trainer's log, which MLflow has as trl/<name>
             vals = {k: float(v) for k, v in m.items()
-                    if k != "step" and k not in _TRAINER_LOG_KEYS and not _isnan(v)}
+                    if k != "step" and k not in _TRAINER_LOG_KEYS and not is_missing(v)}
             if vals:
                 mlflow.log_metrics(vals, step=int(m["step"]))
         if self.recorder.history:
@@ -454,7 +345,7 @@ class RLLoggingCallback(TrainerCallback):
         mlflow = _active_mlflow()
         if mlflow is not None:
             mlflow.log_metrics({k: float(v) for k, v in m.items()
-                                if k != "step" and not _isnan(v)}, step=state.global_step)
+                                if k != "step" and not is_missing(v)}, step=state.global_step)
             if self.log_completions_steps and state.global_step % self.log_completions_steps == 0:
                 table = self.recorder.completion_table(state.global_step)
                 if table is not None:
@@ -490,7 +381,7 @@ class RLLoggingCallback(TrainerCallback):
         for key, label, fmt in (("loss", "loss", ".4g"), ("grad_norm", "grad_norm", ".4g"),
                                 ("all/adv_logprob", "adv_logp", ".4g"),
                                 ("all/adv_log_ratio", "adv_lr", ".4g"), ("all/kl", "kl", ".4f")):
-            if key in m and not _isnan(m[key]):
+            if key in m and not is_missing(m[key]):
                 parts.append(f"{label} {m[key]:{fmt}}")
         zero = [(k.split("/")[0], v) for k, v in m.items()
                 if k.endswith("/zero_variance_groups") and not k.startswith("all/")]
@@ -515,7 +406,7 @@ class RLLoggingCallback(TrainerCallback):
         if mlflow is None:
             return
         vals = {f"trl/{k}": float(v) for k, v in logs.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and not _isnan(float(v))
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
                 and math.isfinite(float(v))}
         if vals:
             mlflow.log_metrics(vals, step=state.global_step)

@@ -1,0 +1,120 @@
+"""Every DVC stage depends on the code that computes its outputs: for each stage of dvc.yaml and
+compare/dvc.yaml, the hargo modules its ``hargo <command>`` imports (read statically, function-
+level imports included, transitively) are each covered by one of the stage's ``deps`` (the file,
+or a folder above it). A module missing there would let DVC call a stage up to date after the code
+that computes its result changed."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Modules whose code does not decide what a stage computes, so no stage lists them (they are
+#: leaves here: their own imports are not followed).
+RESULT_NEUTRAL = {
+    "hargo/io.py": "file primitives (atomic writes, JSONL reading): how outputs are written",
+    "hargo/tracking.py": "MLflow logging only",
+    "hargo/params.py": "loading and validating params.yaml; the values are the stages' DVC "
+                       "params, and the `params` stage re-validates on any change",
+}
+
+
+def _module_file(name: str) -> Path | None:
+    p = ROOT.joinpath(*name.split("."))
+    if (p / "__init__.py").exists():
+        return p / "__init__.py"
+    return p.with_suffix(".py") if p.with_suffix(".py").exists() else None
+
+
+def _imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "hargo"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "hargo":
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names
+                    if _module_file(f"{node.module}.{a.name}")}
+    return out
+
+
+def _docstring_only(path: Path) -> bool:
+    """A package ``__init__`` with nothing but a docstring (and ``__version__``)."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+               or isinstance(n, ast.Assign) and [t.id for t in n.targets
+                                                 if isinstance(t, ast.Name)] == ["__version__"]
+               for n in body)
+
+
+def code_closure(modules: set[str]) -> set[str]:
+    """Repository-relative files of ``modules`` and of every hargo module they import,
+    transitively (parent packages included), less :data:`RESULT_NEUTRAL` and docstring-only
+    package ``__init__`` files."""
+    seen, todo, files = set(), list(modules), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = _module_file(name)
+        if path is None:
+            continue
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in RESULT_NEUTRAL:
+            continue
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        todo.extend(_imports(path))
+        if not (path.name == "__init__.py" and _docstring_only(path)):
+            files.add(rel)
+    return files
+
+
+def _command_modules(command: str) -> set[str]:
+    """The modules hargo/cli.py's ``command`` imports in its body."""
+    cli = (ROOT / "hargo" / "cli.py").read_text(encoding="utf-8")
+    tree = ast.parse(cli)
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        names = [d for d in fn.decorator_list if isinstance(d, ast.Call) and d.args]
+        cmd = names[0].args[0].value if names else fn.name.replace("_", "-")
+        if cmd == command:
+            out = set()
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and node.module.startswith("hargo"):
+                    out |= {f"{node.module}.{a.name}" if _module_file(f"{node.module}.{a.name}")
+                            else node.module for a in node.names}
+            return out
+    raise AssertionError(f"hargo/cli.py has no command {command!r}")
+
+
+def _stages():
+    for dvc_yaml in ("dvc.yaml", "compare/dvc.yaml"):
+        for name, spec in yaml.safe_load((ROOT / dvc_yaml).read_text())["stages"].items():
+            yield pytest.param(dvc_yaml, name, spec.get("do", spec), id=f"{dvc_yaml}:{name}")
+
+
+@pytest.mark.parametrize("dvc_yaml, name, spec", list(_stages()))
+def test_stage_depends_on_the_code_it_runs(dvc_yaml, name, spec):
+    command = re.match(r"hargo ([\w-]+)", spec["cmd"]).group(1)
+    modules = _command_modules(command)
+    assert modules, f"{dvc_yaml}:{name}: no hargo module found for `hargo {command}`"
+    deps = [d if isinstance(d, str) else next(iter(d)) for d in spec.get("deps", [])]
+    missing = sorted(f for f in code_closure(modules)
+                     if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps))
+    assert not missing, f"{dvc_yaml}:{name} runs code it does not depend on: {missing}"
+
+
+def test_the_closure_follows_function_level_imports():
+    # evaluate imports the judges inside a function; the closure must still reach them
+    files = code_closure({"hargo.evaluation.evaluate"})
+    assert {"hargo/judges.py", "hargo/metrics.py", "hargo/rewards/plp.py"} <= files
+    assert "hargo/io.py" not in files and "hargo/evaluation/__init__.py" not in files
