@@ -49,28 +49,21 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 from prefect.states import Completed
 from prefect.tasks import exponential_backoff
 
 from flows import stages
-from flows.report import mlflow_runs, render_report
+from flows.publish import REPORT_KEY, open_mlflow_run, publish  # noqa: F401 (REPORT_KEY re-exported)
 from flows.retries import retry_if_transient
 from flows.stages import UP_TO_DATE
 from hargo import tracking
 from hargo.params import RL_METHODS, ParamsError, load_params
 
-REPORT_KEY = "hargo-pipeline-report"
-
 # Stage tasks: a transient failure is retried twice, after ~10 s then ~20 s (+-50 % jitter).
 # No Prefect cache: DVC decides what is up to date (flows.stages).
 _STAGE_TASK = dict(retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=10),
-                   retry_jitter_factor=0.5, retry_condition_fn=retry_if_transient,
-                   cache_policy=NO_CACHE)
-# Small MLflow reads/writes of the flow itself: quicker back-off.
-_STORE_TASK = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2),
                    retry_jitter_factor=0.5, retry_condition_fn=retry_if_transient,
                    cache_policy=NO_CACHE)
 
@@ -246,39 +239,6 @@ def register(force: bool = False) -> dict:
     return dvc_stage("register", force)
 
 
-@task(name="open-mlflow-run", **_STORE_TASK)
-def open_mlflow_run(params: dict, flow_run_id: str) -> str:
-    """Create the pipeline's MLflow parent run (door ``prefect``); returns its id."""
-    return tracking.start_parent_run(params, "prefect",
-                                     extra_tags={"hargo.prefect_flow_run_id": flow_run_id})
-
-
-@task(name="close-mlflow-run", **_STORE_TASK)
-def close_mlflow_run(run_id: str, failure: str | None) -> None:
-    """End the parent run FINISHED, or FAILED with the failure recorded as a tag."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    if failure:
-        client.set_tag(run_id, "hargo.failure", failure[:5000])
-    client.set_terminated(run_id, "FAILED" if failure else "FINISHED")
-
-
-@task(name="build-report", **_STORE_TASK)
-def build_report(params: dict, params_path: str, overrides: dict, parent_run_id: str | None,
-                 steps: list[dict], failure: str | None) -> str:
-    """The run's markdown report: steps, metrics/eval.json's table, the MLflow runs."""
-    uri = tracking.tracking_uri(".")
-    exp_id = tracking.setup(params, ".")
-    runs = mlflow_runs(exp_id, parent_run_id) if parent_run_id else []
-    eval_path = Path("metrics") / "eval.json"
-    metrics = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.exists() else None
-    return render_report(status="Failed" if failure else "Completed", params_path=params_path,
-                         overrides=overrides, tracking_uri=uri, experiment_id=exp_id,
-                         parent_run_id=parent_run_id, runs=runs, eval_metrics=metrics,
-                         steps=steps, failure=failure)
-
-
 # --------------------------------------------------------------------------- orchestration
 def run_step(step: str, stage_task, *, method: str | None = None,
              item: Mapping[str, Any] | None = None, force: bool = False,
@@ -430,26 +390,5 @@ def hargo_pipeline(params_path: str = "params.yaml", overrides: dict[str, Any] |
         failure = f"pipeline failed: {type(e).__name__}: {e}"
         raise
     finally:
-        _publish(params, params_path, overrides or {}, parent, steps, failure)
+        publish(params, params_path, overrides or {}, parent, steps, failure)
     return results
-
-
-def _publish(params: dict, params_path: str, overrides: dict, parent: str, steps: list[dict],
-             failure: str | None) -> None:
-    """Close the parent run and publish the report; their own failures are logged, never
-    allowed to hide the step failure being reported."""
-    log = get_run_logger()
-    closed = close_mlflow_run(parent, failure, return_state=True)
-    if not closed.is_completed():
-        log.error("could not close MLflow run %s: %s", parent, closed.message)
-    report = build_report(params, params_path, overrides, parent, steps, failure,
-                          return_state=True)
-    if report.is_completed():
-        create_markdown_artifact(markdown=report.result(), key=REPORT_KEY,
-                                 description="hargo pipeline: metrics and MLflow runs")
-    else:
-        log.error("could not build the report: %s", report.message)
-        status = f"Failed\n\n**{failure}**" if failure else "Completed"
-        create_markdown_artifact(
-            markdown=f"# hargo pipeline: {status}\n\n(report unavailable: {report.message})\n",
-            key=REPORT_KEY, description="hargo pipeline report")
