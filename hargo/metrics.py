@@ -13,8 +13,12 @@ Definitions:
   "matrix": [[tp, fn], [fp, tn]]}`` (rows: true label, columns: prediction, sklearn's layout).
 - **MLPerf EM** (``mlperf_em``): fraction of mlperf samples whose normalised reference
   (casefolded, whitespace collapsed, outer quotes and trailing punctuation stripped) occurs in the
-  normalised completion with no word character right before or after it
-  (``hargo.rewards.mlperf.exact_match``), and which offer no other candidate answer
+  normalised completion as a whole phrase by the reward's token-boundary rule
+  (``hargo.rewards.mlperf.exact_match``; module docstring of ``hargo.rewards.mlperf``): an edge
+  of the reference that is a number must not touch a word character, a decimal point, or a
+  hyphen/comma joining it to a longer id or number (``"2"`` is not in ``"2.00GHz"``, ``"0"`` not
+  in ``"3.0-2018"``, ``"3.0"`` not in ``"v3.0"``; ``"2"`` is in ``"2 GPUs"``), any other edge no
+  word character; and which offer no other candidate answer
   (``hargo.rewards.mlperf.mlperf_em``: the reward's hedging rule, the question's own values
   excused): ``"0 1 2 4 8 16 32 64 128"`` is not an exact match of ``"8"``.
 - **PLP Similarity** (``plp_similarity``): mean MiniLM cosine of completion and reference (no

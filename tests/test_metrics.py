@@ -324,3 +324,18 @@ def test_metrics_follow_the_hedging_rule(reward_fn):
     judge = RewardJudge(reward_fn)
     precise = ["8", "8", "Dell", "Dell", "4"]
     assert judge.compare_batch(samples, precise, comps) == [0, 1, 1, 1, 0]
+
+
+def test_mlperf_em_and_accuracy_need_a_whole_number_token():
+    """EM and accuracy follow the reward's token-boundary rule: a number reference inside a
+    longer number or id ("2" in "2.00GHz", "0" in "3.0-2018") is no match; "2 GPUs" is."""
+    q = "How many processors?"
+    samples = [{**_qa(i, "mlperf", a), "prompt": q} for i, a in enumerate(["2", "0", "2", "3.0"])]
+    completions = ["Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz", "The ID is 3.0-2018.", "2 GPUs",
+                   "MLPerf Training v3.0"]
+    scored = score_samples(samples, completions, TaskReward(RewardConfig(), scorer=None))
+    assert [r["em"] for r in scored] == [False, False, True, False]
+    assert [r["correct"] for r in scored] == [False, False, True, False]
+    assert [r["reward"] for r in scored] == [0.0, 0.0, 1.0, 0.0]
+    m = compute_metrics(samples, completions, reward_fn=TaskReward(RewardConfig(), scorer=None))
+    assert m["mlperf_em"] == m["accuracy_mlperf"] == pytest.approx(1 / 4)

@@ -3,7 +3,7 @@ process through get_scorer), TRL-style dispatch, determinism and a Hypothesis fu
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hargo.rewards import (TASKS, RewardConfig, TaskReward, completion_text, get_scorer)
@@ -481,3 +481,116 @@ def test_real_alternative_numbers_are_hedges(real_raw_dir):
         for a in answers:
             assert mlperf_reward(a, a, question=q) == 1.0
             assert mlperf_reward(hedge, a, question=q) == pytest.approx(1 / len(answers))
+
+
+# ------------------------------------------------------------------ number token boundaries
+# A number reference matches a whole number token of the completion, never a digit run inside a
+# longer number, id or name (module docstring of hargo.rewards.mlperf, "Token-boundary rule").
+
+_SENTENCE = "The submitter is Dell and the number of processors is 2."
+
+
+@pytest.mark.parametrize("completion,answer,found", [
+    # the bug: a digit run inside a clock speed, a decimal, an id
+    ("2.00GHz", "2", False),
+    ("Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz", "2", False),
+    ("3.0-2018", "0", False),
+    ("The ID is 3.0-2018.", "0", False),
+    ("3.0-2018", "2018", False), ("3.0-2018", "3.0", False), ("3.0-2018", "3", False),
+    ("12 GPUs", "2", False), ("2.5", "2", False), ("0.2", "2", False), ("1,024", "1", False),
+    ("1,024 GPUs", "24", False), ("0,1,2,4,8", "8", False), ("DGX-2", "2", False),
+    ("tensorflow 2.11.0", "2", False), ("NGC MLPerf v2.1/2.5", "2", False),
+    # a letter glued to a number makes a name: "v3.0" is a version, not the number 3.0
+    ("v3.0", "3.0", False), ("MLPerf Training v3.0", "3.0", False), ("80GB", "80", False),
+    ("H100", "100", False), ("8x H100", "8", False),
+    # a sentence reference that ends with a number keeps the number boundary at its end
+    ("The submitter is Dell and the number of processors is 2.00GHz", _SENTENCE, False),
+    ("The submitter is Dell and the number of processors is 2.5.", _SENTENCE, False),
+    # whole number tokens
+    ("2 GPUs", "2", True), ("2", "2", True), ("(2)", "2", True), ("It is 2.", "2", True),
+    ("**2**", "2", True), ("2/4", "2", True), ("8-GPU node", "8", True), ("3.0", "3.0", True),
+    ("The ID is 3.0-2018.", "3.0-2018", True), ("1,024 GPUs", "1,024", True),
+    ("3.0-2009, H3C", "3.0-2009", True),
+    ("The submitter is Dell and the number of processors is 2 per node.", _SENTENCE, True),
+    # names keep word boundaries, as before
+    ("H3C8", "H3C", False), ("XH3C", "H3C", False), ("NVIDIA A100-80GB", "NVIDIA A100", True),
+    ("dgxh100_n8", "dgxh100_n8", True), ("dgxh100_n86", "dgxh100_n8", False),
+])
+def test_number_reference_token_boundary(completion, answer, found):
+    """``exact_match`` and ``numeric_match`` (and so the reward and EM) apply one rule: a
+    number reference is found only as a whole number token."""
+    assert exact_match(completion, answer) is found
+    if len(numeric_tokens(answer)) == 1 and numeric_tokens(answer)[0] == normalise_number(
+            answer.strip(".")):
+        assert numeric_match(completion, answer) is found
+    if not found:
+        assert mlperf_reward(completion, answer) < 1.0 and not mlperf_em(completion, answer)
+
+
+def test_number_tokens_follow_the_boundary():
+    """The completion's numbers (numeric_match, the hedging count) are cut by the same rule."""
+    assert numeric_tokens("v3.0-2018 DGX-2 1,024GB 0,1,2 2.00GHz H100 80GB") == []
+    assert numeric_tokens("8-GPU node, ID 3.0-2018, 1,024 GPUs; (2)") == [
+        "8", "3.0-2018", "1024", "2"]
+    # a clock speed is no alternative count, and no match
+    assert extra_candidates("2 processors @ 2.40GHz", "2") == []
+    assert mlperf_reward("2 processors @ 2.40GHz", "2") == 1.0
+    assert mlperf_reward("Xeon @ 2.40GHz", "2") == 0.0
+    assert keywords("2.00GHz, 3.0-2018, 0,1,2") == {"2.00ghz", "3.0-2018", "0,1,2"}
+
+
+_DIGITS = st.text("0123456789", min_size=1, max_size=4)
+_NUMBERS = st.one_of(st.integers(0, 10 ** 6).map(str),
+                     st.tuples(st.integers(0, 999), st.integers(0, 999)).map("{0[0]}.{0[1]}".format))
+_EMBED = {  # how a longer number, id or name holds the reference number n
+    "prefix digits": lambda n, d: d.lstrip("0") + n if d.lstrip("0") else "1" + n,
+    "suffix digits": lambda n, d: n + d,
+    "decimal part": lambda n, d: n + "." + d,
+    "integer part": lambda n, d: d + "." + n,
+    "id head": lambda n, d: n + "-" + d,
+    "id tail": lambda n, d: d + "-" + n,
+    "round id": lambda n, d: "3.0-" + n,
+    "thousands": lambda n, d: n + "," + d.rjust(3, "0")[:3],
+    "after thousands": lambda n, d: d[:3] + "," + n,
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=_NUMBERS, d=_DIGITS, kind=st.sampled_from(sorted(_EMBED)),
+       unit=st.sampled_from(["", " GPUs", "GHz", "x", "-GPU", "%"]),
+       lead=st.sampled_from(["", "There are ", "The answer is ", "@ "]),
+       trail=st.sampled_from(["", ".", " per node.", ", 8"]))
+def test_number_inside_a_longer_number_never_matches(n, d, kind, unit, lead, trail):
+    """A reference number n embedded in a longer number (prefix or suffix digits, a decimal or
+    integer part, an id, a thousands group) is never found: no exact or numeric match, reward
+    below 1, not EM; bare, it is found."""
+    token = _EMBED[kind](n, d)
+    if not unit[:1].isalpha():  # a number equal to n (8.0, 08) is n: numeric_match by design
+        assume(normalise_number(token) != normalise_number(n))
+    completion = f"{lead}{token}{unit}{trail}"
+    assert not exact_match(completion, n), (completion, n)
+    assert not numeric_match(completion, n), (completion, n)
+    assert mlperf_reward(completion, n) < 1.0 and not mlperf_em(completion, n)
+    sentence = f"The number of processors is {n}."
+    assert not exact_match(f"The number of processors is {token}{unit}{trail}", sentence)
+    assert exact_match(f"{lead}{n}{unit}{trail}", n) is not unit[:1].isalpha()
+
+
+def test_real_numbers_match_whole_tokens_only(real_raw_dir):
+    """Every real single-number reference (counts, ids) against every real reference text: found
+    exactly when it is one of the text's tokens, cut at whitespace, punctuation and a hyphen
+    before a letter (an oracle independent of the module's regexes), so "2" is not found in
+    "@ 2.00GHz" nor "0" in "3.0-2018", but "16" is in "16-nodes-SPR-pytorch"."""
+    import re
+
+    texts = sorted({a for _, a in _real_mlperf(real_raw_dir)})
+    numbers = [a for a in texts if numeric_tokens(a) == [a]]
+    assert len(numbers) >= 20
+    split = re.compile(r"[\s;:()@+/]+|,\s|\.$|\.\s|-(?=[^\W\d])")
+    hits = 0
+    for t in texts:
+        tokens = set(split.split(t))
+        for a in numbers:
+            assert exact_match(t, a) is (a in tokens), (t, a)
+            hits += a in tokens
+    assert hits > len(numbers)  # the oracle does find numbers (each in itself, and more)

@@ -10,18 +10,45 @@ outer whitespace, quotes and trailing sentence punctuation (``. , ; : ! ?``) str
 Tiers, first that applies (``mlperf_reward``):
 
 1. 1.0 ``exact_match``: the normalised reference occurs in the normalised completion as a whole
-   phrase, i.e. not preceded or followed by a word character (regex word boundaries,
-   generalised with lookarounds so references that start or end with punctuation work);
+   phrase, delimited by the token-boundary rule below;
    or ``numeric_match``: the reference is a single number or id and the completion contains the
-   same number after normalisation (``1,024`` = ``1024`` = ``1024.0``; ids such as ``3.0-2087``
-   compare verbatim); or ``all_values_match``: every value of a multi-value reference is found
-   (any order).
+   same number token after normalisation (``1,024`` = ``1024`` = ``1024.0``; ids such as
+   ``3.0-2087`` compare verbatim); or ``all_values_match``: every value of a multi-value
+   reference is found (any order).
 2. ``partial`` (default 0.5) ``partial_match``: a multi-value reference (values separated by
    ``;``, a newline, or a comma that is not between two digits) of which at least one but not
    all values are found (each by ``exact_match`` or ``numeric_match``).
 3. ``overlap_high_reward`` (0.2) when ``keyword_overlap`` > ``overlap_high`` (0.7);
    ``overlap_low_reward`` (0.1) when > ``overlap_low`` (0.4); else 0. Keyword overlap is the
    fraction of the reference's keywords (tokens minus stop words) present in the completion.
+
+Token-boundary rule (every test of whether a reference value occurs in the completion:
+``exact_match``, ``numeric_match``, the values of ``all_values_match`` / ``partial_match``, the
+reference values of a segment in ``extra_candidates``, and the completion's numbers there): a
+number reference must match a whole number token, never a digit run inside a longer number, id
+or name.
+
+- Number boundary, at an edge of the reference that is a number (the reference starts, or ends,
+  with a number token of ``numeric_tokens``: ``"8"``, ``"3.0-2087"``, ``"1,024"``, ``"... the
+  number of processors is 2"``). Before the number: not a word character (letter, digit,
+  ``_``), not a decimal point, not a hyphen that follows a word character (an id or name such as
+  ``3.0-2018``, ``DGX-2``), not a comma that follows a digit (``1,024``). After it: not a word
+  character, not ``.``, ``,`` or ``-`` followed by a digit (a decimal part, thousands group, or
+  id continuation). So ``"2"`` is not in ``"2.00GHz"`` nor ``"12"`` nor ``"2.5"``, ``"0"`` not in
+  ``"3.0-2018"``, ``"2087"`` not in ``"3.0-2087"``, ``"8"`` not in ``"0,1,2,4,8"`` (a comma
+  between digits joins them, as in ``split_values`` and ``segments``); ``"2"`` is in
+  ``"2 GPUs"``, ``"(2)"``, ``"2."`` (sentence end), ``"2/4"`` and ``"8-GPU"`` (a hyphen before a
+  letter ends the number). ``"3.0"`` is *not* in ``"v3.0"``: a letter glued to a number makes
+  a version or model name (like ``H100``, ``80GB``), which is not that number; a model that
+  answers ``"v3.0"`` for ``"3.0"`` gets the keyword tiers, not 1.0. Numbers in the completion
+  (``numeric_tokens``) are cut by the same rule, so ``numeric_match`` and the hedging count agree
+  with ``exact_match``.
+- Word boundary, at any other edge (a name: ``"Dell"``, ``"A100"``, ``"v3.0"``,
+  ``"dgxh100_n8"``): not preceded or followed by a word character, as regex ``\\b`` but also
+  for references that start or end with punctuation. ``"H3C"`` is not in ``"H3C8"``; ``"A100"``
+  is in ``"A100-80GB"``.
+- Keywords (tier 3) are whole tokens: ``\\w+`` joined by ``. - + /`` and by a comma between
+  digits, so the keyword ``2`` is not found in ``2.00GHz`` or ``3.0-2018``.
 
 Hedging (``extra_candidates``; issue 12 item 8): the reference must be *the* answer, not one of
 several offered. Whatever tier applies, the reward is multiplied by the share of the offered
@@ -101,10 +128,22 @@ def normalise(text: str) -> str:
     return _WS.sub(" ", text.casefold()).strip(_STRIP)
 
 
+# The number boundary (module docstring, "Number boundary"): the one rule for where a number
+# token starts and ends, shared by the number tokenizer ``_NUM`` and by ``exact_match`` at a
+# reference edge that is a number. Before a number: no word character (``H100``, ``v3.0``), no
+# decimal point (``3.0``), no hyphen glued to a word character (``3.0-2018``, ``DGX-2``), no
+# comma after a digit (``1,024``). After it: no word character (``80GB``, ``2.00GHz``), no ``.``,
+# ``,`` or ``-`` followed by a digit (``2.00``, ``1,024``, ``3.0-2018``).
+_NUM_BEFORE = r"(?<![\w.])(?<!\w-)(?<!\d,)"
+_NUM_AFTER = r"(?!\w|[.,\-]\d)"
+_WORD_BEFORE = r"(?<!\w)"
+_WORD_AFTER = r"(?!\w)"
+
 # A number (optionally with thousands commas and a fraction) or an id made of numbers joined by
-# hyphens (``3.0-2087``); not part of a longer word (``80GB``, ``H100``, ``8x`` are not numbers,
-# nor is any part of ``2.40GHz``: no match may stop before ``.`` and a digit).
-_NUM = re.compile(r"(?<![\w.])((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)((?:-\d+(?:\.\d+)?)*)(?!\w|\.\d)")
+# hyphens (``3.0-2087``), delimited by the number boundary: ``80GB``, ``H100``, ``8x``, ``DGX-2``
+# hold no number, nor does any part of ``2.40GHz``, and ``3.0-2018`` is one token, not 3, 0, 2018.
+_NUM = re.compile(_NUM_BEFORE + r"((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)((?:-\d+(?:\.\d+)?)*)"
+                  + _NUM_AFTER)
 
 
 def normalise_number(token: str) -> str:
@@ -136,16 +175,17 @@ def split_values(answer: str) -> list[str]:
     return [p for p in (normalise(x) for x in _VALUE_SPLIT.split(answer)) if p]
 
 
-_TOKEN = re.compile(r"\w+(?:[.\-+/]\w+)*")
+_TOKEN = re.compile(r"\w+(?:(?:[.\-+/]|(?<=\d),(?=\d))\w+)*")
 _STOP = frozenset(
     "a an the is are was were be of and or if for with to in on at by as that this it its what "
     "which who how many much used uses use has have had does do when system's".split())
 
 
 def keywords(text: str) -> set[str]:
-    """Keyword set: casefolded tokens (``\\w+`` joined by ``. - + /``, so ``3.0-2087`` and
-    ``H100-SXM5-80GB`` are single tokens), numbers normalised first (``1,024`` -> ``1024``),
-    stop words removed."""
+    """Keyword set: casefolded tokens (``\\w+`` joined by ``. - + /`` and by a comma between two
+    digits, so ``3.0-2087``, ``2.00GHz`` and ``H100-SXM5-80GB`` are single tokens and a
+    keyword ``2`` is not found in them), numbers normalised first (``1,024`` -> ``1024``), stop
+    words removed."""
     text = _NUM.sub(lambda m: normalise_number(m.group(1) + m.group(2)), text.casefold())
     out = set()
     for tok in _TOKEN.findall(text):
@@ -177,15 +217,27 @@ def _prep(completion) -> _Prepared:
     return completion if isinstance(completion, _Prepared) else _Prepared(completion)
 
 
+@functools.lru_cache(maxsize=4096)
+def _reference_pattern(a: str) -> re.Pattern:
+    """The search pattern of a normalised reference: each edge takes the number boundary when
+    the reference starts (ends) with a number token of ``_NUM``, else the word boundary."""
+    toks = list(_NUM.finditer(a))
+    before = _NUM_BEFORE if toks and toks[0].start() == 0 else _WORD_BEFORE
+    after = _NUM_AFTER if toks and toks[-1].end() == len(a) else _WORD_AFTER
+    return re.compile(before + re.escape(a) + after)
+
+
 def exact_match(completion: str, answer: str) -> bool:
     """Tier 1 (and the MLPerf EM metric): the normalised reference occurs in the normalised
-    completion with no word character immediately before or after it. An empty reference never
+    completion as a whole phrase, by the token-boundary rule (module docstring): an edge of the
+    reference that is a number must meet the number boundary (``"2"`` is not in ``"2.00GHz"``,
+    ``"0"`` not in ``"3.0-2018"``, ``"3.0"`` not in ``"v3.0"``; ``"2"`` is in ``"2 GPUs"``), any
+    other edge a word boundary (``"H3C"`` is not in ``"H3C8"``). An empty reference never
     matches."""
     a = normalise(answer)
     if not a:
         return False
-    pattern = r"(?<!\w)" + re.escape(a) + r"(?!\w)"
-    return re.search(pattern, _prep(completion).folded) is not None
+    return _reference_pattern(a).search(_prep(completion).folded) is not None
 
 
 def _single_number(answer: str) -> str | None:
