@@ -19,29 +19,34 @@ Two split strategies (``data.split.strategy``):
        instruction whose code snippet is missing (the upstream fault that moved the code into the
        output, :func:`hargo.data.labels.snippet_missing`): its label refers to code the model
        never sees.
-    2. Remove exact duplicate records (same instruction, input and output), counted.
-    3. Group what is left by prompt text. Answers are compared after
-       :func:`hargo.data.raw.normalise_text` (race: the label). Same prompt, same answer: merged
+    Steps 2-4 compare texts by one key, :func:`hargo.data.raw.normalise_text` (whitespace runs
+    and line ends, case, surrounding blanks); ``validate``'s leak check uses it too.
+
+    2. Remove duplicate records (instruction, input and output equal after the key, so a copy
+       that differs only in whitespace or case is one), counted as ``exact_duplicates``.
+    3. Group what is left by prompt (instruction and input after the key: a near-duplicate
+       instruction, the same kernel indented differently, is the same prompt). Answers are
+       compared after the key (race: the label). Same prompt, same answer: merged
        into one record (counted as ``merged_duplicates``). Same prompt, different answers (a
        conflict), one rule for every task: ``data.conflicts: majority`` keeps the answer of a
        strict majority of the raw records as ``answer`` and lists the other answers in
        ``alt_answers`` (never the reference); ``drop`` sends the whole group to rejects. A tie
        at the top has no reference and is rejected under both policies (reason
        ``conflicting_answers_tie``). ``stats.json`` counts, per task, ``conflict_groups`` =
-       ``conflict_majority`` + ``conflict_ties`` and the records merged or rejected.
+       ``conflict_majority`` + ``conflict_ties`` and the records merged or rejected, and
+       ``near_duplicates`` the prompts written in more than one way (and their raw records,
+       after quarantine): each became one record or was rejected.
        (Steps 1-3: :func:`hargo.data.conflicts.clean_task`.)
-    4. :func:`hargo.data.split.split_grouped` per task by instruction text, compared after
-       :func:`hargo.data.raw.normalise_text` (whitespace runs and line ends, case, surrounding
-       blanks), so that no instruction is in both splits, not even as a near-duplicate
-       (``validate`` checks the same key). ``stats.json`` ``near_duplicates`` counts, per task,
-       the groups that join records whose instructions differ only so, and their records:
-       each such group is kept in one split.
+    4. :func:`hargo.data.split.split_grouped` per task by instruction text after the key, so
+       that no instruction is in both splits, not even as a near-duplicate.
 
 ``paper`` (the HPC-GPT/HARGO papers' split, 5,273 train / 584 eval on the real files)
     Every raw record kept, in file order: no de-duplication, no quarantine. ``answer`` is the raw
     output; race records still get the normalised ``label`` where one exists (else ``None``).
     :func:`hargo.data.split.split_paper` per file. Instructions repeated upstream then land in
     both splits; the ``validate`` stage measures that overlap instead of failing on it.
+    ``stats.json`` ``near_duplicates`` counts, per task, the split's groups that join
+    instructions differing as written, and their records.
 
 Token counts in the statistics are :func:`count_tokens` (a regex word/punctuation count), not
 the model tokenizer's, which belongs to a later stage.
@@ -259,7 +264,12 @@ def prepare(params: dict) -> dict:
     else:
         train, eval_ = split_grouped(records, fraction, seed, text=text)
     stats = compute_stats(train, eval_, raw, handling, params)
-    stats["near_duplicates"] = near_duplicates(records, text)
+    if strategy == "paper":
+        stats["near_duplicates"] = near_duplicates(records, text)
+    else:  # merged into one record per prompt by clean_task: counted there
+        stats["near_duplicates"] = {t: {"groups": h["near_duplicate_groups"],
+                                        "records": h["near_duplicate_records"]}
+                                    for t, h in handling.items()}
     table = answer_length_table(train + eval_)
 
     out = Path(data["out_dir"])
