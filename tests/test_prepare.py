@@ -178,6 +178,29 @@ def test_bad_input_leaves_earlier_outputs_untouched(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary leftovers
 
 
+def test_a_failure_while_writing_leaves_the_old_outputs_whole(tmp_path, monkeypatch):
+    out = tmp_path / "prepared"
+    P.run(params(TINY, out))
+    before = {n: (out / n).read_bytes() for n in OUTPUTS}
+    real_write, written = P.write_jsonl, []
+
+    def write_once_then_fail(path, records):
+        if written:
+            raise OSError("disk full")
+        written.append(real_write(path, records))
+        return written[-1]
+
+    monkeypatch.setattr(P, "write_jsonl", write_once_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        P.prepare(params(TINY, out, seed=7))  # another seed: other contents
+    assert written and written[0].parent == out and written[0].name != "train.jsonl"  # a temporary
+    assert {n: (out / n).read_bytes() for n in OUTPUTS} == before
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary leftovers
+    monkeypatch.undo()
+    P.prepare(params(TINY, out, seed=7))
+    assert (out / "train.jsonl").read_bytes() != before["train.jsonl"]  # the seed mattered
+
+
 def test_missing_file_is_named(tmp_path):
     raw = tmp_path / "raw"
     shutil.copytree(TINY, raw)

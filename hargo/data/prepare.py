@@ -1,8 +1,9 @@
 """Stage ``prepare``: the four raw HPC-GPT files -> prepared train/eval splits.
 
 Inputs (``params["data"]["raw_dir"]``): four JSON arrays of ``{instruction, input, output}``
-records (../shared/datasets/SOURCE.md). Outputs (``params["data"]["out_dir"]``), each written
-whole or not at all, and only after every input has been read and checked:
+records (../shared/datasets/SOURCE.md). Outputs (``params["data"]["out_dir"]``), written as one
+set whole or not at all (:func:`hargo.io.atomic_files`: each to a temporary sibling, and only
+when all are written do they replace the old ones), after every input has been read and checked:
 
 - ``train.jsonl``, ``eval.jsonl``: one prepared record per line (schema in
   :func:`hargo.data.raw.make_record`; TRL's conversational ``prompt`` format).
@@ -63,7 +64,7 @@ from hargo.data import labels as L
 from hargo.data.conflicts import CONFLICT_POLICIES, clean_task
 from hargo.data.raw import load_raw, make_record
 from hargo.data.split import check_fraction, near_duplicates, split_grouped, split_paper
-from hargo.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from hargo.io import atomic_files, write_json, write_jsonl
 from hargo.vocab import RACE_TASKS, TASKS
 
 STRATEGIES = ("grouped", "paper")
@@ -220,6 +221,9 @@ def prepare(params: dict) -> dict:
             ``split.strategy`` (grouped | paper), ``split.eval_fraction``, ``conflicts``
             (majority | drop)). Paths are relative to the working directory.
 
+    The five outputs are written as one set: any error, reading or writing, leaves the old
+    outputs as they were and no temporary file behind.
+
     Returns:
         ``{"strategy", "train", "eval", "rejects", "per_task": {task: {"train", "eval"}}}``.
 
@@ -273,12 +277,12 @@ def prepare(params: dict) -> dict:
     table = answer_length_table(train + eval_)
 
     out = Path(data["out_dir"])
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_jsonl(out / "train.jsonl", train)
-    atomic_write_jsonl(out / "eval.jsonl", eval_)
-    atomic_write_jsonl(out / "rejects.jsonl", rejects)
-    atomic_write_text(out / "answer_lengths.csv", table)
-    atomic_write_json(out / "stats.json", stats)
+    with atomic_files() as stage:  # all five replace the old ones together, or none does
+        write_jsonl(stage(out / "train.jsonl"), train)
+        write_jsonl(stage(out / "eval.jsonl"), eval_)
+        write_jsonl(stage(out / "rejects.jsonl"), rejects)
+        stage(out / "answer_lengths.csv").write_text(table, encoding="utf-8")
+        write_json(stage(out / "stats.json"), stats)
     _print_table(stats)
     return {"strategy": strategy, "train": len(train), "eval": len(eval_), "rejects": len(rejects),
             "per_task": {t: {"train": stats["counts"][t]["train"], "eval": stats["counts"][t]["eval"]}
