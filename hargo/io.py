@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 
 class HargoInputError(ValueError):
@@ -60,8 +60,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
     """Write ``obj`` as pretty JSON (sorted keys, trailing newline) atomically."""
-    return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True,
-                                              ensure_ascii=False) + "\n")
+    return atomic_write_text(path, _json_text(obj, indent))
+
+
+def _json_text(obj: Any, indent: int) -> str:
+    return json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def atomic_write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
@@ -69,14 +72,69 @@ def atomic_write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path
     path = Path(path)
     tmp = _tmp_sibling(path)
     try:
-        with tmp.open("w", encoding="utf-8") as f:
-            for r in records:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        write_jsonl(tmp, records)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
+    """Write ``obj`` as :func:`atomic_write_json` does, but in place: for a path staged by
+    :func:`atomic_files` (which makes it whole or not at all)."""
+    path = Path(path)
+    path.write_text(_json_text(obj, indent), encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
+    """Write one JSON object per line, in place: for a path staged by :func:`atomic_files`."""
+    path = Path(path)
+    with path.open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_files() -> Iterator[Callable[[str | os.PathLike], Path]]:
+    """Write several files whole or not at all, as one set.
+
+    Yields ``stage(path)``, which returns a new temporary sibling of ``path`` to write (with
+    :func:`write_json`, :func:`write_jsonl`, ``Path.write_text``...). On normal exit every
+    temporary replaces its ``path`` (``os.replace``, in the order staged): the only step left
+    once everything was written. On any exception inside the block every temporary is deleted
+    and no ``path`` is touched, so a failure partway never leaves a mix of old and new files::
+
+        with atomic_files() as stage:
+            write_jsonl(stage(out / "train.jsonl"), train)
+            write_json(stage(out / "stats.json"), stats)
+
+    The replaces themselves are one rename each, not one for the set: a crash between two of
+    them (or a rename that fails, its temporary and the later ones are then deleted) can still
+    leave the earlier paths new; only a directory swap (:func:`atomic_dir`) avoids that.
+
+    Raises:
+        ValueError: the same path staged twice.
+    """
+    staged: dict[Path, Path] = {}
+
+    def stage(path: str | os.PathLike) -> Path:
+        path = Path(path)
+        if path in staged:
+            raise ValueError(f"{path} is already staged in this atomic_files block")
+        staged[path] = _tmp_sibling(path)
+        return staged[path]
+
+    try:
+        yield stage
+        for path, tmp in list(staged.items()):
+            os.replace(tmp, path)
+            del staged[path]
+    finally:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

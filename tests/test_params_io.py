@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hargo.io import (HargoInputError, atomic_dir, atomic_write_json, read_jsonl,
-                      require_complete_dir)
+from hargo.io import (HargoInputError, atomic_dir, atomic_files, atomic_write_json, read_jsonl,
+                      require_complete_dir, write_json, write_jsonl)
 from hargo.params import ParamsError, apply_overrides, get, load_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +80,24 @@ def test_atomic_dir_replaces_whole_and_marks_complete(tmp_path):
         require_complete_dir(target)
 
 
+def test_atomic_files_replace_all_together_or_none(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "sub" / "b.json"
+    with atomic_files() as stage:
+        write_jsonl(stage(a), [{"x": 1}])
+        write_json(stage(b), {"y": 2})
+        assert not a.exists() and not b.exists()  # nothing replaced before the block ends
+    assert read_jsonl(a) == [{"x": 1}] and json.loads(b.read_text()) == {"y": 2}
+    with pytest.raises(OSError, match="disk full"), atomic_files() as stage:
+        write_jsonl(stage(a), [{"x": 3}])
+        raise OSError("disk full")  # after the first file is written
+    assert read_jsonl(a) == [{"x": 1}] and json.loads(b.read_text()) == {"y": 2}
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.jsonl", "b.json", "sub"]  # no temporaries
+    with pytest.raises(ValueError, match="already staged"), atomic_files() as stage:
+        stage(a)
+        stage(a)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.jsonl", "b.json", "sub"]
+
+
 def test_read_jsonl_names_file_and_record(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"a": 1}\n{"a": \n')
@@ -111,11 +129,14 @@ def test_outputs_honour_the_umask(tmp_path):
     old = os.umask(0o022)
     try:
         atomic_write_json(tmp_path / "m.json", {"a": 1})
+        with atomic_files() as stage:
+            stage(tmp_path / "n.txt").write_text("x")
         with atomic_dir(tmp_path / "d") as tmp:
             (tmp / "f").write_text("x")
     finally:
         os.umask(old)
     assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "n.txt").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
 
 

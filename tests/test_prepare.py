@@ -178,6 +178,29 @@ def test_bad_input_leaves_earlier_outputs_untouched(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary leftovers
 
 
+def test_a_failure_while_writing_leaves_the_old_outputs_whole(tmp_path, monkeypatch):
+    out = tmp_path / "prepared"
+    P.run(params(TINY, out))
+    before = {n: (out / n).read_bytes() for n in OUTPUTS}
+    real_write, written = P.write_jsonl, []
+
+    def write_once_then_fail(path, records):
+        if written:
+            raise OSError("disk full")
+        written.append(real_write(path, records))
+        return written[-1]
+
+    monkeypatch.setattr(P, "write_jsonl", write_once_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        P.prepare(params(TINY, out, seed=7))  # another seed: other contents
+    assert written and written[0].parent == out and written[0].name != "train.jsonl"  # a temporary
+    assert {n: (out / n).read_bytes() for n in OUTPUTS} == before
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary leftovers
+    monkeypatch.undo()
+    P.prepare(params(TINY, out, seed=7))
+    assert (out / "train.jsonl").read_bytes() != before["train.jsonl"]  # the seed mattered
+
+
 def test_missing_file_is_named(tmp_path):
     raw = tmp_path / "raw"
     shutil.copytree(TINY, raw)
@@ -234,11 +257,13 @@ def test_answers_are_compared_after_normalisation():
             q(2, "H100"), q(2, "A100 "), q(2, " a100"), q(2, "h100")]  # h100 x2, a100 x2: a tie
     recs, rejects, c = C.clean_task("mlperf", raws, "majority")
     assert [(r["id"], r["answer"], r["alt_answers"]) for r in recs] == [
-        ("mlperf-00000", "H100", []),          # merged, not a conflict
+        ("mlperf-00000", "H100", []),          # a duplicate, not a conflict
         ("mlperf-00002", "H100", ["A100"])]    # the winner's and the alternative's first text
+    # copies that differ only in whitespace or case are duplicates (1, 4, 5, 6, 9, 10), still
+    # counted in the vote
     assert (c["merged_duplicates"], c["exact_duplicates"], c["conflict_groups"], c["conflict_majority"],
-            c["conflict_ties"], c["conflict_merged"], c["conflict_dropped"]) == (1, 1, 2, 1, 1, 3, 4)
-    assert [r["source"]["index"] for r in rejects] == [7, 8, 9, 10]
+            c["conflict_ties"], c["conflict_merged"], c["conflict_dropped"]) == (0, 6, 2, 1, 1, 1, 2)
+    assert [r["source"]["index"] for r in rejects] == [7, 8]
     assert {r["reason"] for r in rejects} == {C.CONFLICT_TIE}
     assert rejects[0]["detail"] == "answers given for this prompt: 'H100' x2; 'A100 ' x2"
 
@@ -254,6 +279,36 @@ def test_ties_are_rejected_for_every_task():
             recs, rejects, c = C.clean_task(task, raws, policy)
             assert recs == [] and [r["reason"] for r in rejects] == [C.CONFLICT_TIE] * 2
             assert (c["conflict_groups"], c["conflict_ties"], c["conflict_dropped"]) == (1, 1, 2)
+
+
+def test_near_duplicate_instructions_are_one_prompt_for_conflicts():
+    # the same kernel indented differently / with CRLF line ends / other case: one prompt, so its
+    # contradictory labels meet in one vote (upstream race_c 1525/1573/1833 and 1553/1577/1662/1813)
+    kernel = "Given the code snippet: #pragma omp parallel for\nfor (i = 0; i < n; i++)\n  a[i] = a[i+1];, help me detect"
+    other = kernel.replace("\n  ", "\n    ")
+    tie = [{"instruction": kernel, "input": "", "output": "yes"},
+           {"instruction": other, "input": "", "output": "no"}]
+    for policy in C.CONFLICT_POLICIES:
+        recs, rejects, c = C.clean_task("race_c", tie, policy)
+        assert recs == [] and [r["reason"] for r in rejects] == [C.CONFLICT_TIE] * 2
+        assert (c["conflict_groups"], c["conflict_ties"], c["near_duplicate_groups"],
+                c["near_duplicate_records"]) == (1, 1, 1, 2)
+    majority = tie + [{"instruction": kernel.replace("\n", "\r\n").upper() + " ", "input": "", "output": "Yes."}]
+    recs, rejects, c = C.clean_task("race_c", majority, "majority")
+    assert [(r["id"], r["label"], r["alt_answers"], r["prompt"][0]["content"]) for r in recs] == [
+        ("race_c-00000", "yes", ["no"], kernel)]  # the first record, as written
+    assert (rejects, c["conflict_majority"], c["conflict_merged"], c["near_duplicate_records"]) == ([], 1, 2, 3)
+
+
+def test_duplicates_are_compared_after_normalisation():
+    q = "Which accelerator does system 7 use?"
+    raws = [{"instruction": q, "input": "", "output": "H100"},
+            {"instruction": q.upper().replace(" ", "\r\n") + " ", "input": " ", "output": "h100\n"},
+            {"instruction": "other", "input": "", "output": "H100"}]
+    recs, rejects, c = C.clean_task("plp", raws)
+    assert [r["id"] for r in recs] == ["plp-00000", "plp-00002"] and rejects == []
+    assert (c["exact_duplicates"], c["merged_duplicates"], c["conflict_groups"]) == (1, 0, 0)
+    assert (c["near_duplicate_groups"], c["near_duplicate_records"]) == (1, 2)
 
 
 def test_race_majority_and_merged_duplicates():
@@ -334,22 +389,27 @@ def test_crlf_and_trailing_space_copies_stay_in_one_split():
     assert S.near_duplicates(recs) == {"race_c": {"groups": 20, "records": 40}}
 
 
-def test_prepare_keeps_near_duplicate_instructions_in_one_split(tmp_path):
-    # every plp instruction also as a copy with CRLF line ends, other case and a trailing space
+def test_prepare_merges_near_duplicate_instructions(tmp_path):
+    # every plp instruction also as a copy with CRLF line ends, other case and a trailing space:
+    # the same answer makes it a duplicate, a different one a conflict (a tie: rejected)
     raw = tmp_path / "raw"
     shutil.copytree(TINY, raw)
     plp = json.loads((raw / "task1_plp.json").read_text())
     copies = [dict(r, instruction=r["instruction"].replace(" the ", " THE\r\n", 1) + " ") for r in plp]
     assert all(c["instruction"] != r["instruction"] for c, r in zip(copies, plp))
+    copies[0]["output"] = "A different answer."
     (raw / "task1_plp.json").write_text(json.dumps(plp + copies))
     for seed in (1, 2, 3):
         P.run(params(raw, tmp_path / "out", fraction=0.25, seed=seed))
         train, eval_ = (read_jsonl(tmp_path / "out" / n) for n in ("train.jsonl", "eval.jsonl"))
-        key = lambda r: R.normalise_text(r["prompt"][0]["content"])
+        key = lambda r: " ".join(r["prompt"][0]["content"].split()).casefold()  # independent of R
         assert not {key(r) for r in train} & {key(r) for r in eval_}
-        ev = [r for r in eval_ if r["task"] == "plp"]
-        assert len(ev) == 6 and len({key(r) for r in ev}) == 3  # 24 records -> 6 = three pairs
+        plp_out = [r for r in train + eval_ if r["task"] == "plp"]
+        assert sorted(r["source"]["index"] for r in plp_out) == list(range(1, 12))  # the originals
+        assert len({key(r) for r in plp_out}) == 11
         stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+        h = stats["handling"]["plp"]
+        assert (h["exact_duplicates"], h["conflict_ties"], h["conflict_dropped"], h["kept"]) == (11, 1, 2, 11)
         assert stats["near_duplicates"]["plp"] == {"groups": 12, "records": 24}
         assert stats["near_duplicates"]["race_fortran"] == {"groups": 0, "records": 0}
 
@@ -397,60 +457,97 @@ def test_paper_strategy_gives_5273_584_on_the_real_files(real_raw_dir, tmp_path)
     assert (tmp_path / "again" / "eval.jsonl").read_bytes() == (tmp_path / "eval.jsonl").read_bytes()
 
 
-def _answer_votes_from_raw(raws: list[dict]) -> list[list[int]]:
-    """Per prompt of an mlperf/plp file, the vote counts of its distinct answers, derived from
-    the raw records alone (whitespace and case folded by str.split/casefold, not R.normalise_text)."""
-    votes: dict[str, dict[str, int]] = {}
+def _fold(text: str) -> str:
+    """Whitespace runs and case folded by str.split/casefold: independent of R.normalise_text."""
+    return " ".join(text.split()).casefold()
+
+
+def _usable(task: str, raws: list[dict]) -> list[dict]:
+    """The raw records the quarantine lets through (race: an unambiguous label and the code in
+    the instruction; mlperf/plp upstream have no empty fields), each with its answer: the label
+    or the folded output."""
+    out = []
     for r in raws:
-        answers = votes.setdefault(r["instruction"], {})
-        a = " ".join(r["output"].split()).casefold()
-        answers[a] = answers.get(a, 0) + 1
+        if task.startswith("race"):
+            label = L.parse_label(r["output"])[0]
+            if label is None or L.snippet_missing(r["instruction"]):
+                continue
+            out.append(dict(r, answer=label))
+        else:
+            out.append(dict(r, answer=_fold(r["output"])))
+    return out
+
+
+def _answer_votes_from_raw(task: str, raws: list[dict]) -> list[list[int]]:
+    """Per prompt (the folded instruction; upstream inputs are all empty), the vote counts of its
+    distinct answers, derived from the raw records alone."""
+    votes: dict[str, dict[str, int]] = {}
+    for r in _usable(task, raws):
+        answers = votes.setdefault(_fold(r["instruction"]), {})
+        answers[r["answer"]] = answers.get(r["answer"], 0) + 1
     return [sorted(v.values(), reverse=True) for v in votes.values()]
 
 
 def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
     summary = P.run(params(real_raw_dir, tmp_path))
-    assert summary["per_task"] == {"race_c": {"train": 1615, "eval": 179},
+    assert summary["per_task"] == {"race_c": {"train": 1609, "eval": 178},
                                    "race_fortran": {"train": 1418, "eval": 157},
-                                   "mlperf": {"train": 999, "eval": 111},
+                                   "mlperf": {"train": 998, "eval": 110},
                                    "plp": {"train": 468, "eval": 52}}
     train, eval_ = read_jsonl(tmp_path / "train.jsonl"), read_jsonl(tmp_path / "eval.jsonl")
     stats = json.loads((tmp_path / "stats.json").read_text())
     h = stats["handling"]
     assert h["race_c"]["quarantined"] == {C.MISSING_CODE: 19, L.NO_LABEL: 1}
-    # race_c: 5 conflicting kernels, 4 of them yes x1 / no x1 ties (8 records rejected)
-    assert (h["race_c"]["conflict_groups"], h["race_c"]["conflict_majority"], h["race_c"]["conflict_ties"],
-            h["race_c"]["conflict_dropped"]) == (5, 1, 4, 8)
-    # mlperf and plp (no quarantine upstream): every count derived from the raw files
     raw = R.load_raw(real_raw_dir)
-    for task, expected in (("mlperf", (510, 92, 24, 68, 1110)), ("plp", (57, 13, 0, 13, 520))):
-        groups = _answer_votes_from_raw(raw[task])
+    assert not any(r["input"].strip() for rs in raw.values() for r in rs)
+    # every count derived from the raw files: duplicates (every field folded), conflict groups
+    # (folded instructions with more than one answer), majority, ties, kept records. race_c: the
+    # near-duplicate kernels 1525/1573/1833 (yes/no/yes) and 1552/1660/1686 (yes/no/yes) are
+    # majorities, 1553/1577/1662/1813 (yes/no/no/yes) a tie
+    for task, expected in (("race_c", (40, 7, 3, 4, 1787)), ("race_fortran", (1, 0, 0, 0, 1575)),
+                           ("mlperf", (510, 94, 26, 68, 1108)), ("plp", (57, 13, 0, 13, 520))):
+        usable = _usable(task, raw[task])
+        groups = _answer_votes_from_raw(task, raw[task])
         conflicts = [v for v in groups if len(v) > 1]
         ties = sum(v[0] == v[1] for v in conflicts)
-        derived = (len(raw[task]) - len({tuple(r.values()) for r in raw[task]}), len(conflicts),
-                   len(conflicts) - ties, ties, len(groups) - ties)
+        unique = {tuple(_fold(r[f]) for f in ("instruction", "input", "output")) for r in usable}
+        derived = (len(usable) - len(unique), len(conflicts), len(conflicts) - ties, ties, len(groups) - ties)
         assert derived == expected
         assert (h[task]["exact_duplicates"], h[task]["conflict_groups"], h[task]["conflict_majority"],
                 h[task]["conflict_ties"], h[task]["kept"]) == derived
+        written: dict[str, list[str]] = {}
+        for r in usable:
+            written.setdefault(_fold(r["instruction"]), []).append(r["instruction"])
+        near = [v for v in written.values() if len(set(v)) > 1]
+        assert stats["near_duplicates"][task] == {"groups": len(near), "records": sum(map(len, near))}
+    # race_c 1787: ids 1553 and 1577 rejected (a tie), 1525 and 1552 kept with the majority
+    by_id = {r["id"]: r for r in train + eval_}
+    assert "race_c-01553" not in by_id and "race_c-01577" not in by_id
+    assert [(by_id[i]["label"], by_id[i]["alt_answers"]) for i in ("race_c-01525", "race_c-01552")] == [
+        ("yes", ["no"]), ("yes", ["no"])]
+    assert (h["race_c"]["conflict_dropped"], h["mlperf"]["conflict_dropped"]) == (8, 157)
     # 65 of mlperf's 68 ties are one record each way; the others 2-2, 4-4 and 6-6
-    assert sorted(v[0] for v in _answer_votes_from_raw(raw["mlperf"]) if len(v) > 1 and v[0] == v[1]) == [1] * 65 + [2, 4, 6]
+    assert sorted(v[0] for v in _answer_votes_from_raw("mlperf", raw["mlperf"])
+                  if len(v) > 1 and v[0] == v[1]) == [1] * 65 + [2, 4, 6]
     # the eval split is the target size floor(0.1 n) of every task's kept records
     for task, c in stats["counts"].items():
         if task != "total":
             assert c["eval"] == S.eval_size(h[task]["kept"], 0.1) and c["train"] + c["eval"] == h[task]["kept"]
-    assert stats["counts"]["race_c"]["labels"] == {"train": {"no": 870, "yes": 745},
-                                                   "eval": {"no": 89, "yes": 90}}
-    # near-duplicates (instructions equal after folding whitespace and case) stay in one split:
-    # race_c, the same kernel indented differently: kept records 624/907, 625/906, 1432/1487,
-    # 1525/1573, 1553/1577/1813; mlperf 1589/1661 ("MXNet"/"mxnet") and 1621/1718
-    # ("PyTorch"/"pytorch") in otherwise equal questions
-    key = lambda r: " ".join(r["prompt"][0]["content"].split()).casefold()  # independent of R.normalise_text
-    assert not {key(r) for r in train} & {key(r) for r in eval_}
-    assert stats["near_duplicates"] == {"race_c": {"groups": 5, "records": 11},
+    assert stats["counts"]["race_c"]["labels"] == {"train": {"no": 868, "yes": 741},
+                                                   "eval": {"no": 89, "yes": 89}}
+    # near-duplicates (instructions equal after folding whitespace and case) are one prompt:
+    # race_c, the same kernel indented differently: 624/907, 625/906, 1432/1487 (the same label:
+    # duplicates) and the three conflicts above; mlperf "MXNet"/"mxnet" and "PyTorch"/"pytorch"
+    # in otherwise equal questions. No folded instruction is in both splits
+    assert stats["near_duplicates"] == {"race_c": {"groups": 6, "records": 16},
                                         "race_fortran": {"groups": 0, "records": 0},
-                                        "mlperf": {"groups": 2, "records": 4},
+                                        "mlperf": {"groups": 2, "records": 17},
                                         "plp": {"groups": 0, "records": 0}}
-    assert stats["answer_length_ratio"]["ratio"] == 64.69
+    key = lambda r: _fold(r["prompt"][0]["content"])
+    assert not {key(r) for r in train} & {key(r) for r in eval_}
+    for t in TASKS:  # one record per folded prompt
+        assert len({key(r) for r in train + eval_ if r["task"] == t}) == stats["counts"][t]["total"]
+    assert stats["answer_length_ratio"]["ratio"] == 64.72
 
 
 # ----------------------------------------------------------------------------- outputs and stats

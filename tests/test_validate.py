@@ -91,16 +91,17 @@ def test_near_duplicate_leak_fails_no_train_eval_leak(tmp_path):
     (raw / "task1_plp.json").write_text(json.dumps(plp))
     p = params(raw, tmp_path)
     P.run(p)
-    summary = V.run(p)  # prepare keeps the pair in one split
+    summary = V.run(p)  # prepare drops the copy as a duplicate of plp-00003
     assert summary["success"] and summary["leaked_rows"] == 0
     out = tmp_path / "prepared"
     side = {n: [json.loads(x) for x in (out / n).read_text().splitlines()] for n in ("train.jsonl", "eval.jsonl")}
-    home = next(n for n, recs in side.items() if any(r["id"] == "plp-00012" for r in recs))
+    assert not any(r["id"] == "plp-00012" for recs in side.values() for r in recs)
+    home = next(n for n, recs in side.items() if any(r["id"] == "plp-00003" for r in recs))
     other = "eval.jsonl" if home == "train.jsonl" else "train.jsonl"
-    copy = next(r for r in side[home] if r["id"] == "plp-00012")
-    assert any(r["id"] == "plp-00003" for r in side[home])
-    _rw(out / home, lambda recs: [r for r in recs if r["id"] != "plp-00012"])  # force the leak
-    _rw(out / other, lambda recs: recs + [copy])
+    orig = next(r for r in side[home] if r["id"] == "plp-00003")
+    copy = dict(orig, id="plp-00012", prompt=[{"role": "user", "content": plp[12]["instruction"]}],
+                source=dict(orig["source"], index=12))
+    _rw(out / other, lambda recs: recs + [copy])  # force the leak
     err = _failed(p)
     assert [f["name"] for f in err.failures] == ["prepared.no_train_eval_leak"]
     assert err.failures[0]["failing"] == 2
@@ -176,7 +177,7 @@ def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path):
     P.run(p)
     summary = V.run(p)
     assert summary["success"] and summary["leaked_rows"] == 0
-    assert summary["rows"] == {"raw": 5857, "train": 4500, "eval": 499}
+    assert summary["rows"] == {"raw": 5857, "train": 4493, "eval": 497}
 
 
 def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):

@@ -1,10 +1,16 @@
-"""Steps 1-3 of the ``grouped`` strategy (:mod:`hargo.data.prepare`): quarantine, exact
-duplicates, and one record per prompt with the conflicting-answer policy ``data.conflicts``
+"""Steps 1-3 of the ``grouped`` strategy (:mod:`hargo.data.prepare`): quarantine, duplicates,
+and one record per prompt with the conflicting-answer policy ``data.conflicts``
 (:func:`clean_task`).
 
-Answers are compared after :func:`hargo.data.raw.normalise_text` (race: the parsed label), so
-``"H100"`` and ``"H100 "`` are one answer. A prompt whose raw records give different answers is
-a conflict. The rule is the same for every task:
+Every comparison goes through the one key :func:`hargo.data.raw.normalise_text` (whitespace runs
+and line ends, case, surrounding blanks), the key the grouped split and ``validate``'s leak check
+use too. Two records are *duplicates* when instruction, input and output are equal after it (a
+copy with CRLF line ends or a trailing space is a duplicate). They are the *same prompt* when
+instruction and input are equal after it: with the empty inputs of every upstream record this is
+exactly the split's key, so a near-duplicate instruction (the same kernel indented differently)
+cannot keep a contradictory answer inside one split. Answers are compared after it too (race:
+the parsed label), so ``"H100"`` and ``"H100 "`` are one answer. A prompt whose raw records give
+different answers is a conflict. The rule is the same for every task:
 
 - a *strict majority* (the most frequent answer, counted over the raw records, beats every
   other) decides the reference under ``majority``; ``drop`` rejects the group;
@@ -19,7 +25,7 @@ from collections import Counter, OrderedDict
 from typing import Any
 
 from hargo.data import labels as L
-from hargo.data.raw import FIELDS, TASK_FILES, instruction_prompt, make_id, make_record, normalise_text
+from hargo.data.raw import FIELDS, TASK_FILES, make_id, make_record, normalise_text
 from hargo.vocab import RACE_TASKS
 
 CONFLICT_POLICIES = ("majority", "drop")
@@ -30,6 +36,12 @@ EMPTY_ANSWER = "empty_answer"
 MISSING_CODE = "missing_code"
 CONFLICT_DROPPED = "conflicting_answers"
 CONFLICT_TIE = "conflicting_answers_tie"
+
+PROMPT_FIELDS: tuple[str, ...] = ("instruction", "input")
+
+
+def _key(raw: dict, fields: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(normalise_text(raw[f]) for f in fields)
 
 
 def _reject(task: str, index: int, raw: dict, reason: str, detail: str = "") -> dict:
@@ -50,18 +62,25 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
     Returns:
         ``(records, rejects, counts)``: prepared records in file order, reject rows, and counts
         with ``raw == quarantined + exact_duplicates + merged_duplicates + conflict_merged +
-        conflict_dropped + kept``; ``conflict_groups == conflict_majority + conflict_ties``
-        (groups; ``conflict_records`` their records after exact de-duplication);
-        ``label_forms`` counts the normalisation reasons of all race outputs. A kept record's
-        ``answer`` is the original text of the first record (file order) giving the winning
-        answer; ``alt_answers`` the other answers, each as first written, in first-seen order.
+        conflict_dropped + kept`` (``exact_duplicates``: records equal to an earlier one after
+        :func:`~hargo.data.raw.normalise_text`, field by field; ``merged_duplicates``: the same
+        prompt and answer but not a duplicate, i.e. race outputs that differ beyond the label,
+        so 0 for mlperf and plp); ``conflict_groups == conflict_majority + conflict_ties``
+        (groups; ``conflict_records`` their records after de-duplication);
+        ``near_duplicate_groups``: the prompts (after quarantine) whose raw records write the
+        instruction or input in more than one way, ``near_duplicate_records`` those raw records
+        (duplicates included); ``label_forms`` counts the normalisation reasons of all race
+        outputs. A kept record is
+        the first record (file order) giving the winning answer, as written (its instruction
+        too); ``alt_answers`` the other answers, each as first written, in first-seen order.
     """
     race = task in RACE_TASKS
     rejects: list[dict] = []
     c: dict[str, Any] = {"raw": len(raws), "quarantined": Counter(), "exact_duplicates": 0,
                          "merged_duplicates": 0, "conflict_groups": 0, "conflict_records": 0,
                          "conflict_majority": 0, "conflict_ties": 0,
-                         "conflict_merged": 0, "conflict_dropped": 0, "label_forms": Counter()}
+                         "conflict_merged": 0, "conflict_dropped": 0, "near_duplicate_groups": 0,
+                         "near_duplicate_records": 0, "label_forms": Counter()}
     # 1. quarantine
     cands: list[tuple[int, str, str | None]] = []  # (index, answer, label)
     for i, r in enumerate(raws):
@@ -84,12 +103,18 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
             continue
         c["quarantined"][reason] += 1
         rejects.append(_reject(task, i, raws[i], reason, detail))
-    # 2. exact duplicates (multiplicity kept for the majority vote)
+    # near-duplicates: prompts the same after normalise_text but not as written
+    written: dict[tuple, list[tuple]] = {}
+    for i, _, _ in cands:
+        written.setdefault(_key(raws[i], PROMPT_FIELDS), []).append(tuple(raws[i][f] for f in PROMPT_FIELDS))
+    near = [v for v in written.values() if len(set(v)) > 1]
+    c["near_duplicate_groups"], c["near_duplicate_records"] = len(near), sum(map(len, near))
+    # 2. duplicates, every field compared after normalise_text (multiplicity kept for the vote)
     mult: dict[int, int] = {}
     first_of: dict[tuple, int] = {}
     uniq: list[tuple[int, str, str | None]] = []
     for i, ans, lab in cands:
-        key = tuple(raws[i][f] for f in FIELDS)
+        key = _key(raws[i], FIELDS)
         if key in first_of:
             mult[first_of[key]] += 1
             c["exact_duplicates"] += 1
@@ -97,11 +122,10 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
         first_of[key] = i
         mult[i] = 1
         uniq.append((i, ans, lab))
-    # 3. one record per prompt
-    groups: "OrderedDict[str, list[tuple[int, str, str | None]]]" = OrderedDict()
+    # 3. one record per prompt (instruction and input after normalise_text)
+    groups: "OrderedDict[tuple, list[tuple[int, str, str | None]]]" = OrderedDict()
     for cand in uniq:
-        r = raws[cand[0]]
-        groups.setdefault(instruction_prompt(r["instruction"], r["input"]), []).append(cand)
+        groups.setdefault(_key(raws[cand[0]], PROMPT_FIELDS), []).append(cand)
     kept: list[dict] = []
     for members in groups.values():
         votes: "OrderedDict[str, int]" = OrderedDict()   # normalised answer -> raw records

@@ -1,8 +1,9 @@
 """Stage ``prepare``: the four raw HPC-GPT files -> prepared train/eval splits.
 
 Inputs (``params["data"]["raw_dir"]``): four JSON arrays of ``{instruction, input, output}``
-records (../shared/datasets/SOURCE.md). Outputs (``params["data"]["out_dir"]``), each written
-whole or not at all, and only after every input has been read and checked:
+records (../shared/datasets/SOURCE.md). Outputs (``params["data"]["out_dir"]``), written as one
+set whole or not at all (:func:`hargo.io.atomic_files`: each to a temporary sibling, and only
+when all are written do they replace the old ones), after every input has been read and checked:
 
 - ``train.jsonl``, ``eval.jsonl``: one prepared record per line (schema in
   :func:`hargo.data.raw.make_record`; TRL's conversational ``prompt`` format).
@@ -19,29 +20,34 @@ Two split strategies (``data.split.strategy``):
        instruction whose code snippet is missing (the upstream fault that moved the code into the
        output, :func:`hargo.data.labels.snippet_missing`): its label refers to code the model
        never sees.
-    2. Remove exact duplicate records (same instruction, input and output), counted.
-    3. Group what is left by prompt text. Answers are compared after
-       :func:`hargo.data.raw.normalise_text` (race: the label). Same prompt, same answer: merged
+    Steps 2-4 compare texts by one key, :func:`hargo.data.raw.normalise_text` (whitespace runs
+    and line ends, case, surrounding blanks); ``validate``'s leak check uses it too.
+
+    2. Remove duplicate records (instruction, input and output equal after the key, so a copy
+       that differs only in whitespace or case is one), counted as ``exact_duplicates``.
+    3. Group what is left by prompt (instruction and input after the key: a near-duplicate
+       instruction, the same kernel indented differently, is the same prompt). Answers are
+       compared after the key (race: the label). Same prompt, same answer: merged
        into one record (counted as ``merged_duplicates``). Same prompt, different answers (a
        conflict), one rule for every task: ``data.conflicts: majority`` keeps the answer of a
        strict majority of the raw records as ``answer`` and lists the other answers in
        ``alt_answers`` (never the reference); ``drop`` sends the whole group to rejects. A tie
        at the top has no reference and is rejected under both policies (reason
        ``conflicting_answers_tie``). ``stats.json`` counts, per task, ``conflict_groups`` =
-       ``conflict_majority`` + ``conflict_ties`` and the records merged or rejected.
+       ``conflict_majority`` + ``conflict_ties`` and the records merged or rejected, and
+       ``near_duplicates`` the prompts written in more than one way (and their raw records,
+       after quarantine): each became one record or was rejected.
        (Steps 1-3: :func:`hargo.data.conflicts.clean_task`.)
-    4. :func:`hargo.data.split.split_grouped` per task by instruction text, compared after
-       :func:`hargo.data.raw.normalise_text` (whitespace runs and line ends, case, surrounding
-       blanks), so that no instruction is in both splits, not even as a near-duplicate
-       (``validate`` checks the same key). ``stats.json`` ``near_duplicates`` counts, per task,
-       the groups that join records whose instructions differ only so, and their records:
-       each such group is kept in one split.
+    4. :func:`hargo.data.split.split_grouped` per task by instruction text after the key, so
+       that no instruction is in both splits, not even as a near-duplicate.
 
 ``paper`` (the HPC-GPT/HARGO papers' split, 5,273 train / 584 eval on the real files)
     Every raw record kept, in file order: no de-duplication, no quarantine. ``answer`` is the raw
     output; race records still get the normalised ``label`` where one exists (else ``None``).
     :func:`hargo.data.split.split_paper` per file. Instructions repeated upstream then land in
     both splits; the ``validate`` stage measures that overlap instead of failing on it.
+    ``stats.json`` ``near_duplicates`` counts, per task, the split's groups that join
+    instructions differing as written, and their records.
 
 Token counts in the statistics are :func:`count_tokens` (a regex word/punctuation count), not
 the model tokenizer's, which belongs to a later stage.
@@ -58,7 +64,7 @@ from hargo.data import labels as L
 from hargo.data.conflicts import CONFLICT_POLICIES, clean_task
 from hargo.data.raw import load_raw, make_record
 from hargo.data.split import check_fraction, near_duplicates, split_grouped, split_paper
-from hargo.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from hargo.io import atomic_files, write_json, write_jsonl
 from hargo.vocab import RACE_TASKS, TASKS
 
 STRATEGIES = ("grouped", "paper")
@@ -215,6 +221,9 @@ def prepare(params: dict) -> dict:
             ``split.strategy`` (grouped | paper), ``split.eval_fraction``, ``conflicts``
             (majority | drop)). Paths are relative to the working directory.
 
+    The five outputs are written as one set: any error, reading or writing, leaves the old
+    outputs as they were and no temporary file behind.
+
     Returns:
         ``{"strategy", "train", "eval", "rejects", "per_task": {task: {"train", "eval"}}}``.
 
@@ -259,16 +268,21 @@ def prepare(params: dict) -> dict:
     else:
         train, eval_ = split_grouped(records, fraction, seed, text=text)
     stats = compute_stats(train, eval_, raw, handling, params)
-    stats["near_duplicates"] = near_duplicates(records, text)
+    if strategy == "paper":
+        stats["near_duplicates"] = near_duplicates(records, text)
+    else:  # merged into one record per prompt by clean_task: counted there
+        stats["near_duplicates"] = {t: {"groups": h["near_duplicate_groups"],
+                                        "records": h["near_duplicate_records"]}
+                                    for t, h in handling.items()}
     table = answer_length_table(train + eval_)
 
     out = Path(data["out_dir"])
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_jsonl(out / "train.jsonl", train)
-    atomic_write_jsonl(out / "eval.jsonl", eval_)
-    atomic_write_jsonl(out / "rejects.jsonl", rejects)
-    atomic_write_text(out / "answer_lengths.csv", table)
-    atomic_write_json(out / "stats.json", stats)
+    with atomic_files() as stage:  # all five replace the old ones together, or none does
+        write_jsonl(stage(out / "train.jsonl"), train)
+        write_jsonl(stage(out / "eval.jsonl"), eval_)
+        write_jsonl(stage(out / "rejects.jsonl"), rejects)
+        stage(out / "answer_lengths.csv").write_text(table, encoding="utf-8")
+        write_json(stage(out / "stats.json"), stats)
     _print_table(stats)
     return {"strategy": strategy, "train": len(train), "eval": len(eval_), "rejects": len(rejects),
             "per_task": {t: {"train": stats["counts"][t]["train"], "eval": stats["counts"][t]["eval"]}
