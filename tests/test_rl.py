@@ -417,13 +417,15 @@ def straight_runs(committed_params, tiny_model_dir, tmp_path_factory):
     params["seed"] = 42    # epoch 1's order is the reverse of epoch 0's (asserted below)
     cache: dict = {}
 
-    def get(method):
-        if method not in cache:
-            out = tmp_path_factory.mktemp(f"straight-{method}")
-            trainer, rec = _resume_trainer(params, method, out)
+    def get(method, lora=True):
+        if (method, lora) not in cache:
+            p = copy.deepcopy(params)
+            p["rl"]["lora"]["enabled"] = lora
+            out = tmp_path_factory.mktemp(f"straight-{method}-{'lora' if lora else 'full'}")
+            trainer, rec = _resume_trainer(p, method, out)
             trainer.train()
-            cache[method] = (params, out, _end_state(trainer), rec)
-        return cache[method]
+            cache[method, lora] = (p, out, _end_state(trainer), rec)
+        return cache[method, lora]
 
     return get
 
@@ -436,7 +438,18 @@ def test_resume_after_any_checkpoint_equals_the_uninterrupted_run(method, stop, 
     where that run ended: the same prompt order (epoch 1 does not repeat epoch 0's), rewards,
     EMA baseline, trainable weights, optimizer moments and torch RNG. Tolerance: 1e-6 on
     tensors (the same float32 ops in the same order; in practice bit-equal), 1e-9 on the EMA."""
-    params, straight_dir, want, want_rec = straight_runs(method)
+    _check_resume(method, stop, True, straight_runs, tmp_path)
+
+
+@pytest.mark.parametrize("method", ["hargo", "ppo"])
+def test_resume_full_fine_tuning_equals_the_uninterrupted_run(method, straight_runs, tmp_path):
+    """As above without LoRA (rl.lora.enabled false: the checkpoint holds the whole model, PPO's
+    value head too), at the epoch boundary."""
+    _check_resume(method, 2, False, straight_runs, tmp_path)
+
+
+def _check_resume(method, stop, lora, straight_runs, tmp_path):
+    params, straight_dir, want, want_rec = straight_runs(method, lora)
     assert want["step"] == RESUME_STEPS
     epoch0, epoch1 = want_rec.tasks[:2], want_rec.tasks[2:]
     assert epoch0 != epoch1 and sorted(epoch0) == sorted(epoch1)   # the order is a real check
@@ -459,10 +472,24 @@ def test_resume_after_any_checkpoint_equals_the_uninterrupted_run(method, stop, 
         assert got[part].keys() == want[part].keys() and got[part]
         diff = max((got[part][k] - want[part][k]).abs().max().item() for k in want[part])
         assert diff <= 1e-6, f"{method} resumed after checkpoint-{stop}: {part} differ by {diff}"
-    # the LoRA B matrices start at 0: they moved, so the weights are a real check
-    assert max(v.abs().max().item() for k, v in want["weights"].items() if "lora_B" in k) > 1e-4
+    if lora:   # the LoRA B matrices start at 0: they moved, so the weights are a real check
+        assert max(v.abs().max().item() for k, v in want["weights"].items()
+                   if "lora_B" in k) > 1e-4
+    else:      # full fine-tuning: every weight of the model is compared
+        assert not any("lora" in k for k in want["weights"]) and len(want["weights"]) >= 20
+        w0 = _sft_weights(params)
+        assert max((want["weights"][k] - w0[k]).abs().max().item() for k in w0) > 1e-4
     if method == "ppo":
         assert want["weights"]["v_head.weight"].abs().max().item() > 1e-4   # the head trained
+
+
+def _sft_weights(params) -> dict:
+    """The SFT model's weights by the names the trainer's policy gives them."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(params["sft"]["out_dir"]),
+                                                 dtype=torch.float32)
+    return {n: p.detach() for n, p in model.named_parameters()}
 
 
 def test_resume_sets_the_sampler_epoch_itself(straight_runs, tmp_path, monkeypatch):
