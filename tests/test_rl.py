@@ -527,6 +527,12 @@ def test_epoch_repeat_sampler_is_trl_order_and_resumes_at_any_epoch():
         fresh = EpochRepeatSampler(data, **kw)
         fresh.set_epoch(e)
         assert list(fresh) == trl_epochs[e] and fresh.epoch == e + 1
+    unseeded = dict(kw, seed=None)
+    trl_unseeded = RepeatSampler(data, **unseeded)
+    rng = torch.random.get_rng_state()
+    ours_unseeded = EpochRepeatSampler(data, **unseeded)
+    assert torch.equal(torch.random.get_rng_state(), rng)        # the global RNG is untouched
+    assert [list(ours_unseeded) for _ in range(2)] == [list(trl_unseeded) for _ in range(2)]
     plain = EpochRepeatSampler(data, mini_repeat_count=1, batch_size=7, shuffle=False, seed=1)
     plain.set_epoch(3)
     assert list(plain) == data

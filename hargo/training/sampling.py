@@ -37,9 +37,8 @@ class EpochRepeatSampler(RepeatSampler):
             incomplete chunk is dropped, as TRL does.
         repeat_count: times each chunk repeats (TRL: ``num_iterations * steps_per_generation``).
         shuffle: permute the indices each epoch (False: ``0..n-1`` every epoch).
-        seed: seed of the permutations. None: one seed is drawn from torch's global RNG at
-            construction (TRL's unseeded sampler is random as well), so the order is then only
-            reproducible within this object.
+        seed: seed of the permutations. None: the default seed of a fresh ``torch.Generator``
+            (what TRL's sampler then uses too); torch's global RNG is never touched.
 
     Attributes:
         epoch: the epoch the next ``__iter__`` yields (0-based); ``set_epoch`` sets it, and a
@@ -51,9 +50,7 @@ class EpochRepeatSampler(RepeatSampler):
                  repeat_count: int = 1, shuffle: bool = True, seed: int | None = None):
         super().__init__(data_source, mini_repeat_count, batch_size=batch_size,
                          repeat_count=repeat_count, shuffle=shuffle, seed=seed)
-        if seed is None:
-            seed = int(torch.empty((), dtype=torch.int64).random_().item())
-        self.base_seed = int(seed)
+        self.base_seed = int(torch.Generator().initial_seed() if seed is None else seed)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
