@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, completion_token_ids, fixed_completions,
-                        fixed_inputs, fixed_rollout, prompt_token_ids, rl_params, write_jsonl,
-                        set_method_knobs)
+from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, char_reward, completion_token_ids,
+                        fixed_completions, fixed_inputs, fixed_rollout, prompt_token_ids,
+                        rl_params, write_jsonl, set_method_knobs)
 
 from hargo.testing import crafted_records
 
@@ -376,11 +376,6 @@ class _OrderRecorder:
         pass
 
 
-def _char_reward(completions, **_) -> list[float]:
-    """A cheap reward with contrast for a random model: characters in the completion / 10."""
-    return [len(c[0]["content"] if isinstance(c, list) else c) / 10.0 for c in completions]
-
-
 def _resume_trainer(params, method, out):
     from hargo.training.rl import build_trainer
 
@@ -388,7 +383,7 @@ def _resume_trainer(params, method, out):
     assert len({r["task"] for r in records}) == 2
     recorder = _OrderRecorder()
     trainer = build_trainer(params, method, params["sft"]["out_dir"], records, out,
-                            recorder=recorder, reward_funcs=[_char_reward],
+                            recorder=recorder, reward_funcs=[char_reward],
                             save_total_limit=None)
     return trainer, recorder
 

@@ -49,11 +49,6 @@ def score_fixed_batch(params: dict, method: str, out_dir: str, world_size: int) 
             "backend": str(torch.distributed.get_backend()) if world_size > 1 else None}
 
 
-def _char_reward(completions, **_) -> list[float]:
-    """A cheap reward with contrast for a random model: characters in the completion / 10."""
-    return [len(c[0]["content"] if isinstance(c, list) else c) / 10.0 for c in completions]
-
-
 class _TaskRecorder:
     def __init__(self):
         self.tasks = []
@@ -72,13 +67,14 @@ def straight_and_resumed(params: dict, method: str, out_dir: str, world_size: in
     EMA baselines and the largest difference of their trainable weights (None elsewhere)."""
     from hargo.testing import crafted_records
     from hargo.training.rl import build_trainer
+    from rl_helpers import char_reward
 
     records = crafted_records(per_task=1)[:2]
 
     def train(out, resume=None):
         rec = _TaskRecorder()
         trainer = build_trainer(params, method, params["sft"]["out_dir"], records, out,
-                                recorder=rec, reward_funcs=[_char_reward],
+                                recorder=rec, reward_funcs=[char_reward],
                                 save_total_limit=None, world_size=world_size)
         trainer.train(resume_from_checkpoint=resume)
         weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()
