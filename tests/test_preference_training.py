@@ -148,3 +148,58 @@ def test_kto_rows_put_a_batch_s_chosen_then_rejected_completions():
     d = preference.dpo_rows(pairs, [1])
     assert d == [{"prompt": pairs[1]["prompt"], "chosen": pairs[1]["chosen"],
                   "rejected": pairs[1]["rejected"]}]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("method", ["dpo", "kto", "simpo"])
+def test_interrupted_preference_run_starts_over_to_the_uninterrupted_result(
+        tmp_path, tiny_model_dir, committed_params, monkeypatch, method):
+    """Preference runs keep no checkpoint (issue 12: they have no resume path): a run interrupted
+    after step 1 leaves neither a model nor a trainer folder behind, and the re-run starts over
+    from the SFT model and ends on the uninterrupted run's weights and losses (1e-6: the same
+    seeded float32 ops in the same order)."""
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+
+    params = pref_params(committed_params)
+    straight = preference.train_preference(params, method, tiny_model_dir, crafted_pairs(3),
+                                           tmp_path / "a", seed=1)
+
+    class StopAfterStep1(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 1:
+                raise _Interrupted()
+
+    built = []
+    original = preference.build_trainer
+
+    def build_with_stop(*a, **kw):
+        trainer = original(*a, **kw)
+        assert trainer.args.save_strategy == "no"          # no checkpoint is ever written
+        trainer.add_callback(StopAfterStep1())
+        built.append(trainer.args.output_dir)
+        return trainer
+
+    monkeypatch.setattr(preference, "build_trainer", build_with_stop)
+    with pytest.raises(_Interrupted):
+        preference.train_preference(params, method, tiny_model_dir, crafted_pairs(3),
+                                    tmp_path / "b", seed=1)
+    monkeypatch.setattr(preference, "build_trainer", original)
+    assert built and not Path(built[0]).exists()              # nothing to resume from
+    assert not (tmp_path / "b").exists()
+
+    again = preference.train_preference(params, method, tiny_model_dir, crafted_pairs(3),
+                                        tmp_path / "b", seed=1)
+    assert again["steps"] == straight["steps"] == 2
+    assert [s for s, _ in again["loss_curve"]] == [s for s, _ in straight["loss_curve"]]
+    assert [v for _, v in again["loss_curve"]] == \
+        pytest.approx([v for _, v in straight["loss_curve"]], abs=1e-6)
+    wa = load_file(tmp_path / "a" / "model.safetensors")
+    wb = load_file(tmp_path / "b" / "model.safetensors")
+    w0 = load_file(tiny_model_dir / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    assert max((wa[k].float() - wb[k].float()).abs().max().item() for k in wa) <= 1e-6
+    assert max((wa[k].float() - w0[k].float()).abs().max().item() for k in wa if k in w0) > 1e-4

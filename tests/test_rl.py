@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, completion_token_ids, fixed_completions,
-                        fixed_inputs, fixed_rollout, prompt_token_ids, rl_params, write_jsonl,
-                        set_method_knobs)
+from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, char_reward, completion_token_ids,
+                        fixed_completions, fixed_inputs, fixed_rollout, prompt_token_ids,
+                        rl_params, write_jsonl, set_method_knobs)
 
 from hargo.testing import crafted_records
 
@@ -386,21 +386,24 @@ class _Interrupted(Exception):
     pass
 
 
+@pytest.mark.parametrize("prompts_per_step", [1, 2], ids=["mid_epoch", "epoch_boundary"])
 def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, tiny_model_dir,
                                                               data_dir, mlflow_uri, tmp_path,
-                                                              monkeypatch):
+                                                              monkeypatch, prompts_per_step):
     """4 steps straight vs 2 steps, interruption right after the step-2 checkpoint, re-run.
-    Tolerance: parameters within 1e-6 (the same float32 ops in the same order), EMA within 1e-9."""
+    4 prompts: with 1 per step the interruption falls mid-epoch (transformers' data skip path);
+    with 2 per step (issue 12's case) at the end of epoch 0, and the resumed epoch must not
+    repeat epoch 0's order. Tolerance: parameters within 1e-6 (the same float32 ops in the same
+    order), EMA within 1e-9."""
     from safetensors.torch import load_file
 
     from hargo.training import rl
     from hargo.training.checkpoints import read_method_state
     from hargo.training.grpo import HargoGRPOTrainer
 
-    # 1 prompt x G=2 per step, 4 prompts: the interruption falls mid-epoch (data skip path)
     params = rl_params(committed_params, tiny_model_dir, data_dir, steps=4, save_steps=2,
-                       prompts_per_step=1, num_generations=2, log_completions_steps=0,
-                       learning_rate=5e-3)
+                       prompts_per_step=prompts_per_step, num_generations=2,
+                       log_completions_steps=0, learning_rate=5e-3)
     straight = rl.run(params, "hargo", root=tmp_path / "a")
 
     original = HargoGRPOTrainer._save_checkpoint
@@ -454,6 +457,190 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
     assert (tmp_path / "b" / "models" / "rl" / "hargo" / ".complete").is_file()
     wc = load_file(tmp_path / "b" / "models" / "rl" / "hargo" / "model.safetensors")
     assert max((wa[k] - wc[k]).abs().max().item() for k in wa) <= 1e-6
+
+
+# ------------------------------------------------------- resume at every checkpoint, every method
+
+RL_METHODS_WITH_PPO = METHODS + ("ppo",)
+#: 2 prompts, 1 per step: an epoch is 2 steps. 4 steps with a checkpoint after each: resuming
+#: after checkpoint-1 is mid-epoch 0, after checkpoint-2 an epoch boundary, after checkpoint-3
+#: mid-epoch 1 (checkpoint-4 ends the run; rl.run starts such a run over, tested above).
+RESUME_STEPS, RESUME_STOPS = 4, (1, 2, 3)
+
+
+class _OrderRecorder:
+    """The recorder hook's per-step prompt order (the tasks, one per prompt here), rewards and
+    EMA baseline."""
+
+    def __init__(self):
+        self.tasks, self.rewards, self.baselines = [], [], []
+
+    def add_generation(self, *, tasks, rewards, baseline, **_):
+        self.tasks.append(list(tasks))
+        self.rewards.append(list(rewards))
+        self.baselines.append(baseline)
+
+    def add_loss(self, **_):
+        pass
+
+
+def _resume_trainer(params, method, out):
+    from hargo.training.rl import build_trainer
+
+    records = crafted_records(per_task=1)[:2]          # race_c, race_fortran: 1 task per prompt
+    assert len({r["task"] for r in records}) == 2
+    recorder = _OrderRecorder()
+    trainer = build_trainer(params, method, params["sft"]["out_dir"], records, out,
+                            recorder=recorder, reward_funcs=[char_reward],
+                            save_total_limit=None)
+    return trainer, recorder
+
+
+def _end_state(trainer) -> dict:
+    """What must agree after the last step: the trainable weights (LoRA adapter; PPO's value
+    head), the optimizer's moments, the EMA baseline, the global torch RNG."""
+    weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()
+               if p.requires_grad}
+    if hasattr(trainer, "value_head"):
+        weights.update({f"v_head.{n}": p.detach().clone()
+                        for n, p in trainer.value_head.named_parameters()})
+    opt = {f"{i}.{k}": v.clone() for i, st in trainer.optimizer.state_dict()["state"].items()
+           for k, v in st.items() if torch.is_tensor(v)}
+    return {"weights": weights, "optimizer": opt, "ema": trainer.ema.value,
+            "rng": torch.random.get_rng_state().clone(), "step": trainer.state.global_step}
+
+
+@pytest.fixture(scope="module")
+def straight_runs(committed_params, tiny_model_dir, tmp_path_factory):
+    """Per method (built on first use): the params, the uninterrupted run's checkpoint folder
+    (a checkpoint after every step), its end state and its per-step recorder."""
+    params = rl_params(committed_params, tiny_model_dir, ".", steps=RESUME_STEPS, save_steps=1,
+                       prompts_per_step=1, num_generations=2, log_completions_steps=0,
+                       learning_rate=5e-3)
+    params["seed"] = 42    # epoch 1's order is the reverse of epoch 0's (asserted below)
+    cache: dict = {}
+
+    def get(method, lora=True):
+        if (method, lora) not in cache:
+            p = copy.deepcopy(params)
+            p["rl"]["lora"]["enabled"] = lora
+            out = tmp_path_factory.mktemp(f"straight-{method}-{'lora' if lora else 'full'}")
+            trainer, rec = _resume_trainer(p, method, out)
+            trainer.train()
+            cache[method, lora] = (p, out, _end_state(trainer), rec)
+        return cache[method, lora]
+
+    return get
+
+
+@pytest.mark.parametrize("stop", RESUME_STOPS)
+@pytest.mark.parametrize("method", RL_METHODS_WITH_PPO)
+def test_resume_after_any_checkpoint_equals_the_uninterrupted_run(method, stop, straight_runs,
+                                                                  tmp_path):
+    """Issue 12: a fresh trainer resumed from checkpoint-<stop> of an uninterrupted run ends
+    where that run ended: the same prompt order (epoch 1 does not repeat epoch 0's), rewards,
+    EMA baseline, trainable weights, optimizer moments and torch RNG. Tolerance: 1e-6 on
+    tensors (the same float32 ops in the same order; in practice bit-equal), 1e-9 on the EMA."""
+    _check_resume(method, stop, True, straight_runs, tmp_path)
+
+
+@pytest.mark.parametrize("method", ["hargo", "ppo"])
+def test_resume_full_fine_tuning_equals_the_uninterrupted_run(method, straight_runs, tmp_path):
+    """As above without LoRA (rl.lora.enabled false: the checkpoint holds the whole model, PPO's
+    value head too), at the epoch boundary."""
+    _check_resume(method, 2, False, straight_runs, tmp_path)
+
+
+def _check_resume(method, stop, lora, straight_runs, tmp_path):
+    params, straight_dir, want, want_rec = straight_runs(method, lora)
+    assert want["step"] == RESUME_STEPS
+    epoch0, epoch1 = want_rec.tasks[:2], want_rec.tasks[2:]
+    assert epoch0 != epoch1 and sorted(epoch0) == sorted(epoch1)   # the order is a real check
+
+    trainer, rec = _resume_trainer(params, method, tmp_path / "resumed")
+    trainer.train(resume_from_checkpoint=str(straight_dir / f"checkpoint-{stop}"))
+    got = _end_state(trainer)
+
+    assert got["step"] == RESUME_STEPS
+    assert rec.tasks == want_rec.tasks[stop:]                     # data order
+    assert len({r for step in want_rec.rewards for r in step}) > 1   # contrast: it trains
+    assert rec.rewards == want_rec.rewards[stop:]                 # same completions sampled
+    if method in ("hargo", "hargo_b2"):                           # the methods with an EMA
+        assert rec.baselines == pytest.approx(want_rec.baselines[stop:], abs=1e-9)
+        assert got["ema"] == pytest.approx(want["ema"], abs=1e-9)
+    else:
+        assert got["ema"] is None and want["ema"] is None
+    assert torch.equal(got["rng"], want["rng"])                   # RNG
+    for part in ("weights", "optimizer"):
+        assert got[part].keys() == want[part].keys() and got[part]
+        diff = max((got[part][k] - want[part][k]).abs().max().item() for k in want[part])
+        assert diff <= 1e-6, f"{method} resumed after checkpoint-{stop}: {part} differ by {diff}"
+    if lora:   # the LoRA B matrices start at 0: they moved, so the weights are a real check
+        assert max(v.abs().max().item() for k, v in want["weights"].items()
+                   if "lora_B" in k) > 1e-4
+    else:      # full fine-tuning: every weight of the model is compared
+        assert not any("lora" in k for k in want["weights"]) and len(want["weights"]) >= 20
+        w0 = _sft_weights(params)
+        assert max((want["weights"][k] - w0[k]).abs().max().item() for k in w0) > 1e-4
+    if method == "ppo":
+        assert want["weights"]["v_head.weight"].abs().max().item() > 1e-4   # the head trained
+
+
+def _sft_weights(params) -> dict:
+    """The SFT model's weights by the names the trainer's policy gives them."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(params["sft"]["out_dir"]),
+                                                 dtype=torch.float32)
+    return {n: p.detach() for n, p in model.named_parameters()}
+
+
+def test_resume_sets_the_sampler_epoch_itself(straight_runs, tmp_path, monkeypatch):
+    """The trainer sets the sampler's epoch in ``_run_epoch`` (transformers 5.19 passes it), not
+    only through accelerate's ``DataLoaderShard.set_epoch``, which misses the sampler behind the
+    wrappers of several processes plus a mid-epoch skip. With that path switched off, resuming
+    mid-epoch 1 still continues epoch 1's order and ends on the same weights."""
+    from accelerate.data_loader import DataLoaderShard
+
+    params, straight_dir, want, want_rec = straight_runs("hargo")
+    monkeypatch.setattr(DataLoaderShard, "set_epoch", lambda self, epoch: None)
+    trainer, rec = _resume_trainer(params, "hargo", tmp_path / "resumed")
+    trainer.train(resume_from_checkpoint=str(straight_dir / "checkpoint-3"))
+    got = _end_state(trainer)
+    assert rec.tasks == want_rec.tasks[3:] and trainer._train_sampler.epoch == 2
+    assert max((got["weights"][k] - want["weights"][k]).abs().max().item()
+               for k in want["weights"]) <= 1e-6
+
+
+def test_epoch_repeat_sampler_is_trl_order_and_resumes_at_any_epoch():
+    """EpochRepeatSampler: iterated repeatedly, exactly TRL's RepeatSampler (the uninterrupted
+    run's order is TRL's); a fresh one set to epoch e yields TRL's e-th epoch."""
+    from trl.trainer.utils import RepeatSampler
+
+    from hargo.training.sampling import EpochRepeatSampler
+
+    data = list(range(7))
+    kw = dict(mini_repeat_count=2, batch_size=3, repeat_count=2, seed=42)
+    trl_sampler, ours = RepeatSampler(data, **kw), EpochRepeatSampler(data, **kw)
+    trl_epochs = [list(trl_sampler) for _ in range(4)]
+    assert [list(ours) for _ in range(4)] == trl_epochs
+    assert len({tuple(e) for e in trl_epochs}) == 4             # the epochs really differ
+    assert len(trl_epochs[0]) == len(ours) == 2 * 3 * 2 * 2       # 2 full chunks, the 7th dropped
+    for e in range(4):
+        fresh = EpochRepeatSampler(data, **kw)
+        fresh.set_epoch(e)
+        assert list(fresh) == trl_epochs[e] and fresh.epoch == e + 1
+    unseeded = dict(kw, seed=None)
+    trl_unseeded = RepeatSampler(data, **unseeded)
+    rng = torch.random.get_rng_state()
+    ours_unseeded = EpochRepeatSampler(data, **unseeded)
+    assert torch.equal(torch.random.get_rng_state(), rng)        # the global RNG is untouched
+    assert [list(ours_unseeded) for _ in range(2)] == [list(trl_unseeded) for _ in range(2)]
+    plain = EpochRepeatSampler(data, mini_repeat_count=1, batch_size=7, shuffle=False, seed=1)
+    plain.set_epoch(3)
+    assert list(plain) == data
+    with pytest.raises(ValueError, match="epoch must be >= 0"):
+        plain.set_epoch(-1)
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -1,7 +1,9 @@
 """HARGO's group statistics are computed over the whole gathered batch: 2 CPU processes (gloo,
 launched by torchrun) give the same per-response weights, advantages and EMA baseline as 1
 process, on a fixed batch whose middle group straddles the two processes (12 completions in
-groups of 4, 6 per process: group 1 is completions 4-7).
+groups of 4, 6 per process: group 1 is completions 4-7). And a 2-process run resumed mid-epoch 1
+(where accelerate's ``set_epoch`` does not reach the sampler) ends on the uninterrupted run's
+prompt order, EMA baseline and weights (issue 12).
 
 Run as a script, this file is the per-process worker (``torchrun ... test_rl_distributed.py``).
 """
@@ -47,11 +49,92 @@ def score_fixed_batch(params: dict, method: str, out_dir: str, world_size: int) 
             "backend": str(torch.distributed.get_backend()) if world_size > 1 else None}
 
 
+class _TaskRecorder:
+    def __init__(self):
+        self.tasks = []
+
+    def add_generation(self, *, tasks, **_):
+        self.tasks.append(list(tasks))
+
+    def add_loss(self, **_):
+        pass
+
+
+def straight_and_resumed(params: dict, method: str, out_dir: str, world_size: int,
+                         stop: int) -> dict | None:
+    """Train ``params["rl"]["steps"]`` steps straight (a checkpoint after each), then a fresh
+    trainer resumed from ``checkpoint-<stop>``; on process 0 return both runs' per-step tasks and
+    EMA baselines and the largest difference of their trainable weights (None elsewhere)."""
+    from hargo.testing import crafted_records
+    from hargo.training.rl import build_trainer
+    from rl_helpers import char_reward
+
+    records = crafted_records(per_task=1)[:2]
+
+    def train(out, resume=None):
+        rec = _TaskRecorder()
+        trainer = build_trainer(params, method, params["sft"]["out_dir"], records, out,
+                                recorder=rec, reward_funcs=[char_reward],
+                                save_total_limit=None, world_size=world_size)
+        trainer.train(resume_from_checkpoint=resume)
+        weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()
+                   if p.requires_grad}
+        return weights, rec.tasks, trainer.ema.value, trainer.accelerator.is_main_process
+
+    wa, ta, ea, main = train(Path(out_dir) / "straight")
+    wb, tb, eb, _ = train(Path(out_dir) / "resumed",
+                          str(Path(out_dir) / "straight" / f"checkpoint-{stop}"))
+    if not main:
+        return None
+    return {"straight_tasks": ta, "resumed_tasks": tb, "straight_ema": ea, "resumed_ema": eb,
+            "max_weight_diff": max((wa[k] - wb[k]).abs().max().item() for k in wa),
+            "max_lora_b": max(v.abs().max().item() for k, v in wa.items() if "lora_B" in k)}
+
+
+def _torchrun(tmp_path, *args) -> dict:
+    from rl_helpers import free_port
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), __file__,
+           "--params", str(tmp_path / "params.json"), "--out", str(tmp_path / "two"),
+           "--world-size", "2", *args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads((tmp_path / "two" / "result.json").read_text())
+
+
+def test_two_process_resume_mid_second_epoch_equals_the_uninterrupted_run(
+        committed_params, tiny_model_dir, tmp_path):
+    """2 prompts, 1 per step (an epoch is 2 steps), 4 steps on 2 processes; resumed after
+    checkpoint-3 (mid-epoch 1: transformers skips a batch and accelerate's ``set_epoch`` misses
+    the sampler behind ``SkipBatchSampler(BatchSamplerShard(...))``; HargoGRPOTrainer sets the
+    epoch itself). Tolerance 1e-6 (in practice bit-equal)."""
+    import pytest
+
+    from rl_helpers import rl_params
+
+    params = rl_params(committed_params, tiny_model_dir, ".", steps=4, save_steps=1,
+                       prompts_per_step=1, num_generations=2, log_completions_steps=0,
+                       learning_rate=5e-3)
+    params["seed"] = 42      # epoch 1's prompt order is the reverse of epoch 0's
+    (tmp_path / "params.json").write_text(json.dumps(params))
+    r = _torchrun(tmp_path, "--method", "hargo", "--resume-stop", "3")
+    ta = r["straight_tasks"]
+    assert len(ta) == 4 and ta[:2] != ta[2:]          # epoch 1's order differs: a real check
+    assert r["resumed_tasks"] == ta[3:]
+    assert r["resumed_ema"] == pytest.approx(r["straight_ema"], abs=1e-9)
+    assert r["max_weight_diff"] <= 1e-6
+    assert r["max_lora_b"] > 1e-4                       # it trained
+
+
 def test_two_processes_give_the_one_process_response_weights(committed_params, tiny_model_dir,
                                                           tmp_path):
     import pytest
 
-    from rl_helpers import FIXED_GROUPS, G_FIXED, free_port, rl_params, write_jsonl
+    from rl_helpers import FIXED_GROUPS, G_FIXED, rl_params, write_jsonl
 
     write_jsonl(tmp_path / "data" / "train.jsonl", [rec for rec, _ in FIXED_GROUPS])
     params = rl_params(committed_params, tiny_model_dir, tmp_path / "data",
@@ -59,17 +142,7 @@ def test_two_processes_give_the_one_process_response_weights(committed_params, t
                        max_new_tokens=8, beta=0.0)
     params["train"]["bf16"] = False
     (tmp_path / "params.json").write_text(json.dumps(params))
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), __file__,
-           "--params", str(tmp_path / "params.json"), "--method", "hargo",
-           "--out", str(tmp_path / "two"), "--world-size", "2"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=420)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    two = json.loads((tmp_path / "two" / "result.json").read_text())
+    two = _torchrun(tmp_path, "--method", "hargo")
 
     one = score_fixed_batch(params, "hargo", str(tmp_path / "one"), world_size=1)
     assert two["backend"] == "gloo"
@@ -88,12 +161,17 @@ def _main() -> None:
     ap.add_argument("--method", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--world-size", type=int, required=True)
+    ap.add_argument("--resume-stop", type=int, default=None,
+                    help="train straight, then resume from this checkpoint (straight_and_resumed)")
     a = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
     params = json.loads(Path(a.params).read_text())
-    res = score_fixed_batch(params, a.method, a.out, a.world_size)
+    if a.resume_stop is None:
+        res = score_fixed_batch(params, a.method, a.out, a.world_size)
+    else:
+        res = straight_and_resumed(params, a.method, a.out, a.world_size, a.resume_stop)
     if res is not None:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "result.json").write_text(json.dumps(res))

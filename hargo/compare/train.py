@@ -12,7 +12,8 @@ comparison flow) trains from the shared upstream outputs -- nothing upstream re-
 ``dpo``, ``kto``, ``simpo`` (preference)
     :func:`hargo.training.preference_trainers.train_preference` from the SFT model on the pairs of the
     ``preferences`` stage (``data/preferences/pairs.jsonl``): ``compare.steps`` optimizer steps
-    of ``compare.prompts_per_step`` pairs.
+    of ``compare.prompts_per_step`` pairs. No checkpoints: an interrupted run starts over (and,
+    seeded, ends on the uninterrupted run's weights).
 ``hpcgpt`` (the HPC-GPT baseline)
     the HPC-GPT LoRA SFT recipe (``compare.hpcgpt``: r=8, alpha=16, lr 2e-5) applied to the
     *base* model with SFT's data budget (``sft.samples_per_task``, ``sft.epochs``), through

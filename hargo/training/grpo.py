@@ -27,6 +27,11 @@ between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving t
 ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
     also write/read ``method_state.json`` (EMA baseline, per-step history) in every checkpoint,
     the same hooks TRL 1.16 uses for its adaptive-entropy state.
+``_get_train_sampler`` / ``_run_epoch`` (the latter transformers 5.19's ``Trainer``)
+    TRL's prompt order from :class:`hargo.training.sampling.EpochRepeatSampler`, whose epoch is
+    set at the start of every epoch (``_run_epoch``'s ``epoch`` argument), so a run resumed at or
+    after an epoch boundary continues the uninterrupted run's order instead of repeating the
+    first epoch's (issue 12; see that module).
 
 Methods:
 
@@ -76,6 +81,7 @@ from hargo.losses import (clip_fraction, clipped_surrogate, kl_penalty, masked_m
                           masked_token_mean, weighted_loss)
 from hargo.training.checkpoints import METHOD_STATE_NAME, read_method_state
 from hargo.training.reference import build_reference_model, reference_per_token_logps
+from hargo.training.sampling import EpochRepeatSampler
 from hargo.training.task_diagnostics import dataset_tasks, record_loss_diagnostics, task_index
 from hargo.training.trl_options import unsupported_trl_options
 from hargo.vocab import GRPO_FAMILY, HARGO_METHODS
@@ -138,6 +144,7 @@ class HargoGRPOTrainer(GRPOTrainer):
         self._capture_logps = False
         self._captured_logps: torch.Tensor | None = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
+        self._train_sampler: EpochRepeatSampler | None = None  # set by _get_train_sampler
         super().__init__(*args, **kwargs)
         if self._weighted:
             self._check_weighted_loss_supported()
@@ -378,6 +385,29 @@ class HargoGRPOTrainer(GRPOTrainer):
         for name, x in zip(("low_mean", "high_mean", "region_mean"), clipped):
             metrics[f"clip_ratio/{name}"].append(self._global_token_mean(x.float(), mask))
         return loss
+
+    # ------------------------------------------------------------------ data order
+
+    def _get_train_sampler(self, dataset=None) -> EpochRepeatSampler:
+        """TRL 1.16's ``RepeatSampler`` arguments, as an :class:`EpochRepeatSampler` (the same
+        order in an uninterrupted run; the right epoch's order after a resume)."""
+        if dataset is None:
+            dataset = self.train_dataset
+        sampler = EpochRepeatSampler(
+            data_source=dataset, mini_repeat_count=self.num_generations,
+            batch_size=self.args.generation_batch_size // self.num_generations,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset, seed=self.args.seed)
+        self._train_sampler = sampler
+        return sampler
+
+    def _run_epoch(self, *args, **kwargs):
+        # transformers 5.19 calls this once per epoch with keyword ``epoch`` (the resumed one
+        # first); accelerate's ``set_epoch`` does not reach the sampler through every wrapper
+        # (several processes + the batch skip of a mid-epoch resume), so set it here.
+        if self._train_sampler is not None:
+            self._train_sampler.set_epoch(kwargs["epoch"])
+        return super()._run_epoch(*args, **kwargs)
 
     # -------------------------------------------------------------------- checkpoints
 

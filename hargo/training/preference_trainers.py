@@ -27,6 +27,13 @@ batch, no gradient accumulation. KTO is unpaired: a pair gives two examples, its
 completion labelled desirable (True) and its rejected one undesirable (False), so a KTO batch
 holds ``2 * prompts_per_step`` completions of ``prompts_per_step`` prompts (:func:`kto_rows`).
 
+No checkpoints, no resume: a run is ``compare.steps`` optimizer steps (2 in params.yaml, a short
+run), so a preference run writes no checkpoint (``save_strategy="no"``; its trainer folder is
+a temporary one, removed when the run ends or fails) and an interrupted run starts over from the
+SFT model. Being seeded (``seed``: LoRA init, pair order, trainer) it then ends on the weights of
+an uninterrupted run (``tests/test_preference_training.py``). Unlike the RL methods, there is no
+``checkpoints/compare/<run>`` folder for these methods.
+
 Lengths: prompts were capped upstream (``train.max_prompt_tokens``, by
 :func:`hargo.training.common.select_subset` in the preferences stage); every trainer gets
 ``max_length = sft.max_length`` (prompt + completion tokens), so no sequence can be longer.
@@ -265,6 +272,10 @@ def train_preference(params: Mapping, method: str, model_dir: str | Path,
         pairs: pair records (:mod:`hargo.compare.preferences`), or the path of a pairs.jsonl.
         out_dir: the merged model's folder (whole or not at all).
         seed: the run's seed (LoRA init, pair order, trainer).
+
+    No checkpoint is written: an interrupted call leaves nothing behind (no ``out_dir``, no
+    trainer folder) and calling it again trains from the start to the same result (see the
+    module docstring).
 
     Returns:
         ``method``, ``seed``, ``steps`` (optimizer steps run), ``pairs_available``,

@@ -15,7 +15,10 @@
    history) every ``rl.save_steps`` steps into ``checkpoints/rl/<method>/``. Re-running after an
    interruption resumes from the last complete checkpoint, provided the run's inputs (params
    that shape training, SFT model, train data) are unchanged; otherwise the stale checkpoints are
-   removed and training starts over;
+   removed and training starts over. A resumed run ends where the uninterrupted one would have
+   (prompt order -- also past an epoch boundary, :mod:`hargo.training.sampling` --, RNG,
+   optimizer, EMA baseline, PPO's value head; ``tests/test_rl.py`` resumes every method after
+   each checkpoint of a run);
 4. writes ``models/rl/<method>/`` (adapter merged; whole or not at all) and
    ``metrics/rl/<method>.json`` (final reward statistics, per-task share of zero-variance
    groups, the learning signals -- loss, grad_norm, adv_logprob, adv_log_ratio, kl --, steps,
