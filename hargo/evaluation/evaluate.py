@@ -305,8 +305,8 @@ def run(params: dict, root: str | Path = ".") -> dict:
                 mlflow.log_metric(f"{name}/rss_mib_after", rss)
             print(f"[evaluate] {name}: {len(s)} completions in {res.generate_s:.1f} s "
                   f"({res.tokens_per_s:.0f} tokens/s, load {res.load_s:.1f} s); "
-                  f"DR-F1 {_fmt(entry.get('dr_f1'))}, PLP {_fmt(entry.get('plp_similarity'))}, "
-                  f"DR MCC {_fmt(entry.get('dr_mcc'))}, DR AUC {_fmt(entry.get('dr_auc'))}, "
+                  f"DR-F1 {_fmt(entry.get('dr_f1'))}, DR MCC {_fmt(entry.get('dr_mcc'))}, "
+                  f"DR AUC {_fmt(entry.get('dr_auc'))}, PLP {_fmt(entry.get('plp_similarity'))}, "
                   f"MLPerf EM {_fmt(entry.get('mlperf_em'))}, AvgScore "
                   f"{_fmt(entry.get('avg_score'))}", flush=True)
         for name in dirs:
