@@ -3,7 +3,8 @@ same steps as ``dvc repro compare/dvc.yaml`` (``compare/dvc.yaml``), each run th
 the pipeline's are (:mod:`flows.stages`):
 
     preferences -> for each seed, for each method: compare_train -> compare_eval
-    compare_sft (the SFT model on the same prompts) -> report
+    compare_sft (the SFT model on the same prompts) -> compare_base (the untuned base model,
+    a baseline row) -> report
 
 Each task asks ``dvc status`` about its stage (``compare/dvc.yaml:compare_train@hargo-1``) and
 has ``dvc repro --single-item`` run it when it is not up to date, so ``dvc.lock`` (the one
@@ -66,6 +67,12 @@ def compare_sft(force: bool = False) -> dict:
     return dvc_stage(target("compare_sft", dvc_yaml=COMPARE_DVC_YAML), force)
 
 
+@task(name="compare_base", task_run_name="compare_base", **_STAGE_TASK)
+def compare_base(force: bool = False) -> dict:
+    """Stage compare_base (``hargo compare-eval --run base``) through DVC."""
+    return dvc_stage(target("compare_base", dvc_yaml=COMPARE_DVC_YAML), force)
+
+
 @task(name="report", task_run_name="report", **_STAGE_TASK)
 def report(force: bool = False) -> dict:
     """Stage report (``hargo report``) through DVC."""
@@ -82,7 +89,7 @@ def comparison_plan(params: dict) -> list[tuple[str, dict]]:
         for m in c["methods"]:
             item = {"method": m, "seed": int(seed)}
             plan += [("compare_train", item), ("compare_eval", item)]
-    plan += [("compare_sft", None), ("report", None)]
+    plan += [("compare_sft", None), ("compare_base", None), ("report", None)]
     return plan
 
 
@@ -93,7 +100,8 @@ def comparison_targets(params: dict) -> list[str]:
 
 
 _TASKS = {"preferences": preferences, "compare_train": compare_train,
-          "compare_eval": compare_eval, "compare_sft": compare_sft, "report": report}
+          "compare_eval": compare_eval, "compare_sft": compare_sft,
+          "compare_base": compare_base, "report": report}
 
 
 @flow(name="hargo-comparison")

@@ -135,9 +135,10 @@ def compare_train(method: str = typer.Option(..., "--method", "-m", help="a meth
 
 
 @app.command("compare-eval")
-def compare_eval(run: str = typer.Option(..., "--run", help="'sft' or '<method>-s<seed>'"),
+def compare_eval(run: str = typer.Option(..., "--run", help="'sft', 'base' or '<method>-s<seed>'"),
                  params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
-    """Comparison: one model answers the comparison's eval prompts -> data/compare/eval/<run>."""
+    """Comparison: one model answers the comparison's eval prompts -> data/compare/eval/<run>
+    (base: the untuned base model, a baseline row of the report)."""
     from hargo.compare import evaluate as stage
 
     _run(stage.run, _params(params, set_), run)

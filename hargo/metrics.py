@@ -40,7 +40,7 @@ from hargo.rewards import (RACE_TASKS, TASKS, TaskReward, check_task, completion
 from hargo.rewards.mlperf import mlperf_em
 from hargo.rewards.race import extract_yes_no, canonical_label
 
-__all__ = ["score_samples", "compute_metrics", "race_classification", "win_rate",
+__all__ = ["score_samples", "compute_metrics", "race_classification", "race_auc", "win_rate",
            "PLP_CORRECT_THRESHOLD"]
 
 PLP_CORRECT_THRESHOLD = 0.5
@@ -161,6 +161,42 @@ def race_classification(labels: list[str], predictions: list[str | None]) -> dic
             "confusion": {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "labels": list(_LABELS),
                           "matrix": cm.tolist()},
             "always_yes": scores(yes)}
+
+
+def race_auc(labels: list[str], scores: list[float]) -> float | None:
+    """Threshold-free ROC AUC of race scores, "yes" the positive class (scikit-learn
+    ``roc_auc_score``).
+
+    The AUC is the probability that a random "yes" prompt scores above a random "no" prompt,
+    ties counting half: 0.5 for a constant score (the always-yes baseline), 1.0 for a perfect
+    ranking, whatever the label balance or the threshold a greedy answer applies.
+
+    Args:
+        labels: true labels, "yes"/"no" (case and surrounding whitespace ignored).
+        scores: one finite score per label, higher meaning "more likely yes" (e.g. the
+            first-token ``log P(yes) - log P(no)`` of ``hargo.evaluation.scoring``).
+
+    Returns:
+        The AUC in [0, 1], or None when it is undefined: no labels, or a single class present
+        (not 0.5, which would read as "chance").
+
+    Raises:
+        ValueError: lengths differ, a label is not yes/no, or a score is None or not finite.
+    """
+    import math
+
+    if len(labels) != len(scores):
+        raise ValueError(f"{len(labels)} labels but {len(scores)} scores")
+    y = [canonical_label(x) == "yes" for x in labels]
+    bad = [i for i, v in enumerate(scores)
+           if v is None or isinstance(v, bool) or not math.isfinite(float(v))]
+    if bad:
+        raise ValueError(f"race_auc: score #{bad[0]} is {scores[bad[0]]!r}, not a finite number")
+    if len(set(y)) < 2:
+        return None
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(y, [float(v) for v in scores]))
 
 
 def _balanced(y_true, y_pred, fn) -> float:

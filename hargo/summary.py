@@ -1,9 +1,14 @@
 """``hargo summary``: the table that ends the main job.
 
-Per model (SFT, the always-yes race baseline on the same prompts, then each method of
-``rl.methods``) from ``metrics/eval.json``: DR-F1 with the Matthews correlation (MCC, 0 for any
-constant answer) and the share of "yes" answers beside it, PLP similarity, MLPerf EM, AvgScore, WinRate against SFT (the judge is named in the header) and
+Per model from ``metrics/eval.json``, the baselines first and marked as such: ``always-yes``
+("yes" to every race prompt), ``nearest-train`` (the label of the most similar train kernel,
+``hargo.evaluation.baselines``) and ``base`` (the untuned base model), then SFT and each method
+of ``rl.methods``: DR-F1 with the race metrics a prior cannot fool beside it -- the Matthews
+correlation (MCC, 0 for any constant answer), the ROC AUC of the first-token
+``log P(yes) - log P(no)`` (0.5 for a constant score) and the share of "yes" answers -- PLP
+similarity, MLPerf EM, AvgScore, WinRate against SFT (the judge is named in the header) and
 generation speed; the alias each model's registered version holds, from ``metrics/register.json``.
+A claimed race gain counts only where it beats all three baselines.
 Per stage: the wall time of its MLflow child run under this pipeline's parent run (the parent of
 ``$HARGO_PARENT_RUN_ID``, else the one tagged with this commit's and params' pipeline key,
 ``hargo.tracking.pipeline_key``). A stage with no run under that parent did not run this time:
@@ -21,11 +26,18 @@ __all__ = ["STAGES", "stage_names", "collect", "render", "run"]
 STAGES = ("prepare", "validate", "base_model", "sft", "rl", "evaluate", "register")
 EVAL_FILE = "metrics/eval.json"
 REGISTER_FILE = "metrics/register.json"
-COLUMNS = (("dr_f1", "DR-F1"), ("dr_mcc", "DR MCC"), ("dr_yes_share", "yes share"),
-           ("plp_similarity", "PLP sim"), ("mlperf_em", "MLPerf EM"), ("avg_score", "AvgScore"))
+COLUMNS = (("dr_f1", "DR-F1"), ("dr_mcc", "DR MCC"), ("dr_auc", "DR AUC"),
+           ("dr_yes_share", "yes share"), ("plp_similarity", "PLP sim"),
+           ("mlperf_em", "MLPerf EM"), ("avg_score", "AvgScore"))
 #: The trivial race baseline beside the models: "yes" to every race prompt of the same eval set
 #: (its F1 looks respectable, its MCC is 0; a model whose MCC is near 0 learned nothing).
 ALWAYS_YES = "always-yes"
+#: The lookup baseline: each race prompt gets the label of its most similar train kernel.
+NEAREST_TRAIN = "nearest-train"
+#: The untuned base model, evaluated like the trained ones.
+BASE = "base"
+#: The baseline rows, in table order (keys of ``metrics/eval.json``).
+BASELINES = (ALWAYS_YES, NEAREST_TRAIN, BASE)
 
 
 def stage_names(params: Mapping) -> list[str]:
@@ -98,9 +110,12 @@ def stage_times(params: Mapping, root: str | Path = ".") -> tuple[dict[str, dict
 def collect(params: Mapping, root: str | Path = ".") -> dict:
     """Everything the table shows.
 
-    Returns ``{"judge", "models": {model: {dr_f1, plp_similarity, mlperf_em, avg_score,
-    win_rate, gen_tokens_per_s, alias}}, "stages": {...}, "stages_note", "total_s",
-    "register": {...} | None}``.
+    Returns ``{"judge", "models": {model: {dr_f1, dr_mcc, dr_auc, dr_yes_share,
+    plp_similarity, mlperf_em, avg_score, win_rate, gen_tokens_per_s, alias, baseline}}, "stages":
+    {...}, "stages_note", "total_s", "register": {...} | None}``. ``models`` lists the baselines
+    present in ``eval.json`` first (:data:`BASELINES` order; ``baseline`` True), then ``sft`` and
+    each method (None when not evaluated). An ``eval.json`` written before the always-yes entry
+    existed gets that row from SFT's ``dr_always_yes_f1`` (MCC 0, yes share 1, no AUC).
 
     Raises:
         FileNotFoundError: no ``metrics/eval.json`` (the pipeline has not evaluated yet).
@@ -128,23 +143,22 @@ def collect(params: Mapping, root: str | Path = ".") -> dict:
         for alias, v in (("champion", champ), ("candidate", cand)):
             if v.get("method"):
                 aliases.setdefault(v["method"], []).append(f"@{alias} v{v['version']}")
-    models = {}
+    def row(e: Mapping, m: str, baseline: bool) -> dict:
+        return {**{k: e.get(k) for k, _ in COLUMNS}, "win_rate": e.get("win_rate"),
+                "gen_tokens_per_s": e.get("gen_tokens_per_s"),
+                "alias": ", ".join(aliases.get(m, [])), "baseline": baseline}
+
+    sft = doc.get("sft") if isinstance(doc.get("sft"), dict) else None
+    models: dict = {}
+    for m in BASELINES:
+        if isinstance(doc.get(m), dict):
+            models[m] = row(doc[m], m, True)
+        elif m == ALWAYS_YES and sft and sft.get("dr_always_yes_f1") is not None:
+            models[m] = row({"dr_f1": sft["dr_always_yes_f1"], "dr_mcc": 0.0,
+                             "dr_yes_share": 1.0}, m, True)
     for m in ["sft", *params["rl"]["methods"]]:
         e = doc.get(m)
-        if not isinstance(e, dict):
-            models[m] = None
-            continue
-        models[m] = {k: e.get(k) for k, _ in COLUMNS}
-        models[m]["win_rate"] = e.get("win_rate")
-        models[m]["gen_tokens_per_s"] = e.get("gen_tokens_per_s")
-        models[m]["alias"] = ", ".join(aliases.get(m, []))
-    sft = doc.get("sft") if isinstance(doc.get("sft"), dict) else None
-    if sft and sft.get("dr_always_yes_f1") is not None:
-        base = {k: None for k, _ in COLUMNS}
-        base.update(dr_f1=sft["dr_always_yes_f1"], dr_mcc=0.0, dr_yes_share=1.0)
-        models = {"sft": models.pop("sft"), ALWAYS_YES: {**base, "win_rate": None,
-                                                          "gen_tokens_per_s": None, "alias": ""},
-                  **models}
+        models[m] = row(e, m, False) if isinstance(e, dict) else None
     stages, note = stage_times(params, root)
     total = sum(s["seconds"] or 0.0 for s in stages.values())
     return {"judge": (doc.get("run") or {}).get("judge", "unknown"), "models": models,
@@ -163,21 +177,29 @@ def render(data: Mapping):
     from rich.text import Text
 
     t = Table(title=f"hargo: eval metrics per model (WinRate judge: {data['judge']})",
-              title_justify="left")
+              title_justify="left",
+              caption="baselines: always-yes answers yes to every race prompt (MCC 0, AUC 0.5); "
+                      "nearest-train the label of the most similar train race kernel (Jaccard "
+                      "of token sets); base the untuned base model. A race gain counts only "
+                      "above all three (DR MCC, DR AUC).", caption_justify="left")
     t.add_column("model", style="bold", no_wrap=True)
     for _, label in COLUMNS:
         t.add_column(label, justify="right")
     t.add_column("WinRate vs SFT", justify="right")
     t.add_column("gen tok/s", justify="right")
     t.add_column("registry", justify="left")
-    for m, row in data["models"].items():
+    models = list(data["models"].items())
+    for i, (m, row) in enumerate(models):
         if row is None:
             t.add_row(m, *["-"] * (len(COLUMNS) + 2), "not evaluated")
             continue
-        t.add_row(m, *[_num(row[k]) for k, _ in COLUMNS],
-                  "-" if m in ("sft", ALWAYS_YES) else _num(row["win_rate"]),
+        t.add_row(f"{m} (baseline)" if row.get("baseline") else m,
+                  *[_num(row[k]) for k, _ in COLUMNS],
+                  "-" if m == "sft" else _num(row["win_rate"]),
                   "-" if row["gen_tokens_per_s"] is None else f"{row['gen_tokens_per_s']:.0f}",
-                  row["alias"])
+                  row["alias"],
+                  end_section=bool(row.get("baseline")) and (
+                      i + 1 == len(models) or not (models[i + 1][1] or {}).get("baseline")))
     s = Table(title="wall time per stage", title_justify="left")
     s.add_column("stage", style="bold")
     s.add_column("wall time", justify="right")

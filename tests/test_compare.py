@@ -46,6 +46,7 @@ def test_run_names_and_parsing(committed_params):
     assert metrics_path("kto", 1) == Path("metrics/compare/train/kto-s1.json")
     assert parse_run(committed_params, "dr_grpo-s2") == ("dr_grpo", 2)
     assert parse_run(committed_params, "sft") is None
+    assert parse_run(committed_params, "base") is None
     for bad in ("hargo-s9", "hargo", "nope-s1", "hargo_b1-s1"):   # b1 not in the quick methods
         with pytest.raises(ParamsError, match="--run"):
             parse_run(committed_params, bad)
@@ -75,7 +76,7 @@ def test_comparison_plan_order(committed_params):
     plan = comparison_plan(committed_params)
     c = committed_params["compare"]
     assert plan[0] == ("preferences", None)
-    assert plan[-2:] == [("compare_sft", None), ("report", None)]
+    assert plan[-3:] == [("compare_sft", None), ("compare_base", None), ("report", None)]
     trains = [item for stage, item in plan if stage == "compare_train"]
     assert len(trains) == len(c["methods"]) * len(c["seeds"])
     # every run is evaluated right after it is trained
@@ -129,8 +130,11 @@ def test_comparison_pipeline_through_dvc(tmp_path, real_raw_dir, tiny_model_dir,
         gens = read_jsonl(root / "data" / "compare" / "eval" / run / "generations.jsonl")
         assert em["n_prompts"] == len(gens) > 0
         n_prompts.add(tuple(sorted(g["id"] for g in gens)))
-    sft_gens = read_jsonl(root / "data" / "compare" / "eval" / "sft" / "generations.jsonl")
-    n_prompts.add(tuple(sorted(g["id"] for g in sft_gens)))
+    for run in ("sft", "base"):
+        gens = read_jsonl(root / "data" / "compare" / "eval" / run / "generations.jsonl")
+        n_prompts.add(tuple(sorted(g["id"] for g in gens)))
+        # race rows carry the first-token yes/no score, the AUC is in the run's metrics
+        assert all("yes_no_score" in g for g in gens if g["task"].startswith("race"))
     assert len(n_prompts) == 1                            # every model answered the same prompts
 
     stats = json.loads((root / "data" / "preferences" / "stats.json").read_text())
@@ -145,6 +149,15 @@ def test_comparison_pipeline_through_dvc(tmp_path, real_raw_dir, tiny_model_dir,
     summary = json.loads((root / "metrics" / "compare" / "summary.json").read_text())
     assert sorted(summary["results"]) == sorted(DEFAULT_METHODS)
     assert sorted(summary["runs"]) == sorted([f"{m}-s1" for m in DEFAULT_METHODS] + ["sft"])
+    # the race baselines beside the methods, the base model among them
+    assert sorted(summary["race"]["baselines"]) == ["always-yes", "base", "nearest-train"]
+    assert summary["race"]["baselines"]["always-yes"]["dr_mcc"] == 0.0
+    for name in ("always-yes (baseline)", "nearest-train (baseline)", "base model (baseline)"):
+        assert f"| {name} " in md
+    # the main job's evaluate stage: base, the baselines and an AUC per model
+    ev = json.loads((root / "metrics" / "eval.json").read_text())
+    assert {"base", "sft", "always-yes", "nearest-train"} <= set(ev)
+    assert ev["nearest-train"]["baseline"] is True and "dr_auc" in ev["sft"]
 
     again = _dvc(["repro", "compare/dvc.yaml"], root, env, 300)
     assert "Running stage" not in again, again

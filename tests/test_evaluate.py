@@ -65,12 +65,21 @@ def rl_model_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("rl") / "model", tiny_tokenizer_dir, seed=1)
 
 
+#: The train split: the four usable race eval kernels under other ids, with their labels (so
+#: nearest-train finds each at Jaccard 1 and is perfect), and a mlperf record it must ignore.
+TRAIN = [{**r, "id": "train-" + r["id"]} for r in RECORDS
+         if r["id"] in ("race_c-1", "race_c-2", "race_fortran-1", "race_fortran-2", "mlperf-1")]
+
+
 @pytest.fixture()
 def eval_root(tmp_path, tiny_model_dir, rl_model_dir) -> Path:
-    """A repository-shaped folder: models/sft, models/rl/grpo, data/prepared/eval.jsonl."""
+    """A repository-shaped folder: models/base and models/sft (the same tiny model),
+    models/rl/grpo, data/prepared/{eval,train}.jsonl."""
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "base")
     shutil.copytree(tiny_model_dir, tmp_path / "models" / "sft")
     shutil.copytree(rl_model_dir, tmp_path / "models" / "rl" / "grpo")
     write_eval(tmp_path / "data" / "prepared" / "eval.jsonl")
+    write_eval(tmp_path / "data" / "prepared" / "train.jsonl", TRAIN)
     return tmp_path
 
 
@@ -104,19 +113,21 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
     params = eval_params(committed_params, **{"evaluate.kv_cache_gib": 0.5})
     out = evaluate.run(params, root=eval_root)
 
-    assert out["models"] == ["sft", "grpo"]
+    assert out["models"] == ["base", "sft", "grpo"]
+    assert out["baselines"] == ["always-yes", "nearest-train"]
     assert out["n_prompts"] == 8
     assert out["skipped"] == {"mlperf": 0, "plp": 0, "race_c": 2, "race_fortran": 0}
     assert out["judge"] == "task-reward"
 
     doc = json.loads((eval_root / "metrics" / "eval.json").read_text())
-    assert set(doc) == {"sft", "grpo", "run"}
+    assert set(doc) == {"base", "sft", "grpo", "always-yes", "nearest-train", "run"}
     run = doc["run"]
     assert run["judge"] == "task-reward" and run["backend"] == "vllm" and run["dtype"] == "float32"
     assert run["n_prompts"] == 8 and run["skipped_total"] == 2 and run["skipped_race_c"] == 2
     assert [run[f"n_{t}"] for t in ("race_c", "race_fortran", "mlperf", "plp")] == [2, 2, 2, 2]
 
-    for model in ("sft", "grpo"):
+    labels = {r["id"]: r["label"] for r in RECORDS}
+    for model in ("base", "sft", "grpo"):
         rows = _read_jsonl(eval_root / "data" / "eval" / f"{model}.jsonl")
         m = doc[model]
         # the generations file: every chosen prompt once, in the stage's order, the skipped never
@@ -129,7 +140,6 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
         # metrics recomputed by hand from the written generations
         assert m["n"] == 8
         assert m["avg_score"] == pytest.approx(sum(r["reward"] for r in rows) / 8)
-        labels = {r["id"]: r["label"] for r in RECORDS}
         race = [r for r in rows if r["task"] in ("race_c", "race_fortran")]
         pred = {r["id"]: r["prediction"] or ("no" if labels[r["id"]] == "yes" else "yes")
                 for r in race}
@@ -143,19 +153,45 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
         assert m["plp_similarity"] == pytest.approx(sum(plp) / 2)
         assert m["mlperf_em"] == pytest.approx(
             sum(r["em"] for r in rows if r["task"] == "mlperf") / 2)
+        # AUC by hand from the per-prompt yes/no scores (2 yes x 2 no pairs, ties half); only
+        # race prompts are scored
+        assert all("yes_no_score" in r for r in race)
+        assert not any("yes_no_score" in r for r in rows if r not in race)
+        for r in race:
+            assert r["yes_no_score"] == pytest.approx(r["log_p_yes"] - r["log_p_no"])
+        ys = [r["yes_no_score"] for r in race if labels[r["id"]] == "yes"]
+        ns = [r["yes_no_score"] for r in race if labels[r["id"]] == "no"]
+        auc = sum((a > b) + 0.5 * (a == b) for a in ys for b in ns) / (len(ys) * len(ns))
+        assert m["dr_auc"] == pytest.approx(auc)
+        assert m["score_s"] > 0
         assert m["completion_tokens"] > 0 and m["gen_tokens_per_s"] > 0
         assert m["wall_s"] >= m["generate_s"] > 0
     g = doc["grpo"]
     assert g["win_wins"] + g["win_ties"] + g["win_losses"] == 8
     assert g["win_rate"] == pytest.approx((g["win_wins"] + 0.5 * g["win_ties"]) / 8)
-    assert "win_rate" not in doc["sft"]
+    assert "win_rate" not in doc["sft"] and doc["base"]["win_wins"] + doc["base"][
+        "win_ties"] + doc["base"]["win_losses"] == 8
+    # base and sft are the same weights here: the same answers and scores
+    assert doc["base"]["dr_auc"] == doc["sft"]["dr_auc"]
+    # the baselines on the 4 race prompts (labels yes, no, yes, no): always-yes F1 = 2*2/(4+2),
+    # MCC 0, AUC 0.5; nearest-train finds every kernel in the train split: all correct
+    ay, nn = doc["always-yes"], doc["nearest-train"]
+    assert ay["baseline"] is True and ay["n_race"] == 4
+    assert (ay["dr_f1"], ay["dr_accuracy"], ay["dr_mcc"], ay["dr_yes_share"], ay["dr_auc"]) == \
+        (pytest.approx(2 / 3), 0.5, 0.0, 1.0, 0.5)
+    assert (nn["dr_f1"], nn["dr_mcc"], nn["dr_auc"], nn["dr_yes_share"]) == (1.0, 1.0, 1.0, 0.5)
+    brows = _read_jsonl(eval_root / "data" / "eval" / "baselines.jsonl")
+    assert sorted(r["id"] for r in brows) == ["race_c-1", "race_c-2", "race_fortran-1",
+                                               "race_fortran-2"]
+    assert all(r["neighbour"] == "train-" + r["id"] and r["similarity"] == 1.0
+               and r["prediction"] == r["label"] == labels[r["id"]] for r in brows)
 
     # plots: DVC data and PNGs
     plots = eval_root / "reports" / "eval"
     conf = (plots / "confusion" / "sft.csv").read_text().splitlines()
     assert conf[0] == "actual,predicted" and len(conf) == 1 + 4
     scores = (plots / "task_scores.csv").read_text().splitlines()
-    assert scores[0] == "model,task,task_model,reward,accuracy" and len(scores) == 1 + 2 * 4
+    assert scores[0] == "model,task,task_model,reward,accuracy" and len(scores) == 1 + 3 * 4
     for png in ("confusion_sft.png", "confusion_grpo.png", "task_scores.png"):
         assert (plots / "images" / png).read_bytes()[:4] == b"\x89PNG"
 
@@ -167,13 +203,15 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
     assert r.data.metrics["sft/avg_score"] == pytest.approx(doc["sft"]["avg_score"])
     assert r.data.metrics["grpo/win_rate"] == pytest.approx(g["win_rate"])
     assert r.data.metrics["grpo/dr_confusion_tp"] == g["dr_confusion"]["tp"]
+    assert r.data.metrics["nearest-train/dr_mcc"] == 1.0
     # engines are freed between models: resident memory does not grow by a KV cache per model
     assert r.data.metrics["grpo/rss_mib_after"] - r.data.metrics["sft/rss_mib_after"] < 384
     arts = {a.path for a in client.list_artifacts(out["run_id"], "eval")}
     assert {"eval/generations.json", "eval/plots", "eval/eval.json"} <= arts
     table = mlflow.artifacts.load_dict(f"runs:/{out['run_id']}/eval/generations.json")
     col = table["columns"].index("model")
-    assert len(table["data"]) == 16 and {row[col] for row in table["data"]} == {"sft", "grpo"}
+    assert len(table["data"]) == 24 and {row[col] for row in table["data"]} == {"base", "sft",
+                                                                                "grpo"}
 
 
 @pytest.mark.vllm

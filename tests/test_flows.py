@@ -522,7 +522,7 @@ def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, project
     assert list(results) == ["preferences", "compare_train@grpo-1", "compare_eval@grpo-1",
                              "compare_train@dpo-1", "compare_eval@dpo-1",
                              "compare_train@hpcgpt-1", "compare_eval@hpcgpt-1", "compare_sft",
-                             "report"]
+                             "compare_base", "report"]
     assert results["compare_train@dpo-1"] == {
         "stage": "compare/dvc.yaml:compare_train@dpo-1", "reproduced": True,
         "changes": results["compare_train@dpo-1"]["changes"]}

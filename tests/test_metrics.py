@@ -138,6 +138,28 @@ def test_metrics_that_a_prior_cannot_fool_and_the_always_yes_row():
         pytest.approx(-1.0)
 
 
+def test_race_auc_by_hand_and_undefined_with_one_class():
+    """3 "yes" scores (0.9, 0.4, 0.2) against 2 "no" scores (0.1, 0.4): of the 6 yes/no pairs
+    the yes score is higher in 4 (0.9>0.1, 0.9>0.4, 0.4>0.1, 0.2>0.1), tied in 1 (0.4 = 0.4,
+    counts half), lower in 1 (0.2 < 0.4): AUC = 4.5 / 6 = 0.75."""
+    from hargo.metrics import race_auc
+
+    labels = ["yes", "no", "Yes", "no", "yes"]
+    assert race_auc(labels, [0.9, 0.1, 0.4, 0.4, 0.2]) == pytest.approx(0.75)
+    # perfect and inverted rankings; a constant score ranks nothing (the always-yes row)
+    assert race_auc(labels, [3.0, -1.0, 2.0, -2.0, 1.0]) == 1.0
+    assert race_auc(labels, [-3.0, 1.0, -2.0, 2.0, -1.0]) == 0.0
+    assert race_auc(labels, [0.0] * 5) == 0.5
+    # undefined, not chance: one class only, or nothing
+    assert race_auc(["yes", "yes"], [0.1, 0.2]) is None and race_auc([], []) is None
+    with pytest.raises(ValueError, match="2 labels but 1 scores"):
+        race_auc(["yes", "no"], [0.1])
+    with pytest.raises(ValueError, match="score #1 is nan"):
+        race_auc(["yes", "no"], [0.1, float("nan")])
+    with pytest.raises(ValueError, match="score #0 is None"):
+        race_auc(["yes", "no"], [None, 0.3])
+
+
 def test_bad_samples_are_named():
     with pytest.raises(ValueError, match=r"unknown task 'sql' \(sample id 'x-1'\)"):
         compute_metrics([{"id": "x-1", "task": "sql", "answer": "a"}], ["a"])

@@ -91,6 +91,13 @@ RUNS = {
     "hargo-s1": (["yes", "no", "yes", "no"], [True, True], [(0.7, 0.8), (0.8, 0.9)]),
     "hargo-s2": (["yes", "no", "yes", None], [True, False], [(0.6, 0.7), (0.7, 0.8)]),
 }
+# first-token yes/no scores of SFT's race rows (the other runs' rows predate the score: no AUC)
+SFT_SCORES = [1.0, 0.5, 0.25, -1.0]
+# the train split's race kernels (nearest-train's pool) and a plp record it ignores
+TRAIN = [{"id": "t1", "task": "race_c", "label": "yes", "answer": "yes", "prompt": "question rc1"},
+         {"id": "t2", "task": "race_fortran", "label": "no", "answer": "no",
+          "prompt": "question rf2"},
+         {"id": "t3", "task": "plp", "label": None, "answer": "x", "prompt": "question rc2"}]
 # hand-computed: avg_score = sum of rewards / 8; DR-F1 = 2TP / (2TP + FP + FN)
 AVG = {"sft": 3.2 / 8, "grpo-s1": 5.3 / 8, "grpo-s2": 4.2 / 8, "hargo-s1": 7.7 / 8,
        "hargo-s2": 5.5 / 8}
@@ -105,6 +112,8 @@ def _rows(run: str) -> list[dict]:
         ok = pred == rec["label"]
         out.append({"id": rec["id"], "task": rec["task"], "completion": text, "chars": len(text),
                     "reward": float(ok), "correct": ok, "prediction": pred})
+        if run == "sft":
+            out[-1]["yes_no_score"] = SFT_SCORES[len(out) - 1]
     for rec, hit in zip(EVAL[4:6], em):
         text = (rec["answer"] if hit else "unknown") + f" ({run})"
         out.append({"id": rec["id"], "task": "mlperf", "completion": text, "chars": len(text),
@@ -131,6 +140,10 @@ def _make_fixture(root: Path) -> dict:
              "alt_answers": [], "source": {"file": "x.json", "index": i}}
             for i, r in enumerate(EVAL)]
     atomic_write_jsonl(root / "data/prepared/eval.jsonl", recs)
+    atomic_write_jsonl(root / "data/prepared/train.jsonl",
+                       [{**r, "prompt": [{"role": "user", "content": r["prompt"]}],
+                         "alt_answers": [], "source": {"file": "t.json", "index": i}}
+                        for i, r in enumerate(TRAIN)])
     for run in RUNS:
         rows = _rows(run)
         d = root / "data/compare/eval" / run
@@ -288,6 +301,55 @@ def test_report_renders_from_fixture(tmp_path, mlflow_uri):
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(out["run_id"], "comparison")}
     assert {"comparison/comparison.md", "comparison/comparison.html",
             "comparison/summary.json", "comparison/figures"} <= arts
+
+
+def test_report_race_table_against_baselines_by_hand(tmp_path, mlflow_uri):
+    """Race labels yes, no, yes, no (rc1, rc2, rf1, rf2).
+
+    always-yes: F1 = 2*2/(2*2 + 2) = 2/3, MCC 0, AUC 0.5, yes share 1.
+    nearest-train over {question, <id>} token sets: rc1 = t1 (1.0, yes); rc2 and rf1 tie at 1/3
+    with t1 (yes) and t2 (no): t1 first in the file, yes; rf2 = t2 (no). Predictions yes, yes,
+    yes, no: tp 2, fp 1, tn 1: F1 4/5, MCC (2*1 - 0) / sqrt(3*2*2*1) = 1/sqrt(3), yes share
+    3/4; scores 2/3, 0, 0, -2/3: AUC (1 + 1 + 0.5 + 1) / 4 = 0.875.
+    SFT (yes, yes, no, no): tp = fp = fn = tn = 1: F1 0.5, MCC 0, yes share 0.5; scores 1.0,
+    0.5, 0.25, -1.0: yes (1.0, 0.25) above no (0.5, -1.0) in 3 of 4 pairs, AUC 0.75.
+    HARGO: s1 all right (F1 1, MCC 1, yes 0.5); s2 the unparsed answer to rf2 counts as "yes"
+    (F1 0.8, MCC 1/sqrt(3), yes 0.75); no scores, no AUC.
+    With base generations (a copy of SFT's) the base row equals SFT's."""
+    import shutil
+
+    params = _make_fixture(tmp_path)
+    report.run(params, root=tmp_path)
+    race = json.loads((tmp_path / "metrics/compare/summary.json").read_text())["race"]
+    ay, nn = race["baselines"]["always-yes"], race["baselines"]["nearest-train"]
+    assert ay == pytest.approx({"dr_f1": 2 / 3, "dr_mcc": 0.0, "dr_auc": 0.5,
+                                "dr_yes_share": 1.0})
+    assert nn == pytest.approx({"dr_f1": 0.8, "dr_mcc": 1 / math.sqrt(3), "dr_auc": 0.875,
+                                "dr_yes_share": 0.75})
+    assert "base" not in race["baselines"]
+    assert race["sft"] == pytest.approx({"dr_f1": 0.5, "dr_mcc": 0.0, "dr_auc": 0.75,
+                                         "dr_yes_share": 0.5})
+    h = race["methods"]["hargo"]
+    assert h["dr_mcc"]["values"] == pytest.approx([1.0, 1 / math.sqrt(3)])
+    assert h["dr_mcc"]["mean"] == pytest.approx((1 + 1 / math.sqrt(3)) / 2)
+    assert h["dr_yes_share"]["mean"] == pytest.approx(0.625) and h["dr_auc"] is None
+    md = (tmp_path / "reports/comparison.md").read_text()
+    assert "Data race detection against baselines" in md
+    row = lambda name: [c.strip() for c in next(  # noqa: E731  (in the race table)
+        l for l in md.split("against baselines")[1].splitlines()
+        if l.startswith(f"| {name}")).split("|")[2:6]]
+    assert row("always-yes (baseline)") == ["0.667", "0.000", "0.500", "1.000"]
+    assert row("nearest-train (baseline)") == ["0.800", "0.577", "0.875", "0.750"]
+    assert row("HARGO  ") == ["0.900 ± 0.141", "0.789 ± 0.299", "-", "0.625 ± 0.177"]
+    assert "base model was not evaluated here" in md
+
+    shutil.copytree(tmp_path / "data/compare/eval/sft", tmp_path / "data/compare/eval/base")
+    report.run(params, root=tmp_path)
+    race = json.loads((tmp_path / "metrics/compare/summary.json").read_text())["race"]
+    assert race["baselines"]["base"] == race["sft"]
+    md = (tmp_path / "reports/comparison.md").read_text()
+    assert row("base model (baseline)") == ["0.500", "0.000", "0.750", "0.500"]
+    assert "base model was not evaluated here" not in md
 
 
 def test_report_without_grpo_notes_and_missing_inputs(tmp_path, mlflow_uri):

@@ -118,3 +118,16 @@ def test_the_closure_follows_function_level_imports():
     files = code_closure({"hargo.evaluation.evaluate"})
     assert {"hargo/judges.py", "hargo/metrics.py", "hargo/rewards/plp.py"} <= files
     assert "hargo/io.py" not in files and "hargo/evaluation/__init__.py" not in files
+
+
+@pytest.mark.parametrize("dvc_yaml, name, spec", list(_stages()))
+def test_stage_runs_after_the_params_check(dvc_yaml, name, spec):
+    """Every stage but ``params`` itself depends on its stamp, so DVC validates params.yaml
+    before it deletes any stage's outputs (tests/test_dvc_stages.py shows why)."""
+    from hargo.params import CHECKED_STAMP
+
+    deps = [d if isinstance(d, str) else next(iter(d)) for d in spec.get("deps", [])]
+    if name == "params":
+        assert spec["outs"] == [{CHECKED_STAMP: {"cache": False}}]
+    else:
+        assert CHECKED_STAMP in deps, f"{dvc_yaml}:{name} can run before params.yaml is checked"

@@ -22,9 +22,16 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
         "sft": {"dr_f1": 0.5, "dr_mcc": 0.125, "dr_yes_share": 0.75, "plp_similarity": 0.25,
                 "mlperf_em": 0.125, "avg_score": 0.375, "gen_tokens_per_s": 400.0,
                 "dr_always_yes_f1": 0.6875},
-        "grpo": {"dr_f1": 0.75, "dr_mcc": 0.5, "dr_yes_share": 0.5, "plp_similarity": 0.5,
-                 "mlperf_em": 0.25, "avg_score": 0.5, "win_rate": 0.625,
+        "grpo": {"dr_f1": 0.75, "dr_mcc": 0.5, "dr_auc": 0.8125, "dr_yes_share": 0.5,
+                 "plp_similarity": 0.5, "mlperf_em": 0.25, "avg_score": 0.5, "win_rate": 0.625,
                  "gen_tokens_per_s": 410.0},
+        "base": {"dr_f1": 0.25, "dr_mcc": -0.0625, "dr_auc": 0.4375, "dr_yes_share": 0.375,
+                 "plp_similarity": 0.125, "mlperf_em": 0.0, "avg_score": 0.25,
+                 "win_rate": 0.3125, "gen_tokens_per_s": 420.0},
+        "always-yes": {"baseline": True, "dr_f1": 0.6875, "dr_mcc": 0.0, "dr_auc": 0.5,
+                       "dr_yes_share": 1.0},
+        "nearest-train": {"baseline": True, "dr_f1": 0.9375, "dr_mcc": 0.875, "dr_auc": 0.96875,
+                          "dr_yes_share": 0.5625},
         "run": {"judge": "task-reward"}}))
     (tmp_path / "metrics" / "register.json").write_text(json.dumps({
         "model_name": "hargo-hpc", "decision": "champion moved to v1 (grpo) from sft",
@@ -44,15 +51,23 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
     data = summary.run(params, root=tmp_path)
 
     assert data["judge"] == "task-reward"
-    assert data["models"]["sft"] == {"dr_f1": 0.5, "dr_mcc": 0.125, "dr_yes_share": 0.75,
-                                     "plp_similarity": 0.25, "mlperf_em": 0.125,
-                                     "avg_score": 0.375, "win_rate": None,
-                                     "gen_tokens_per_s": 400.0, "alias": ""}
-    # the always-yes row, on the same prompts: sft's recorded baseline F1, MCC 0, all "yes"
-    assert list(data["models"]) == ["sft", summary.ALWAYS_YES, "grpo", "hargo"]
-    base = data["models"][summary.ALWAYS_YES]
-    assert (base["dr_f1"], base["dr_mcc"], base["dr_yes_share"]) == (0.6875, 0.0, 1.0)
-    assert base["plp_similarity"] is None and base["win_rate"] is None
+    assert data["models"]["sft"] == {"dr_f1": 0.5, "dr_mcc": 0.125, "dr_auc": None,
+                                     "dr_yes_share": 0.75, "plp_similarity": 0.25,
+                                     "mlperf_em": 0.125, "avg_score": 0.375, "win_rate": None,
+                                     "gen_tokens_per_s": 400.0, "alias": "", "baseline": False}
+    # the baselines first, on the same prompts, then the trained models
+    assert list(data["models"]) == ["always-yes", "nearest-train", "base", "sft", "grpo",
+                                    "hargo"]
+    assert [k for k, v in data["models"].items() if v and v["baseline"]] == list(
+        summary.BASELINES)
+    ay = data["models"][summary.ALWAYS_YES]
+    assert (ay["dr_f1"], ay["dr_mcc"], ay["dr_auc"], ay["dr_yes_share"]) == (0.6875, 0.0, 0.5,
+                                                                             1.0)
+    assert ay["plp_similarity"] is None and ay["win_rate"] is None
+    nn = data["models"][summary.NEAREST_TRAIN]
+    assert (nn["dr_f1"], nn["dr_mcc"], nn["dr_auc"], nn["dr_yes_share"]) == (0.9375, 0.875,
+                                                                             0.96875, 0.5625)
+    assert data["models"]["base"]["win_rate"] == 0.3125
     assert data["models"]["grpo"]["win_rate"] == 0.625
     assert data["models"]["grpo"]["alias"] == "@champion v1, @candidate v1"
     assert data["models"]["hargo"] is None
@@ -74,7 +89,35 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
     out = capsys.readouterr().out
     assert "champion moved to v1 (grpo) from sft" in out
     assert "task-reward" in out and "cached" in out and "rl@grpo" in out
-    assert "0.750" in out and "0.625" in out and "always-yes" in out and "0.688" in out
+    assert "0.750" in out and "0.625" in out and "0.688" in out
+    # every baseline row marked as one, with its MCC, AUC and yes share; the new columns
+    assert "DR MCC" in out and "DR AUC" in out and "yes share" in out
+    lines = out.splitlines()
+    row = lambda name: next(x for x in lines if name in x)  # noqa: E731
+    assert [c.strip() for c in row("always-yes (baseline)").split("│")[2:6]] == [
+        "0.688", "0.000", "0.500", "1.000"]
+    assert [c.strip() for c in row("nearest-train (baseline)").split("│")[2:6]] == [
+        "0.938", "0.875", "0.969", "0.562"]
+    assert [c.strip() for c in row("base (baseline)").split("│")[2:6]] == [
+        "0.250", "-0.062", "0.438", "0.375"]
+    assert [c.strip() for c in row("│ grpo").split("│")[2:6]] == ["0.750", "0.500", "0.812",
+                                                                  "0.500"]
+
+
+def test_summary_always_yes_row_from_an_older_eval_json(tmp_path, committed_params, mlflow_uri):
+    """eval.json without baseline entries: the always-yes row from SFT's recorded F1 (MCC 0,
+    yes share 1, AUC unknown); no nearest-train or base row."""
+    from hargo import summary
+
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "eval.json").write_text(json.dumps({
+        "sft": {"dr_f1": 0.5, "dr_always_yes_f1": 0.6875}, "run": {"judge": "j"}}))
+    params = apply_overrides(committed_params, {"rl.methods": ["grpo"]})
+    data = summary.collect(params, root=tmp_path)
+    assert list(data["models"]) == ["always-yes", "sft", "grpo"]
+    ay = data["models"]["always-yes"]
+    assert (ay["dr_f1"], ay["dr_mcc"], ay["dr_auc"], ay["dr_yes_share"], ay["baseline"]) == (
+        0.6875, 0.0, None, 1.0, True)
 
 
 def test_summary_without_a_pipeline_run_or_eval_metrics(tmp_path, committed_params, mlflow_uri):

@@ -2,16 +2,19 @@
 answers the comparison's eval prompts.
 
 ``run(params, run)`` (``hargo compare-eval --run <method>-s<seed>`` or ``--run sft``) evaluates
-``compare.out_dir/<run>`` (or the SFT model for ``sft``) exactly as the ``evaluate`` stage does
+``compare.out_dir/<run>`` (or the SFT model for ``sft``, the untuned base model ``model.out_dir``
+for ``base``) exactly as the ``evaluate`` stage does
 (:mod:`hargo.evaluation.evaluate`: same prompt selection rule, backend, decoding, rewards and
-metrics), with ``evaluate.samples_per_task`` and ``evaluate.max_new_tokens`` replaced by
+metrics, the first-token yes/no score of the race prompts and ``dr_auc``), with
+``evaluate.samples_per_task`` and ``evaluate.max_new_tokens`` replaced by
 ``compare.evaluate``'s. The prompt set is drawn with the *global* ``seed``, never the run's, so
 every model of the comparison answers the same prompts (the report pairs them by prompt id).
 Decoding is greedy by default (``evaluate.temperature: 0``), so SFT is evaluated once.
 
 Outputs (whole or not at all): ``data/compare/eval/<run>/generations.jsonl`` (one row per prompt:
 :func:`hargo.metrics.score_samples`'s ``id, task, completion, reward, correct, chars`` and
-``prediction`` / ``em`` / ``similarity``) and ``data/compare/eval/<run>/metrics.json`` (the
+``prediction`` / ``em`` / ``similarity``; race rows also ``log_p_yes``, ``log_p_no``,
+``yes_no_score``) and ``data/compare/eval/<run>/metrics.json`` (the
 model's :func:`hargo.evaluation.evaluate.eval_json_entry` plus timing and the prompt counts);
 MLflow child run ``compare-eval-<run>``.
 """
@@ -23,28 +26,27 @@ from pathlib import Path
 from typing import Mapping
 
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
-from hargo.compare.layout import EVAL_ROOT  # re-exported
+from hargo.compare.layout import BASE_RUN, EVAL_ROOT, SFT_RUN  # re-exported
 from hargo.params import ParamsError, validate_params
 
-__all__ = ["run", "eval_params", "parse_run", "EVAL_ROOT", "SFT_RUN"]
+__all__ = ["run", "eval_params", "parse_run", "EVAL_ROOT", "SFT_RUN", "BASE_RUN"]
 
-SFT_RUN = "sft"
 _RUN_RE = re.compile(r"^(?P<method>[a-z_0-9]+)-s(?P<seed>\d+)$")
 
 
 def parse_run(params: Mapping, run: str) -> tuple[str, int] | None:
-    """``(method, seed)`` of ``"<method>-s<seed>"``, or None for ``"sft"``.
+    """``(method, seed)`` of ``"<method>-s<seed>"``, or None for ``"sft"`` and ``"base"``.
 
     Raises:
-        ParamsError: not ``sft`` and not a run of ``compare.methods`` x ``compare.seeds``.
+        ParamsError: not ``sft``, ``base`` nor a run of ``compare.methods`` x ``compare.seeds``.
     """
-    if run == SFT_RUN:
+    if run in (SFT_RUN, BASE_RUN):
         return None
     m = _RUN_RE.match(run)
     methods = list(params["compare"]["methods"])
     seeds = [int(s) for s in params["compare"]["seeds"]]
     if not m or m["method"] not in methods or int(m["seed"]) not in seeds:
-        raise ParamsError(f"--run: {run!r} is not 'sft' nor '<method>-s<seed>' with a method of "
+        raise ParamsError(f"--run: {run!r} is not 'sft', 'base' nor '<method>-s<seed>' with a method of "
                           f"compare.methods {methods} and a seed of compare.seeds {seeds}")
     return m["method"], int(m["seed"])
 
@@ -80,7 +82,9 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
     from hargo.evaluation import generate as gen
     from hargo.evaluation.evaluate import eval_json_entry, load_eval_records, select_prompts
     from hargo.io import require_complete_dir
-    from hargo.metrics import compute_metrics, score_samples
+    from hargo.evaluation.scoring import score_yes_no
+    from hargo.metrics import compute_metrics, race_auc, score_samples
+    from hargo.rewards import RACE_TASKS
     from hargo.rewards import RewardConfig, TaskReward
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
@@ -91,9 +95,13 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
     ev = eval_params(params)
     seed = int(params["seed"])
     sft_dir = root / params["sft"]["out_dir"]
-    mdir = sft_dir if parsed is None else root / params["compare"]["out_dir"] / run
-    stage = "sft (hargo sft)" if parsed is None else \
-        f"compare_train@{parsed[0]}-{parsed[1]} (hargo compare-train)"
+    if run == BASE_RUN:
+        mdir, stage = root / params["model"]["out_dir"], "base_model (hargo base-model)"
+    elif parsed is None:
+        mdir, stage = sft_dir, "sft (hargo sft)"
+    else:
+        mdir = root / params["compare"]["out_dir"] / run
+        stage = f"compare_train@{parsed[0]}-{parsed[1]} (hargo compare-train)"
     try:
         require_complete_dir(mdir, f"model folder of {run!r}")
         require_complete_dir(sft_dir, "SFT model folder (its tokenizer picks the prompts)")
@@ -120,8 +128,14 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
         scored = score_samples(subset, res.completions, reward_fn)
         metrics = compute_metrics(subset, res.completions, rewards=[s["reward"] for s in scored],
                                   reward_fn=reward_fn)
+        race_idx = [i for i, r in enumerate(subset) if r["task"] in RACE_TASKS]
+        yn, score_s = score_yes_no(mdir, [subset[i]["prompt"] for i in race_idx], ev)
+        for i, row in zip(race_idx, yn):
+            scored[i].update(row)
         entry = eval_json_entry(metrics)
-        entry.update(run=run, method=SFT_RUN if parsed is None else parsed[0],
+        entry["dr_auc"] = race_auc([subset[i]["label"] for i in race_idx],
+                                   [r["yes_no_score"] for r in yn]) if race_idx else None
+        entry.update(run=run, method=run if parsed is None else parsed[0], score_s=score_s,
                      seed=None if parsed is None else parsed[1], n_prompts=len(subset),
                      skipped=skipped, backend=ev["backend"],
                      max_new_tokens=int(ev["max_new_tokens"]),

@@ -160,6 +160,41 @@ def _paper(setup: Setup, agg: Aggregates) -> list:
     ]
 
 
+_RACE_COLUMNS = (("dr_f1", "DR-F1"), ("dr_mcc", "DR MCC"), ("dr_auc", "DR AUC"),
+                 ("dr_yes_share", "yes share"))
+_BASELINE_NAMES = {"always-yes": "always-yes (baseline)",
+                   "nearest-train": "nearest-train (baseline)", "base": "base model (baseline)"}
+
+
+def _race_baselines(setup: Setup, race: Mapping | None) -> list:
+    """The race table against the baselines (``hargo.compare.baselines.race_table``), or
+    nothing when ``race`` is None."""
+    if race is None:
+        return []
+    f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    rows = [[_BASELINE_NAMES.get(n, n)] + [f(m[k]) for k, _ in _RACE_COLUMNS]
+            for n, m in race["baselines"].items()]
+    rows.append(["SFT"] + [f(race["sft"][k]) for k, _ in _RACE_COLUMNS])
+    for m in setup.methods:
+        r = race["methods"][m]
+        rows.append([pretty(m)] + ["-" if r[k] is None else
+                                   f"{r[k]['mean']:.3f} ± {r[k]['std']:.3f}"
+                                   for k, _ in _RACE_COLUMNS])
+    base_note = ("" if "base" in race["baselines"] else
+                 " The untuned base model was not evaluated here (stage compare_base); "
+                 "`hargo summary` shows it on the evaluate stage's prompts.")
+    return [
+        ("h", 2, "Data race detection against baselines (mean ± sample std over seeds)"),
+        ("p", "Baselines: always-yes answers yes to every race prompt (MCC 0, AUC 0.5 whatever "
+              "the label balance); nearest-train gives each prompt the label of the most "
+              "similar train race kernel (Jaccard of token sets; AUC of nearest-yes minus "
+              "nearest-no similarity); base is the untuned base model. DR AUC: ROC AUC of the "
+              "first-token log P(yes) - log P(no). A race gain counts only above all baselines."
+              + base_note),
+        ("table", ["model"] + [label for _, label in _RACE_COLUMNS], rows),
+    ]
+
+
 def _intervals(setup: Setup, ci: Mapping[str, Mapping], notes: Sequence[str]) -> list:
     blocks: list = [
         ("h", 2, f"HARGO minus other methods: {int(setup.confidence * 100)}% paired bootstrap "
@@ -228,11 +263,13 @@ def _budget(setup: Setup, train: Mapping[str, Mapping[int, Mapping]],
 
 def document(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
              ci: Mapping[str, Mapping], notes: Sequence[str],
-             train: Mapping[str, Mapping[int, Mapping]], pref_stats: Mapping | None) -> list:
+             train: Mapping[str, Mapping[int, Mapping]], pref_stats: Mapping | None,
+             race: Mapping | None = None) -> list:
     """The report as blocks (module docstring), in order: header (model, seeds, budget, eval
     prompts, judge, data version and commit), the results table (mean +- std over seeds), the
-    paper's figures beside ours, the bootstrap intervals and notes, confusion matrices, training
-    curves, answer lengths and the training budget as run.
+    race table against the baselines (when ``race`` is given), the paper's figures beside ours,
+    the bootstrap intervals and notes, confusion matrices, training curves, answer lengths and
+    the training budget as run.
 
     Args:
         setup: what the comparison ran with.
@@ -240,18 +277,22 @@ def document(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
         agg: the aggregates; ci, notes: :func:`hargo.compare.aggregate.bootstrap_cis`.
         train: per method and seed, the training metrics (``prompts_seen``, ``wall_s``).
         pref_stats: the preference pairs' stats, or None when no preference method is compared.
+        race: ``hargo.compare.baselines.race_table``'s result, or None.
     """
-    return (_header(setup, samples) + _results(setup, agg) + _paper(setup, agg)
+    return (_header(setup, samples) + _results(setup, agg) + _race_baselines(setup, race)
+            + _paper(setup, agg)
             + _intervals(setup, ci, notes) + _figures(agg) + _budget(setup, train, pref_stats))
 
 
 def summary(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
             ci: Mapping[str, Mapping], notes: Sequence[str],
-            train: Mapping[str, Mapping[int, Mapping]], pref_stats: Mapping | None) -> dict:
+            train: Mapping[str, Mapping[int, Mapping]], pref_stats: Mapping | None,
+            race: Mapping | None = None) -> dict:
     """The summary metrics document (``metrics/compare/summary.json``; arguments as
     :func:`document`): setup and budget, SFT's metrics, ``results`` (mean/std/values per method
     and metric), ``runs`` (per-run metrics and WinRate counts), ``ci``, the bootstrap settings,
-    confusion counts, preference stats, the paper's figures and the notes."""
+    confusion counts, preference stats, the paper's figures, the notes and ``race`` (the race
+    table against the baselines, or None)."""
     return {
         "methods": setup.methods, "seeds": setup.seeds, "judge": setup.judge,
         "n_prompts": len(samples), "n_prompts_per_task": _n_per_task(samples),
@@ -272,7 +313,7 @@ def summary(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
         "confusion": {"labels": ["yes", "no"], "predicted": list(PREDICTED),
                       "counts": agg.confusion},
         "preferences": pref_stats, "paper": {"model": PAPER_MODEL, "results": PAPER},
-        "notes": list(notes),
+        "notes": list(notes), "race": race,
     }
 
 

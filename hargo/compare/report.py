@@ -10,8 +10,11 @@
   StepRecorder rows, ``[]`` for offline methods; stage ``compare_train``);
 - ``<compare.preferences.out_dir>/stats.json`` when a preference method (dpo, kto, simpo) is
   compared (stage ``preferences``);
-- ``<data.out_dir>/eval.jsonl``: the race labels and references of the eval ids (stage
-  ``prepare``).
+- ``<data.out_dir>/eval.jsonl``: the race labels and references of the eval ids, and
+  ``<data.out_dir>/train.jsonl``: the race kernels of the nearest-train baseline (stage
+  ``prepare``);
+- optionally ``data/compare/eval/base/generations.jsonl`` (stage ``compare_base``, the untuned
+  base model on the same prompts): a baseline row when present.
 
 Every metric is recomputed from the per-prompt rows (``hargo.compare.aggregate``) and checked
 against the run's ``metrics.json``: a disagreement means the two files come from different
@@ -34,7 +37,9 @@ Outputs (each whole or not at all; ``hargo.io``), rendered by ``hargo.compare.re
 
 Contents: the paper-style table as mean +- std over seeds (sample std, ddof=1; SFT one row), the
 paper's own figures beside ours (method.md), 95% paired-bootstrap CIs of HARGO minus each other
-method (headline: HARGO - GRPO; ``hargo.compare.stats``), the confusion matrices, training
+method (headline: HARGO - GRPO; ``hargo.compare.stats``), the race baselines (always-yes,
+nearest-train, base when evaluated) beside SFT and each method in DR-F1, MCC, AUC and the "yes"
+share (``hargo.compare.baselines``), the confusion matrices, training
 curves, answer lengths, the judge, budget, seeds, data version and git commit.
 
 This module does the input and output: :func:`load_inputs` (read and check), :func:`write_outputs`
@@ -44,14 +49,15 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.compare import render
 from hargo.compare.aggregate import (SFT, Aggregates, RecordingJudge, StoredRewards, aggregate,
                                      bootstrap_cis, run_metrics, run_name)
-from hargo.compare.layout import EVAL_ROOT, TRAIN_METRICS_ROOT
+from hargo.compare.baselines import race_table
+from hargo.compare.layout import BASE_RUN, EVAL_ROOT, TRAIN_METRICS_ROOT
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_text, read_jsonl
 from hargo.vocab import PREFERENCE_METHODS
 from hargo.rewards import RACE_TASKS
@@ -164,6 +170,9 @@ class Inputs:
             its generations rows in the order of ``samples``.
         train: per method and seed, the run's training metrics.
         pref_stats: the preference pairs' stats, or None when no preference method is compared.
+        train_records: the train split's records (the nearest-train baseline's pool).
+        base_rows: the untuned base model's rows in the order of ``samples``, or None when it
+            was not evaluated.
     """
 
     samples: list[dict]
@@ -171,6 +180,8 @@ class Inputs:
     rows: dict[str, list[dict]]
     train: dict[str, dict[int, dict]]
     pref_stats: dict | None
+    train_records: list[dict] = field(default_factory=list)
+    base_rows: list[dict] | None = None
 
 
 def _check_stored_metrics(path: Path, stored: Mapping, rows: Sequence[Mapping],
@@ -208,6 +219,18 @@ def load_inputs(params: Mapping, root: Path, methods: Sequence[str],
         _check_stored_metrics(d / "metrics.json", stored, [by_id[name][i] for i in by_id[SFT]],
                               labels)
     ids = list(by_id[SFT])  # the canonical prompt order
+    base_rows = None
+    base_gen = root / EVAL_ROOT / BASE_RUN / "generations.jsonl"
+    if base_gen.exists():
+        base = _load_generations(base_gen, records)
+        if set(base) != set(ids):
+            raise HargoInputError(base_gen, "prompt ids differ from the SFT run's: re-run "
+                                  "compare_base", field="id")
+        base_rows = [base[i] for i in ids]
+    train_path = root / params["data"]["out_dir"] / "train.jsonl"
+    if not train_path.exists():
+        raise _missing(train_path, "prepare")
+    train_records = list(read_jsonl(train_path))
     train: dict[str, dict[int, dict]] = {m: {} for m in methods}
     for m in methods:
         for s in seeds:
@@ -222,7 +245,7 @@ def load_inputs(params: Mapping, root: Path, methods: Sequence[str],
                                 "preferences")
     return Inputs(samples=[records[i] for i in ids], labels=labels,
                   rows={name: [rs[i] for i in ids] for name, rs in by_id.items()}, train=train,
-                  pref_stats=pref_stats)
+                  pref_stats=pref_stats, train_records=train_records, base_rows=base_rows)
 
 
 def _judge(params: Mapping, inputs: Inputs) -> RecordingJudge:
@@ -354,7 +377,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
 
     Raises:
         FileNotFoundError: an input is missing (the message names it and the stage that writes
-            it: compare_train, compare_eval, preferences or prepare).
+            it: compare_train, compare_eval, preferences or prepare; train.jsonl included).
         HargoInputError: a bad input record, a run whose prompt ids differ from SFT's, or a
             ``metrics.json`` that disagrees with its ``generations.jsonl``.
         RuntimeError: the MLflow store cannot be used.
@@ -369,10 +392,12 @@ def run(params: dict, root: str | Path = ".") -> dict:
     setup = _setup(params, root, methods, seeds, judge.name)
     ci, notes = bootstrap_cis(agg.per_prompt, methods, seeds, setup.resamples, setup.confidence,
                               setup.bootstrap_seed)
+    race = race_table(inputs.samples, inputs.rows, inputs.labels, inputs.train_records, methods,
+                      seeds, inputs.base_rows)
     blocks = render.document(setup, inputs.samples, agg, ci, notes, inputs.train,
-                             inputs.pref_stats)
+                             inputs.pref_stats, race=race)
     summary = render.summary(setup, inputs.samples, agg, ci, notes, inputs.train,
-                             inputs.pref_stats)
+                             inputs.pref_stats, race=race)
     out = write_outputs(root, blocks, summary, agg)
     run_id = log_to_mlflow(params, root, setup, agg, ci, out)
     return {"report": str(out.md), "html": str(out.html), "summary": str(out.summary),

@@ -1,11 +1,13 @@
-"""The ``evaluate`` stage: the SFT model and every RL model answer the same eval prompts; the
-full metrics (hargo.metrics) and the WinRate of each RL model against SFT are computed and
-written for DVC and logged to MLflow.
+"""The ``evaluate`` stage: the untuned base model, the SFT model and every RL model answer the
+same eval prompts; the full metrics (hargo.metrics), the threshold-free race AUC and the WinRate
+of each other model against SFT are computed, beside the race baselines that need no model
+(always-yes, nearest-train), and written for DVC and logged to MLflow.
 
 Steps (params.yaml ``evaluate``; paths relative to ``root``, the repository root):
 
-1. Inputs are checked before anything is generated: every model folder (``sft.out_dir`` and
-   ``rl.out_dir/<method>`` for each of ``rl.methods``) must be complete (``.complete`` marker),
+1. Inputs are checked before anything is generated: every model folder (``model.out_dir``,
+   ``sft.out_dir`` and ``rl.out_dir/<method>`` for each of ``rl.methods``) must be complete
+   (``.complete`` marker), the train split (``data.out_dir/train.jsonl``) readable,
    and every eval record (``data.out_dir/eval.jsonl``) must have a known task, an id, a
    conversational prompt and its reference (label for race tasks, answer otherwise).
 2. The prompt set: records whose chat-templated prompt is longer than
@@ -15,19 +17,31 @@ Steps (params.yaml ``evaluate``; paths relative to ``root``, the repository root
    task is drawn (``null``: all). Tokens are counted with the SFT model's tokenizer; every model
    answers exactly this set.
 3. Each model generates with ``evaluate.backend`` (``hargo.evaluation.generate``), is scored
-   (``score_samples``, ``compute_metrics``), and every RL model is compared with SFT
+   (``score_samples``, ``compute_metrics``), and every model but SFT is compared with SFT
    (``win_rate`` with the judge of ``evaluate.judge``, named in the outputs).
+4. Each model's race prompts only get one transformers forward pass more (either backend): the
+   first-token ``log P(yes) - log P(no)`` (``hargo.evaluation.scoring``), whose ROC AUC against
+   the labels is ``dr_auc`` (``hargo.metrics.race_auc``; null with a single class present).
+5. The race baselines on the same race prompts (``hargo.evaluation.baselines``): ``always-yes``
+   ("yes" everywhere, constant score: AUC 0.5) and ``nearest-train`` (the label of the most
+   Jaccard-similar race kernel of the train split; score: nearest-yes minus nearest-no
+   similarity).
 
 Outputs, each whole or not at all:
 
-- ``metrics/eval.json`` (DVC metrics): ``{model: {metric: value}}`` for ``sft`` and each method,
-  plus ``run`` (judge, backend, dtype, prompt counts, skipped counts). Per model: the metrics of
-  ``compute_metrics`` (``dr_confusion`` as ``{tp, fp, fn, tn}``), ``win_rate`` / ``win_wins`` /
-  ``win_ties`` / ``win_losses`` (RL models), ``wall_s`` (load + generate + score),
-  ``load_s``, ``generate_s``, ``completion_tokens`` and ``gen_tokens_per_s``.
+- ``metrics/eval.json`` (DVC metrics): ``{model: {metric: value}}`` for ``base``, ``sft``, each
+  method and the baselines ``always-yes`` and ``nearest-train``, plus ``run`` (judge, backend,
+  dtype, prompt counts, skipped counts). Per model: the metrics of ``compute_metrics``
+  (``dr_confusion`` as ``{tp, fp, fn, tn}``), ``dr_auc``, ``win_rate`` / ``win_wins`` /
+  ``win_ties`` / ``win_losses`` (every model but SFT), ``wall_s`` (load + generate + score),
+  ``load_s``, ``generate_s``, ``score_s`` (the yes/no forward pass, load included),
+  ``completion_tokens`` and ``gen_tokens_per_s``. Per baseline (``"baseline": true``): race
+  metrics only (:func:`race_entry`).
 - ``data/eval/<model>.jsonl``: per prompt ``id``, ``task``, ``completion``, ``reward``,
-  ``correct`` (and ``prediction`` / ``em`` / ``similarity``, ``chars``); ``data/eval/prompts.json``:
-  the chosen ids and skipped counts.
+  ``correct`` (and ``prediction`` / ``em`` / ``similarity``, ``chars``; race prompts also
+  ``log_p_yes``, ``log_p_no``, ``yes_no_score``); ``data/eval/baselines.jsonl``: per race prompt
+  ``id``, ``task``, ``label``, the nearest-train ``prediction``, ``neighbour`` (train id),
+  ``similarity`` and ``score``; ``data/eval/prompts.json``: the chosen ids and skipped counts.
 - ``reports/eval/``: DVC plot data and PNGs (``hargo.evaluation.plots``).
 - MLflow child run ``evaluate``: metrics as ``<model>/<metric>``, the generations table
   (``eval/generations.json``), the plots, and ``metrics/eval.json``.
@@ -40,12 +54,16 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.data.records import read_prepared, select_subset
+# the baselines' entries of metrics/eval.json, re-exported beside the stage that writes them
+from hargo.evaluation.baselines import (ALWAYS_YES, BASE, BASELINES, NEAREST_TRAIN,
+                                        baseline_entries, race_entry)
 from hargo.hardware import generation_dtype
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl, \
     require_complete_dir
 
-__all__ = ["METRICS_FILE", "GENERATIONS_DIR", "PLOTS_DIR", "SFT", "model_dirs",
-           "load_eval_records", "select_prompts", "eval_json_entry", "run"]
+__all__ = ["METRICS_FILE", "GENERATIONS_DIR", "PLOTS_DIR", "SFT", "BASE", "ALWAYS_YES",
+           "NEAREST_TRAIN", "BASELINES", "model_dirs", "load_eval_records", "select_prompts",
+           "eval_json_entry", "race_entry", "baseline_entries", "run"]
 
 METRICS_FILE = "metrics/eval.json"
 GENERATIONS_DIR = "data/eval"
@@ -54,19 +72,20 @@ SFT = "sft"
 
 
 def model_dirs(params: Mapping, root: str | Path = ".") -> dict[str, Path]:
-    """``{"sft": <sft.out_dir>, <method>: <rl.out_dir>/<method>, ...}`` in evaluation order,
-    each checked complete.
+    """``{"base": <model.out_dir>, "sft": <sft.out_dir>, <method>: <rl.out_dir>/<method>, ...}``
+    in evaluation order, each checked complete.
 
     Raises:
         FileNotFoundError: a folder is missing or half-written (no ``.complete`` marker); the
             message names it and the stage that writes it.
     """
     root = Path(root)
-    dirs = {SFT: root / params["sft"]["out_dir"]}
+    dirs = {BASE: root / params["model"]["out_dir"], SFT: root / params["sft"]["out_dir"]}
     for m in params["rl"]["methods"]:
         dirs[m] = root / params["rl"]["out_dir"] / m
     for name, d in dirs.items():
-        stage = "sft (hargo sft)" if name == SFT else f"rl@{name} (hargo rl --method {name})"
+        stage = {SFT: "sft (hargo sft)", BASE: "base_model (hargo base-model)"}.get(
+            name, f"rl@{name} (hargo rl --method {name})")
         try:
             require_complete_dir(d, f"model folder of '{name}'")
         except FileNotFoundError as e:
@@ -136,18 +155,23 @@ def run(params: dict, root: str | Path = ".") -> dict:
     """Run the evaluate stage (see the module docstring).
 
     Args:
-        params: the loaded params.yaml (``seed``, ``data.out_dir``, ``sft.out_dir``,
-            ``rl.out_dir``, ``rl.methods``, ``train.threads``, ``rewards``, ``evaluate``).
+        params: the loaded params.yaml (``seed``, ``data.out_dir``, ``model.out_dir``,
+            ``sft.out_dir``, ``rl.out_dir``, ``rl.methods``, ``train.threads``, ``rewards``,
+            ``evaluate``).
         root: the repository root that relative paths start from.
 
     Returns:
-        ``{"models": [...], "n_prompts", "skipped", "judge", "backend", "metrics": {model:
-        {dr_f1, plp_similarity, mlperf_em, avg_score, win_rate, gen_tokens_per_s}}}``.
+        ``{"models": [base, sft, methods...], "baselines": ["always-yes", "nearest-train"],
+        "n_prompts", "skipped", "judge", "backend", "run_id", "metrics": {model or baseline:
+        {dr_f1, dr_mcc, dr_auc, dr_yes_share, plp_similarity, mlperf_em, avg_score, win_rate,
+        gen_tokens_per_s}}}``.
 
     Raises:
         FileNotFoundError: a model folder is missing or half-written.
-        HargoInputError: the eval split is missing or has a bad record (unknown task, ...), or
-            no prompt is left after the length filter.
+        HargoInputError: the eval or train split is missing or has a bad record (unknown
+            task, ...), or no prompt is left after the length filter.
+        ValueError: race prompts to evaluate but no race record of both labels in the train
+            split (the nearest-train baseline needs them).
         VLLMUnavailableError: backend vllm without vLLM installed (says how to install it).
         RuntimeError: the MLflow store cannot be used.
     """
@@ -155,7 +179,9 @@ def run(params: dict, root: str | Path = ".") -> dict:
     from hargo.evaluation import generate as gen
     from hargo.evaluation.plots import write_plots
     from hargo.judges import make_judge
-    from hargo.metrics import compute_metrics, score_samples, win_rate
+    from hargo.evaluation.scoring import score_yes_no
+    from hargo.metrics import compute_metrics, race_auc, score_samples, win_rate
+    from hargo.rewards import RACE_TASKS
     from hargo.rewards import RewardConfig, TaskReward
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
@@ -171,6 +197,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
     dirs = model_dirs(params, root)
     eval_path = root / params["data"]["out_dir"] / "eval.jsonl"
     records = load_eval_records(eval_path)
+    train = read_prepared(root / params["data"]["out_dir"] / "train.jsonl")
     if backend == "vllm":
         gen.import_vllm()
     dtype = generation_dtype(ev.get("dtype", "auto"))
@@ -181,6 +208,9 @@ def run(params: dict, root: str | Path = ".") -> dict:
         raise HargoInputError(eval_path, f"no eval prompt has at most evaluate.max_prompt_tokens"
                               f"={ev['max_prompt_tokens']} tokens (skipped per task: {skipped})")
     prompts = [r["prompt"] for r in subset]
+    race_idx = [i for i, r in enumerate(subset) if r["task"] in RACE_TASKS]
+    race_labels = [subset[i]["label"] for i in race_idx]
+    baselines, baseline_rows = baseline_entries(subset, train)
     n_task = {t: sum(r["task"] == t for r in subset) for t in skipped}
     print(f"[evaluate] {len(subset)} prompts {n_task}, skipped as too long {skipped}; "
           f"backend {backend} ({dtype}), judge {judge.name}", flush=True)
@@ -198,8 +228,13 @@ def run(params: dict, root: str | Path = ".") -> dict:
             s = score_samples(subset, res.completions, reward_fn)
             m = compute_metrics(subset, res.completions, rewards=[r["reward"] for r in s],
                                 reward_fn=reward_fn)
+            yn, score_s = score_yes_no(d, [subset[i]["prompt"] for i in race_idx], ev)
+            for i, row in zip(race_idx, yn):
+                s[i].update(row)
             entry = eval_json_entry(m)
-            entry.update(wall_s=time.perf_counter() - t0, load_s=res.load_s,
+            entry["dr_auc"] = race_auc(race_labels, [r["yes_no_score"] for r in yn]) \
+                if race_idx else None
+            entry.update(wall_s=time.perf_counter() - t0, load_s=res.load_s, score_s=score_s,
                          generate_s=res.generate_s, completion_tokens=sum(res.completion_tokens),
                          prompt_tokens=sum(res.prompt_tokens), gen_tokens_per_s=res.tokens_per_s)
             completions[name], scored[name], entries[name] = res.completions, s, entry
@@ -208,7 +243,8 @@ def run(params: dict, root: str | Path = ".") -> dict:
                 mlflow.log_metric(f"{name}/rss_mib_after", rss)
             print(f"[evaluate] {name}: {len(s)} completions in {res.generate_s:.1f} s "
                   f"({res.tokens_per_s:.0f} tokens/s, load {res.load_s:.1f} s); "
-                  f"DR-F1 {_fmt(entry.get('dr_f1'))}, PLP {_fmt(entry.get('plp_similarity'))}, "
+                  f"DR-F1 {_fmt(entry.get('dr_f1'))}, DR MCC {_fmt(entry.get('dr_mcc'))}, "
+                  f"DR AUC {_fmt(entry.get('dr_auc'))}, PLP {_fmt(entry.get('plp_similarity'))}, "
                   f"MLPerf EM {_fmt(entry.get('mlperf_em'))}, AvgScore "
                   f"{_fmt(entry.get('avg_score'))}", flush=True)
         for name in dirs:
@@ -227,12 +263,17 @@ def run(params: dict, root: str | Path = ".") -> dict:
                 "temperature": float(ev.get("temperature", 0.0)),
                 **{f"n_{t}": n for t, n in n_task.items()},
                 **{f"skipped_{t}": k for t, k in skipped.items()}}
-        doc = {**entries, "run": info}
+        for name, b in baselines.items():
+            print(f"[evaluate] baseline {name}: DR-F1 {_fmt(b['dr_f1'])}, DR MCC "
+                  f"{_fmt(b['dr_mcc'])}, DR AUC {_fmt(b['dr_auc'])}, yes share "
+                  f"{_fmt(b['dr_yes_share'])}", flush=True)
+        doc = {**entries, **baselines, "run": info}
 
         # 2. outputs, each whole or not at all
         with atomic_dir(root / GENERATIONS_DIR) as tmp:
             for name, rows in scored.items():
                 atomic_write_jsonl(tmp / f"{name}.jsonl", rows)
+            atomic_write_jsonl(tmp / "baselines.jsonl", baseline_rows)
             atomic_write_json(tmp / "prompts.json",
                               {"ids": [r["id"] for r in subset], "skipped": skipped,
                                "judge": judge.name})
@@ -243,7 +284,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
         # 3. MLflow: metrics, generations table, plots
         mlflow.set_tags({"hargo.judge": judge.name, "hargo.eval_backend": backend})
         flat: dict[str, float] = {}
-        for name, entry in entries.items():
+        for name, entry in {**entries, **baselines}.items():
             flat.update(_mlflow_metrics(entry, name))
         flat.update(_mlflow_metrics({k: v for k, v in info.items()
                                      if isinstance(v, (int, float))}, "eval"))
@@ -253,11 +294,12 @@ def run(params: dict, root: str | Path = ".") -> dict:
         mlflow.log_artifact(str(root / METRICS_FILE), artifact_path="eval")
         run_id = mlrun.info.run_id
 
-    return {"models": list(dirs), "n_prompts": len(subset), "skipped": skipped,
-            "judge": judge.name, "backend": backend, "run_id": run_id,
-            "metrics": {n: {k: e.get(k) for k in ("dr_f1", "plp_similarity", "mlperf_em",
-                                                  "avg_score", "win_rate", "gen_tokens_per_s")}
-                        for n, e in entries.items()}}
+    return {"models": list(dirs), "baselines": list(baselines), "n_prompts": len(subset),
+            "skipped": skipped, "judge": judge.name, "backend": backend, "run_id": run_id,
+            "metrics": {n: {k: e.get(k) for k in ("dr_f1", "dr_mcc", "dr_auc", "dr_yes_share",
+                                                  "plp_similarity", "mlperf_em", "avg_score",
+                                                  "win_rate", "gen_tokens_per_s")}
+                        for n, e in {**entries, **baselines}.items()}}
 
 
 def _fmt(v) -> str:
