@@ -10,8 +10,10 @@ from typing import Any, Mapping, Sequence
 
 # The report's columns, in this order, when present: the README's headline metrics, the
 # pooled data-race precision/recall, the wall time of the model's evaluation (seconds).
-REPORT_COLUMNS = ("dr_f1", "dr_precision", "dr_recall", "plp_similarity", "mlperf_em",
-                  "avg_score", "win_rate", "wall_s")
+REPORT_COLUMNS = ("dr_f1", "dr_mcc", "dr_auc", "dr_yes_share", "dr_precision", "dr_recall",
+                  "plp_similarity", "mlperf_em", "avg_score", "win_rate", "wall_s")
+# The untuned base model's entry: a baseline row like those flagged ``baseline: true``.
+BASE = "base"
 # metrics/eval.json's entry that describes the evaluation run, not a model.
 RUN_ENTRY = "run"
 SFT = "sft"
@@ -42,15 +44,24 @@ def _fmt(v: Any) -> str:
 
 def metrics_table(eval_metrics: Mapping[str, Any]) -> str:
     """A markdown table, one row per evaluated model, columns :data:`REPORT_COLUMNS` that any
-    model has (``—`` where a model lacks one, e.g. SFT's win rate); ``""`` when no model."""
+    model has (``—`` where a model lacks one, e.g. SFT's win rate); ``""`` when no model. The
+    baselines (entries flagged ``baseline: true``, and the untuned ``base`` model) come first,
+    marked ``(baseline)``, then SFT, then the methods."""
     rows = per_model_metrics(eval_metrics)
     if not rows:
         return ""
     present = {k for r in rows.values() for k in r}
     cols = [c for c in REPORT_COLUMNS if c in present]
     lines = ["| model | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
-    for name, r in sorted(rows.items(), key=lambda kv: kv[0] != SFT):  # SFT, the baseline, first
-        lines.append(f"| {name} | " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    baselines = {n for n, m in eval_metrics.items()
+                 if n == BASE or isinstance(m, Mapping) and m.get("baseline") is True}
+
+    def order(name: str) -> tuple[int, str]:  # the baselines, then SFT, then the methods
+        return (0 if name in baselines else 1 if name == SFT else 2, name)
+
+    for name in sorted(rows, key=order):
+        label = f"{name} (baseline)" if name in baselines else name
+        lines.append(f"| {label} | " + " | ".join(_fmt(rows[name].get(c)) for c in cols) + " |")
     return "\n".join(lines)
 
 

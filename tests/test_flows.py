@@ -271,6 +271,17 @@ def test_metrics_table_and_report():
         "| sft | 0.5000 | 0.2500 | — | 12.5000 |\n"
         "| hargo | 0.7500 | 0.1250 | 0.5000 | 10 |")
     assert metrics_table({"run": {"n_prompts": 3}}) == ""
+    # the baselines first and marked, then SFT, then the methods; MCC and AUC beside DR-F1
+    with_baselines = {**metrics,
+                      "always-yes": {"baseline": True, "dr_f1": 0.5, "dr_mcc": 0.0, "dr_auc": 0.5},
+                      "base": {"dr_f1": 0.25, "dr_mcc": -0.5, "dr_auc": 0.25}}
+    assert metrics_table(with_baselines).splitlines() == [
+        "| model | dr_f1 | dr_mcc | dr_auc | plp_similarity | win_rate | wall_s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        "| always-yes (baseline) | 0.5000 | 0.0000 | 0.5000 | — | — | — |",
+        "| base (baseline) | 0.2500 | -0.5000 | 0.2500 | — | — | — |",
+        "| sft | 0.5000 | — | — | 0.2500 | — | 12.5000 |",
+        "| hargo | 0.7500 | — | — | 0.1250 | 0.5000 | 10 |"]
     assert run_link("http://mlflow:5000/", "3", "r1") == \
         "http://mlflow:5000/#/experiments/3/runs/r1"
     assert run_link("sqlite:///m.db", "3", "r1") == "http://127.0.0.1:5000/#/experiments/3/runs/r1"
@@ -449,7 +460,7 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     assert "Running stage" not in again and "Data and pipelines are up to date." in again, again
 
     models = per_model_metrics(flow_metrics)
-    assert set(models) == {"sft", "hargo"}, flow_metrics
+    assert set(models) == {"always-yes", "nearest-train", "base", "sft", "hargo"}, flow_metrics
     assert models["hargo"]["n"] == models["sft"]["n"] > 0
     # every metric, count and confusion cell equal; only the timings differ
     assert _without_timings(flow_metrics) == _without_timings(dvc_metrics)
