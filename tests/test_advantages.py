@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from hargo.advantages import (ESTIMATORS, EMABaseline, HargoConfig, estimate, group_rewards,
-                              needs_reference)
+from hargo.advantages import (ESTIMATORS, EMABaseline, HargoConfig, discrimination_weights,
+                              estimate, group_advantage, group_rewards, needs_reference)
 from hargo.losses import weighted_loss
 
 METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
@@ -126,6 +126,43 @@ def test_grpo_matches_trl_formula():
     assert out.advantages[0].tolist() == pytest.approx([0.75 / 0.5001, -0.25 / 0.5001,
                                                         -0.25 / 0.5001, -0.25 / 0.5001], abs=1e-6)
     assert out.weights[0].tolist() == [0.25] * 4
+
+
+def test_group_advantage_unbiased_and_unscaled_by_hand():
+    """``unbiased=True`` divides by the sample std (G - 1), the default by the population std (G);
+    ``scale=False`` only centres. Rewards (1, 0, 0, 0): mean 0.25, squared deviations sum 0.75,
+    sample std sqrt(0.75 / 3) = 0.5, population std sqrt(0.75 / 4) = 0.4330."""
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.5, 0.5]])
+    unb = group_advantage(r, eps=1e-6, unbiased=True)
+    assert unb.dtype == torch.float64
+    assert unb[0].tolist() == pytest.approx([0.75 / 0.500001] + [-0.25 / 0.500001] * 3, abs=1e-12)
+    assert unb[1].tolist() == [0.0] * 4
+    pop = group_advantage(r, eps=0.1)  # a large eps shows it is added to the std, not elsewhere
+    std = math.sqrt(0.75 / 4)
+    assert pop[0].tolist() == pytest.approx([0.75 / (std + 0.1)] + [-0.25 / (std + 0.1)] * 3,
+                                            abs=1e-12)
+    assert group_advantage(r, scale=False)[0].tolist() == [0.75, -0.25, -0.25, -0.25]
+    # rounding residue in an all-equal group is forced to exactly 0, even unscaled
+    tiny = torch.tensor([[0.1, 0.1, 0.1]], dtype=torch.float64)
+    assert group_advantage(tiny, scale=False)[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_discrimination_weights_by_hand():
+    """d = |M| / (max |M| + eps), w = d / sum d; a group with sum d < eps_w falls back to 1/G.
+    A large eps (0.5) makes its place in the formula visible."""
+    M = torch.tensor([[2.0, -1.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0], [1e-3, 0.0, 0.0, 0.0]],
+                     dtype=torch.float64)
+    d, w, flat = discrimination_weights(M, eps=0.5, eps_w=1e-2)
+    assert d[0].tolist() == pytest.approx([2 / 2.5, 1 / 2.5, 0.0, 1 / 2.5], abs=1e-12)
+    assert w[0].tolist() == pytest.approx([0.5, 0.25, 0.0, 0.25], abs=1e-12)
+    # group 2: d = (0.001 / 0.501, 0, 0, 0), sum 0.001996 < eps_w = 0.01: uniform
+    assert d[2, 0].item() == pytest.approx(1e-3 / 0.501, abs=1e-12)
+    assert w[1].tolist() == [0.25] * 4 and w[2].tolist() == [0.25] * 4
+    assert flat.tolist() == [[False], [True], [True]]
+    # sum d exactly at eps_w is not below it: normalised weights, not 1/G
+    d, w, flat = discrimination_weights(torch.tensor([[1.0, 1.0]], dtype=torch.float64),
+                                        eps=0.0, eps_w=2.0)
+    assert d.tolist() == [[1.0, 1.0]] and not flat.item() and w.tolist() == [[0.5, 0.5]]
 
 
 def test_dr_grpo_centres_only():
@@ -247,6 +284,109 @@ def test_permutation_equivariance(batch, method, rnd):
     if a.confidence is not None:
         torch.testing.assert_close(torch.gather(a.confidence, 1, perm), b.confidence,
                                    rtol=1e-5, atol=1e-6)
+
+
+def _contrast(advantages: torch.Tensor) -> torch.Tensor:
+    """(N,) bool: the groups with clear contrast, ``max |A| > 1e-3`` (so ``sum d`` is about 1 or
+    more, far above eps_w = 1e-6; a group with rewards apart by less than ~eps has tiny ``A`` and
+    falls back to 1/G by step 5)."""
+    return advantages.abs().amax(dim=1) > 1e-3
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches(), st.sampled_from(["hargo", "hargo_b1"]))
+def test_weights_are_proportional_to_abs_modulated_advantage(batch, method):
+    """Steps 4-5: ``w_i = d_i / sum d = |M_i| / sum_j |M_j|`` (eps cancels) in a group with
+    contrast; ``d_i = |M_i| / (max_j |M_j| + eps)``. Uniform weights would fail this."""
+    r, l = batch
+    out = estimate(method, r, l)
+    M = out.advantages.to(torch.float64).abs()
+    c = _contrast(M)
+    want = M / M.sum(dim=1, keepdim=True)
+    torch.testing.assert_close(out.weights.to(torch.float64)[c], want[c], rtol=1e-5, atol=1e-6)
+    want_d = M / (M.amax(dim=1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(out.discrimination.to(torch.float64), want_d, rtol=1e-5, atol=1e-6)
+    assert (out.discrimination.amax(dim=1)[c] > 0.99).all()  # the largest |M| has d ~ 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches(), st.sampled_from(["hargo", "hargo_b2"]))
+def test_confidence_and_modulation_follow_the_formula(batch, method):
+    """Steps 2-3 on a fresh baseline: ``g = mean(l)`` of the batch, ``c = sigmoid(l - g)``,
+    ``M = A (1 + alpha c)`` with B1's ``A``. Confidence 0 (or a dropped alpha) fails this."""
+    r, l = batch
+    cfg = HargoConfig(alpha=0.7)
+    out = estimate(method, r, l, config=cfg)
+    g = l.to(torch.float64).mean().item()
+    assert out.baseline == pytest.approx(g, rel=1e-9, abs=1e-9)
+    c = torch.sigmoid(l.to(torch.float64) - g)
+    torch.testing.assert_close(out.confidence.to(torch.float64), c, rtol=1e-6, atol=1e-7)
+    A = estimate("hargo_b1", r).advantages.to(torch.float64)
+    torch.testing.assert_close(out.advantages.to(torch.float64), A * (1 + 0.7 * c),
+                               rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches())
+def test_hargo_with_alpha_zero_is_b1(batch):
+    """``alpha = 0``: ``M = A``, so HARGO's advantages and weights are exactly B1's."""
+    r, l = batch
+    full = estimate("hargo", r, l, config=HargoConfig(alpha=0.0))
+    b1 = estimate("hargo_b1", r, l)
+    assert torch.equal(full.advantages, b1.advantages)
+    assert torch.equal(full.weights, b1.weights)
+    assert torch.equal(full.discrimination, b1.discrimination)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches(), st.sampled_from([0.1, 0.3, 1.0]))
+def test_b2_weights_are_proportional_to_confidence(batch, alpha):
+    """B2: ``w_i = alpha c_i / sum_j alpha c_j = c_i / sum_j c_j`` in a group with contrast (alpha
+    cancels), 1/G in a group without. The code also falls back to 1/G when ``alpha sum c <
+    eps_w`` (reference log-probs far below the baseline), so such groups are left out here."""
+    r, l = batch
+    out = estimate("hargo_b2", r, l, config=HargoConfig(alpha=alpha))
+    c = out.confidence.to(torch.float64)
+    has = _contrast(out.advantages) & (alpha * c.sum(dim=1) > 2e-6)
+    torch.testing.assert_close(out.weights.to(torch.float64)[has],
+                               (c / c.sum(dim=1, keepdim=True))[has], rtol=1e-5, atol=1e-6)
+    G = r.shape[1]
+    flat = ~_contrast(r - r[:, :1])  # all rewards equal: 1/G
+    assert torch.equal(out.weights[flat], torch.full_like(out.weights[flat], 1 / G))
+
+
+@st.composite
+def rewards_with_spread(draw):
+    """Rewards in [0, 1] whose groups each have a std >= 0.05 (so eps = 1e-6 is negligible
+    against it), as float64."""
+    n = draw(st.integers(1, 4))
+    g = draw(st.integers(2, 6))
+    r = draw(arrays(np.float64, (n, g), elements=st.floats(0, 1, allow_nan=False)))
+    r[:, 0], r[:, 1] = 0.0, 1.0  # a spread of 1 in each group: std >= 1 / G >= 0.16
+    return torch.from_numpy(r)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rewards_with_spread(), st.floats(-100, 100), st.floats(0.01, 100),
+       st.sampled_from(["hargo", "hargo_b1", "hargo_b2", "grpo"]))
+def test_shift_and_scale_invariance(r, shift, scale, method):
+    """``A = (r - mean) / (std + eps)`` does not change when every reward is shifted by a
+    constant (up to rounding). A positive scale ``k`` gives ``k (r - mean) / (k std + eps) =
+    A (std + eps) / (std + eps / k)``: invariant only up to eps (GRPO's eps is TRL's 1e-4, sample
+    std), which this checks exactly. ``w = |M| / sum |M|`` is invariant (the group's common factor
+    cancels; B2's weights do not read rewards at all). Dr. GRPO's ``r - mean`` scales by ``k``."""
+    l = -torch.arange(r.numel(), dtype=torch.float64).reshape(r.shape) / 3
+    a = estimate(method, r, l)
+    b = estimate(method, r * scale + shift, l)
+    eps, correction = (1e-4, 1) if method == "grpo" else (1e-6, 0)
+    std = r.std(dim=1, keepdim=True, correction=correction)
+    factor = (std + eps) / (std + eps / scale)
+    torch.testing.assert_close(b.advantages.to(torch.float64),
+                               a.advantages.to(torch.float64) * factor, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b.weights, a.weights, rtol=1e-5, atol=1e-6)
+    d = estimate("dr_grpo", r * scale + shift).advantages.to(torch.float64)
+    torch.testing.assert_close(d, scale * estimate("dr_grpo", r).advantages.to(torch.float64),
+                               rtol=1e-4, atol=1e-4 * scale)
 
 
 def test_extreme_finite_rewards_no_nan():
