@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # ----------------------------------------------------------------------------- stats
 
+@pytest.mark.fast
 def test_mean_std_exact():
     m, s = mean_std([1, 2, 3, 4])
     assert m == 2.5
@@ -59,6 +60,7 @@ def _plain_mean(x) -> float:
     return sum(float(v) for v in x) / len(x)
 
 
+@pytest.mark.fast
 def test_bootstrap_bounds_recomputed_by_hand():
     """The interval's exact bounds, recomputed with the same RNG: the mean path (vectorised in
     the code), another confidence (0.8: the 0.1 and 0.9 quantiles), and a callable statistic
@@ -88,6 +90,7 @@ def test_bootstrap_bounds_recomputed_by_hand():
     assert ci["high"] == pytest.approx((diffs[1] + diffs[2]) / 2, abs=1e-12)
 
 
+@pytest.mark.fast
 def test_bootstrap_f1_bounds_recomputed_by_hand():
     """DR-F1's interval: F1 over the drawn prompts' records, two seeds sharing one draw."""
     labels = ["yes", "no", "yes", "no", "yes", "yes"]
@@ -101,6 +104,7 @@ def test_bootstrap_f1_bounds_recomputed_by_hand():
     assert ci["low"] < ci["high"]
 
 
+@pytest.mark.fast
 def test_bootstrap_seeds_share_one_set_of_resampled_prompts():
     """Every resample applies ONE set of drawn prompt indices to all seed pairs.
 
@@ -124,6 +128,7 @@ def test_bootstrap_seeds_share_one_set_of_resampled_prompts():
     assert ci["diff"] == pytest.approx(((0.44 - 0.3) + (0.5 - 0.34)) / 2, abs=1e-12)
 
 
+@pytest.mark.fast
 def test_bootstrap_against_itself_is_zero():
     a = np.array([0.1, 0.9, 0.4, 0.4, 0.0, 1.0])
     ci = paired_bootstrap_ci(a, a, resamples=500, confidence=0.95, seed=3)
@@ -133,6 +138,7 @@ def test_bootstrap_against_itself_is_zero():
     assert (ci["diff"], ci["low"], ci["high"]) == (0.0, 0.0, 0.0)
 
 
+@pytest.mark.fast
 def test_bootstrap_refuses_bad_arguments():
     a = np.array([0.1, 0.2])
     for kw in ({"resamples": 0}, {"confidence": 0.0}, {"confidence": 1.0}):
@@ -150,6 +156,7 @@ def test_bootstrap_refuses_bad_arguments():
     assert ci["resamples"] == 1 and ci["low"] == ci["high"]
 
 
+@pytest.mark.fast
 def test_bootstrap_dominating_method_is_above_zero_and_seeded():
     rng = np.random.default_rng(0)
     b = rng.uniform(0, 0.8, size=40)
@@ -162,6 +169,7 @@ def test_bootstrap_dominating_method_is_above_zero_and_seeded():
     assert ci["high"] - ci["low"] < 0.1
 
 
+@pytest.mark.fast
 def test_bootstrap_dr_f1_uses_f1_not_accuracy():
     labels = ["yes", "yes", "no", "no"]
     a = race_f1_records(labels, ["yes", "yes", "yes", "yes"])   # TP 2, FP 2: F1 = 4/6
@@ -260,6 +268,7 @@ def _make_fixture(root: Path) -> dict:
     return params
 
 
+@pytest.mark.fast
 def test_run_metrics_hand_computed():
     labels = {r["id"]: r["label"] for r in EVAL if r["label"]}
     for run in RUNS:
@@ -271,6 +280,7 @@ def test_run_metrics_hand_computed():
     assert m["accuracy_race_fortran"] == 0.5 and m["accuracy_plp"] == 1.0
 
 
+@pytest.mark.fast
 def test_mean_curve_averages_seeds_per_step():
     h1 = [{"step": 1, "plp/reward_mean": 0.2}, {"step": 2, "plp/reward_mean": 0.4}]
     h2 = [{"step": 1, "plp/reward_mean": 0.4}, {"step": 2, "plp/reward_mean": None},
@@ -278,6 +288,7 @@ def test_mean_curve_averages_seeds_per_step():
     assert aggregate.mean_curve([h1, h2], "plp/reward_mean") == ([1, 2], [pytest.approx(0.3), 0.4])
 
 
+@pytest.mark.fast
 def test_seed_summary_two_seeds_by_hand():
     per_run = {"grpo-s1": {"avg_score": 0.2, "dr_f1": 0.5, "mlperf_em": None},
                "grpo-s2": {"avg_score": 0.6, "dr_f1": 0.9, "mlperf_em": 1.0},
@@ -305,6 +316,7 @@ class _TieJudge:
         return [0] * len(samples)
 
 
+@pytest.mark.fast
 def test_aggregate_fixture_runs_by_hand():
     labels = {r["id"]: r["label"] for r in EVAL if r["label"]}
     rows = {run: _rows(run) for run in RUNS}
@@ -335,6 +347,7 @@ def test_aggregate_fixture_runs_by_hand():
     assert len(agg.chars["hargo"]["plp"]) == 4 and len(agg.chars["sft"]["plp"]) == 2
 
 
+@pytest.mark.fast
 def test_bootstrap_cis_order_and_notes():
     pp = {f"{m}-s{s}": {"avg_score": np.array([0.1 * s, 0.5])} for m in ("grpo", "hargo", "dpo")
           for s in (1, 2)}

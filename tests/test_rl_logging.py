@@ -10,6 +10,8 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from hargo.training.rl_logging import RLLoggingCallback, StepRecorder, summarize_history
 
+pytestmark = pytest.mark.fast
+
 G = 2
 
 
