@@ -144,9 +144,14 @@ def test_group_advantage_unbiased_and_unscaled_by_hand():
     assert pop[0].tolist() == pytest.approx([0.75 / (std + 0.1)] + [-0.25 / (std + 0.1)] * 3,
                                             abs=1e-12)
     assert group_advantage(r, scale=False)[0].tolist() == [0.75, -0.25, -0.25, -0.25]
-    # rounding residue in an all-equal group is forced to exactly 0, even unscaled
-    tiny = torch.tensor([[0.1, 0.1, 0.1]], dtype=torch.float64)
+    # the default eps is 1e-6
+    assert group_advantage(r)[0, 0].item() == pytest.approx(0.75 / (std + 1e-6), abs=1e-12)
+    # rounding residue in an all-equal group is forced to exactly 0 (0.1 * 3 / 3 != 0.1), per
+    # group: the other group's spread does not matter
+    tiny = torch.tensor([[0.1, 0.1, 0.1], [0.0, 1.0, 2.0]], dtype=torch.float64)
     assert group_advantage(tiny, scale=False)[0].tolist() == [0.0, 0.0, 0.0]
+    assert group_advantage(tiny)[0].tolist() == [0.0, 0.0, 0.0]
+    assert group_advantage(tiny, scale=False)[1].tolist() == [-1.0, 0.0, 1.0]
 
 
 def test_discrimination_weights_by_hand():
@@ -161,6 +166,11 @@ def test_discrimination_weights_by_hand():
     assert d[2, 0].item() == pytest.approx(1e-3 / 0.501, abs=1e-12)
     assert w[1].tolist() == [0.25] * 4 and w[2].tolist() == [0.25] * 4
     assert flat.tolist() == [[False], [True], [True]]
+    # defaults eps = eps_w = 1e-6, and float32 input computed in float64
+    d, w, flat = discrimination_weights(torch.tensor([[2.0, -1.0], [1e-3, 0.0]]))
+    assert d.dtype == torch.float64
+    assert d[0].tolist() == pytest.approx([2 / (2 + 1e-6), 1 / (2 + 1e-6)], abs=1e-15)
+    assert w[1].tolist() == [1.0, 0.0] and flat.tolist() == [[False], [False]]
     # sum d exactly at eps_w is not below it: normalised weights, not 1/G
     d, w, flat = discrimination_weights(torch.tensor([[1.0, 1.0]], dtype=torch.float64),
                                         eps=0.0, eps_w=2.0)
@@ -192,17 +202,102 @@ def test_registry_and_errors():
         estimate("hargo_b1", torch.tensor([[0.0, float("nan")]]))
     with pytest.raises(ValueError, match="NaN or inf"):
         estimate("hargo", torch.zeros(1, 2), torch.tensor([[0.0, -float("inf")]]))
-    with pytest.raises(ValueError, match=r"\(N, G\)"):
+    with pytest.raises(ValueError, match=r"rewards must be a \(N, G\) tensor, got torch.Size\(\[8\]\)"):
         estimate("grpo", torch.zeros(8))
+    with pytest.raises(ValueError, match=r"rewards must be a \(N, G\) tensor, got <class 'list'>"):
+        estimate("grpo", [[1.0, 0.0]])
     with pytest.raises(ValueError, match="rho"):
         HargoConfig(rho=1.0)
+
+
+def test_config_and_baseline_validation():
+    """Each bound of HargoConfig and EMABaseline, on both sides, with its message."""
+    assert HargoConfig(alpha=0.0, rho=0.0).rho == 0.0            # both ends that are allowed
+    for kw, msg in (({"alpha": -0.1}, "alpha must be finite and >= 0, got -0.1"),
+                    ({"alpha": math.inf}, "alpha must be finite and >= 0, got inf"),
+                    ({"alpha": math.nan}, "alpha must be finite"),
+                    ({"rho": 1.0}, r"rho must lie in \[0, 1\), got 1.0"),
+                    ({"rho": -0.1}, "rho must lie in"),
+                    ({"eps": 0.0}, "eps must be finite and > 0, got 0.0"),
+                    ({"eps": math.inf}, "eps must be finite and > 0, got inf"),
+                    ({"eps_w": 0.0}, "eps_w must be finite and > 0, got 0.0")):
+        with pytest.raises(ValueError, match=f"HargoConfig.{msg}"):
+            HargoConfig(**kw)
+    assert EMABaseline(0.0).rho == 0.0
+    for rho in (1.0, -0.1):
+        with pytest.raises(ValueError, match=rf"EMABaseline rho must lie in \[0, 1\), got {rho}"):
+            EMABaseline(rho)
+    b = EMABaseline(0.5)
+    b.load_state_dict({"rho": 0.0, "value": None})               # allowed: rho 0, no value yet
+    assert (b.rho, b.value) == (0.0, None)
+    b.load_state_dict({"rho": 0.0, "value": -2})
+    assert b.value == -2.0 and isinstance(b.value, float)
+    for state, msg in (({"rho": 1.0, "value": 0.0}, r"rho must lie in \[0, 1\), got 1.0"),
+                       ({"rho": 0.9, "value": math.inf}, "value must be finite, got inf"),
+                       ({"value": 0.0}, "expected {'rho', 'value'}, got {'value': 0.0}")):
+        with pytest.raises(ValueError, match=f"EMABaseline.load_state_dict: {msg}"):
+            b.load_state_dict(state)
+    assert (b.rho, b.value) == (0.0, -2.0)   # a refused state changes nothing
+
+
+def test_flat_names_and_float32_outputs():
+    """``flat()`` keys, and estimator outputs are float32 even under a float64 default dtype
+    (``_uniform`` names its dtype) and computed in float64 from bfloat16 input."""
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    l = torch.tensor([[-1.0, -2.0, -3.0, -4.0]])
+    assert sorted(estimate("hargo", r, l).flat()) == ["advantages", "confidence",
+                                                      "discrimination", "weights"]
+    assert sorted(estimate("grpo", r).flat()) == ["advantages", "weights"]
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        for m in ("grpo", "dr_grpo"):
+            assert estimate(m, r).weights.dtype == torch.float32, m
+    finally:
+        torch.set_default_dtype(old)
+    # bfloat16 rewards: TRL's 0.75 / 0.5001 computed in float64 (bf16 arithmetic gives 1.5)
+    out = estimate("grpo", r.to(torch.bfloat16))
+    assert out.advantages[0, 0].item() == pytest.approx(0.75 / 0.5001, abs=1e-6)
+
+
+def test_config_eps_and_eps_w_reach_the_estimator():
+    """HargoConfig's eps and eps_w are the ones used (not the functions' defaults). Rewards
+    (1, 0, 0, 0), eps = 1: std 0.4330, A = (0.5234, -0.1745 x3), d = |A| / (0.5234 + 1) =
+    (0.3436, 0.1145 x3), sum d = 0.6873: below eps_w = 0.9 -> 1/G; above eps_w = 0.5 -> d / sum d
+    = (1/2, 1/6 x3)."""
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    std = math.sqrt(0.1875)
+    A = [0.75 / (std + 1), -0.25 / (std + 1)]
+    d = [A[0] / (A[0] + 1), -A[1] / (A[0] + 1)]
+    out = estimate("hargo_b1", r, config=HargoConfig(eps=1.0, eps_w=0.9))
+    assert out.advantages[0].tolist() == pytest.approx([A[0]] + [A[1]] * 3, abs=1e-6)
+    assert out.discrimination[0].tolist() == pytest.approx([d[0]] + [d[1]] * 3, abs=1e-6)
+    assert out.weights[0].tolist() == [0.25] * 4
+    out = estimate("hargo_b1", r, config=HargoConfig(eps=1.0, eps_w=0.5))
+    assert out.weights[0].tolist() == pytest.approx([0.5, 1 / 6, 1 / 6, 1 / 6], abs=1e-6)
+
+
+def test_b2_falls_back_only_below_eps_w():
+    """B2's fallback is ``alpha sum c < eps_w``: exactly at eps_w the weights are c / sum c."""
+    r = torch.tensor([[1.0, 0.0, 0.0]])
+    l = torch.tensor([[-1.0, -2.0, -4.0]])
+    alpha = 0.3
+    c = torch.sigmoid(l.to(torch.float64) - float(l.to(torch.float64).mean()))
+    s = float((alpha * c).sum(dim=1, keepdim=True))
+    at = estimate("hargo_b2", r, l, config=HargoConfig(alpha=alpha, eps_w=s))
+    assert at.weights[0].tolist() == pytest.approx((c / c.sum()).tolist()[0], abs=1e-7)
+    above = estimate("hargo_b2", r, l, config=HargoConfig(alpha=alpha, eps_w=s * 1.0001))
+    assert above.weights[0].tolist() == pytest.approx([1 / 3] * 3)
 
 
 def test_group_rewards():
     flat = torch.arange(8.0)
     assert group_rewards(flat, 4).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    with pytest.raises(ValueError, match=r"10 rewards do not split into groups of G=4"):
+    with pytest.raises(ValueError, match=r"10 rewards do not split into groups of G=4 \(10 % 4 = 2\)"):
         group_rewards(torch.zeros(10), 4)
+    assert group_rewards(flat, 1).shape == (8, 1)                 # G = 1 is a valid reshape
+    with pytest.raises(ValueError, match="G must be >= 1, got 0"):
+        group_rewards(flat, 0)
     with pytest.raises(ValueError, match="1-D"):
         group_rewards(torch.zeros(2, 4), 4)
 
