@@ -25,9 +25,9 @@ def test_mean_std_exact():
     assert m == 2.5
     assert s == pytest.approx(math.sqrt(5 / 3), abs=1e-12)  # ddof=1: 5 / (4 - 1)
     assert mean_std([0.7]) == (0.7, 0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^mean_std: no values$"):
         mean_std([])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^mean_std: values contain None or NaN: \[1.0, None\]$"):
         mean_std([1.0, None])
 
 
@@ -88,6 +88,35 @@ def test_bootstrap_bounds_recomputed_by_hand():
     # 0.25 and 0.75 quantiles of three sorted values: halfway between neighbours
     assert ci["low"] == pytest.approx((diffs[0] + diffs[1]) / 2, abs=1e-12)
     assert ci["high"] == pytest.approx((diffs[1] + diffs[2]) / 2, abs=1e-12)
+
+
+@pytest.mark.fast
+def test_bootstrap_defaults_and_a_statistic_other_than_the_mean():
+    """Defaults: 2000 resamples, confidence 0.95, seed 0. A statistic other than the mean (the
+    median here) must be applied to every resample, not replaced by the vectorised mean."""
+    a = np.array([0.9, 0.1, 0.5, 0.7, 0.0, 1.0, 0.3])
+    b = np.array([0.2, 0.4, 0.5, 0.1, 0.3, 0.6, 0.8])
+    ci = paired_bootstrap_ci(a, b)
+    assert (ci["resamples"], ci["confidence"]) == (2000, 0.95)
+    assert (ci["low"], ci["high"]) == pytest.approx(
+        _hand_bootstrap([a], [b], _plain_mean, 2000, 0.95, 0), abs=1e-12)
+    median = lambda x: float(np.median(x))  # noqa: E731
+    ci = paired_bootstrap_ci_seeds([a], [b], median, resamples=300, seed=6)
+    assert ci["diff"] == pytest.approx(0.5 - 0.4, abs=1e-12)
+    assert (ci["low"], ci["high"]) == pytest.approx(
+        _hand_bootstrap([a], [b], median, 300, 0.95, 6), abs=1e-12)
+
+
+@pytest.mark.fast
+def test_f1_records_edge_cases():
+    """No positive label and no "yes" prediction: F1 is 0 (zero_division=0); records are int64
+    (n, 2), also for no prompts; labels and predictions must pair up."""
+    rec = race_f1_records(["no", "no"], ["no", "no"])
+    assert rec.dtype == np.int64 and rec.tolist() == [[0, 0], [0, 0]]
+    assert f1_statistic(rec) == 0.0
+    assert race_f1_records([], []).shape == (0, 2)
+    with pytest.raises(ValueError):
+        race_f1_records(["yes", "no"], ["yes"])
 
 
 @pytest.mark.fast
