@@ -113,6 +113,14 @@ def test_gate_tolerance_boundary_passes():
     assert ok
     with pytest.raises(KeyError):
         gate({"dr_f1": 0.6}, ref, gates, 0.0)
+    # several metrics deciding: listed in gate_metrics order, comma-separated
+    three = ["dr_f1", "plp_similarity", "mlperf_em"]
+    ref3 = {**ref, "mlperf_em": 0.5}
+    ok, why = gate({"dr_f1": 0.75, "plp_similarity": 0.75, "mlperf_em": 0.5}, ref3, three, 0.0)
+    assert ok and why.startswith("better on dr_f1, plp_similarity, none worse beyond 0: ")
+    ok, why = gate({"dr_f1": 0.25, "plp_similarity": 0.75, "mlperf_em": 0.0}, ref3, three, 0.0)
+    assert not ok and why.startswith("worse than the reference by more than the tolerance 0 on "
+                                     "dr_f1, mlperf_em: ")
 
 
 @pytest.mark.fast

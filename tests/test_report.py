@@ -100,6 +100,10 @@ def test_bootstrap_defaults_and_a_statistic_other_than_the_mean():
     assert (ci["resamples"], ci["confidence"]) == (2000, 0.95)
     assert (ci["low"], ci["high"]) == pytest.approx(
         _hand_bootstrap([a], [b], _plain_mean, 2000, 0.95, 0), abs=1e-12)
+    ci = paired_bootstrap_ci_seeds([a], [b])               # the same defaults
+    assert (ci["resamples"], ci["confidence"]) == (2000, 0.95)
+    assert (ci["low"], ci["high"]) == pytest.approx(
+        _hand_bootstrap([a], [b], _plain_mean, 2000, 0.95, 0), abs=1e-12)
     median = lambda x: float(np.median(x))  # noqa: E731
     ci = paired_bootstrap_ci_seeds([a], [b], median, resamples=300, seed=6)
     assert ci["diff"] == pytest.approx(0.5 - 0.4, abs=1e-12)
