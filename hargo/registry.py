@@ -24,8 +24,9 @@ on the run, and written to ``metrics/register.json``.
 Failure handling: every check (metrics present for SFT and each method, gate metrics known and
 numeric, model folders complete, the store usable, the current champion's metrics readable)
 runs before anything is registered. If logging, registering or moving an alias fails midway,
-the versions created by this run are deleted (and the registered model too when this run
-created it) and the champion alias is put back: nothing partial stays registered.
+the champion and candidate aliases are put back and the versions created by this run are
+deleted (and the registered model too when this run created it): nothing partial stays
+registered.
 """
 from __future__ import annotations
 
@@ -161,16 +162,17 @@ def _not_found(e) -> bool:
     return getattr(e, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
 
 
-def _champion(client, name: str):
-    """The version holding ``@champion``, or None (no registered model or no alias yet)."""
+def _champion(client, name: str, alias: str = CHAMPION):
+    """The version holding ``@champion`` (or ``alias``), or None (no registered model or no
+    alias yet)."""
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.get_model_version_by_alias(name, CHAMPION)
+        return client.get_model_version_by_alias(name, alias)
     except MlflowException as e:
         if _not_found(e):
             return None
-        raise RuntimeError(f"MLflow registry: cannot read {name}@{CHAMPION}: {e}") from e
+        raise RuntimeError(f"MLflow registry: cannot read {name}@{alias}: {e}") from e
 
 
 def _version_metrics(mv, gate_metrics: Sequence[str], name: str) -> dict[str, float]:
@@ -232,6 +234,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
         raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
     client = MlflowClient()
     old = _champion(client, name)
+    old_candidate = _champion(client, name, CANDIDATE)
     if old is not None:
         reference, ref_label = _version_metrics(old, gates, name), \
             f"{CHAMPION} v{old.version} ({old.tags.get('hargo.method', '?')})"
@@ -245,7 +248,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
         run_id = mlrun.info.run_id
         created: list[tuple[str, object]] = []
         made_model = False
-        moved_champion = False
+        moved_champion = moved_candidate = False
         try:
             try:
                 client.get_registered_model(name)
@@ -288,6 +291,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
                     ref, new_champ = {g: float(metrics[m][g]) for g in gates}, (m, mv)
                     ref_now = f"candidate v{mv.version} ({m})"
             for m, mv in created:
+                moved_candidate = True
                 client.set_registered_model_alias(name, CANDIDATE, mv.version)
             if new_champ is not None:
                 moved_champion = True
@@ -318,12 +322,14 @@ def run(params: dict, root: str | Path = ".") -> dict:
             mlflow.log_dict(doc, "register/register.json")
             atomic_write_json(root / REGISTER_FILE, doc)
         except Exception as e:
-            _rollback(client, name, created, made_model, old, moved_champion)
+            _rollback(client, name, created, made_model, old, moved_champion,
+                      old_candidate if moved_candidate else False)
             raise RuntimeError(f"registering {name} in the MLflow store {uri} failed, so "
                                "nothing was registered and no alias moved: "
                                f"{type(e).__name__}: {e}") from e
         except BaseException:  # KeyboardInterrupt and the like: undo, then let it through
-            _rollback(client, name, created, made_model, old, moved_champion)
+            _rollback(client, name, created, made_model, old, moved_champion,
+                      old_candidate if moved_candidate else False)
             raise
     print(f"[register] {name}: " + "; ".join(
         f"v{v['version']} ({v['method']}) gate {v['gate']}" for v in versions)
@@ -331,17 +337,27 @@ def run(params: dict, root: str | Path = ".") -> dict:
     return doc
 
 
-def _rollback(client, name: str, created, made_model: bool, old, moved_champion: bool) -> None:
-    """Undo a failed registration: champion back, created versions (and model) deleted."""
+def _rollback(client, name: str, created, made_model: bool, old, moved_champion: bool,
+              old_candidate=False) -> None:
+    """Undo a failed registration: champion (and candidate) aliases back, created versions
+    (and model) deleted.
+
+    ``old``: the champion version before the run (None: there was none); ``old_candidate``: the
+    candidate version before the run (None: there was none), or False when the candidate alias
+    was not touched. Aliases are put back before the versions are deleted.
+    """
     errors = []
-    if moved_champion:
+    restores = [(CHAMPION, old)] if moved_champion else []
+    if old_candidate is not False:
+        restores.append((CANDIDATE, old_candidate))
+    for alias, prev in restores:
         try:
-            if old is not None:
-                client.set_registered_model_alias(name, CHAMPION, old.version)
+            if prev is not None:
+                client.set_registered_model_alias(name, alias, prev.version)
             else:
-                client.delete_registered_model_alias(name, CHAMPION)
+                client.delete_registered_model_alias(name, alias)
         except Exception as e:  # keep rolling back the rest
-            errors.append(f"restore {CHAMPION}: {e}")
+            errors.append(f"restore {alias}: {e}")
     for _, mv in created:
         try:
             client.delete_model_version(name, mv.version)

@@ -14,6 +14,8 @@ from hargo.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, advantage_
                           masked_mean, masked_token_mean, policy_loss, register_aggregation,
                           register_kl, register_policy_loss, token_rewards, weighted_loss, whiten)
 
+pytestmark = pytest.mark.fast
+
 NAN = float("nan")
 
 

@@ -3,6 +3,8 @@ tiny random models and crafted eval metrics, each test with its own SQLite MLflo
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 from pathlib import Path
 
@@ -82,6 +84,95 @@ def test_gate_rule_by_hand():
     # tolerance never makes an equal-or-worse candidate pass
     ok, _ = gate({"dr_f1": 0.79, "plp_similarity": 0.49}, ref, ["dr_f1", "plp_similarity"], 0.5)
     assert not ok
+
+
+@pytest.mark.fast
+def test_gate_tolerance_boundary_passes():
+    """The rule is ``candidate >= reference - tolerance``: a candidate exactly ``tolerance`` below
+    on one metric (0.25 = 0.5 - 0.25, all exact in binary) is within it and passes when it is
+    strictly better elsewhere; one ulp further below fails."""
+    from hargo.registry import gate
+
+    ref = {"dr_f1": 0.5, "plp_similarity": 0.5}
+    gates = ["dr_f1", "plp_similarity"]
+    ok, why = gate({"dr_f1": 0.75, "plp_similarity": 0.25}, ref, gates, 0.25)
+    assert ok, why
+    assert why == ("better on dr_f1, none worse beyond 0.25: dr_f1 0.7500 vs 0.5000 (+0.2500); "
+                   "plp_similarity 0.2500 vs 0.5000 (-0.2500)")
+    below = math.nextafter(0.25, 0.0)
+    ok, why = gate({"dr_f1": 0.75, "plp_similarity": below}, ref, gates, 0.25)
+    assert not ok and why.startswith("worse than the reference by more than the tolerance 0.25 "
+                                     "on plp_similarity: ")
+    # tolerance 0: equal is not worse, and exactly equal everywhere is not strictly better
+    ok, why = gate({"dr_f1": 0.5, "plp_similarity": 0.5}, ref, gates, 0.0)
+    assert not ok and why.startswith("not strictly better on any gate metric: ")
+    ok, _ = gate({"dr_f1": 0.5, "plp_similarity": math.nextafter(0.5, 1.0)}, ref, gates, 0.0)
+    assert ok
+    # only the listed gate metrics count: a worse metric outside them does not block
+    ok, _ = gate({"dr_f1": 0.6, "plp_similarity": 0.0}, ref, ["dr_f1"], 0.0)
+    assert ok
+    with pytest.raises(KeyError):
+        gate({"dr_f1": 0.6}, ref, gates, 0.0)
+    # several metrics deciding: listed in gate_metrics order, comma-separated
+    three = ["dr_f1", "plp_similarity", "mlperf_em"]
+    ref3 = {**ref, "mlperf_em": 0.5}
+    ok, why = gate({"dr_f1": 0.75, "plp_similarity": 0.75, "mlperf_em": 0.5}, ref3, three, 0.0)
+    assert ok and why.startswith("better on dr_f1, plp_similarity, none worse beyond 0: ")
+    ok, why = gate({"dr_f1": 0.25, "plp_similarity": 0.75, "mlperf_em": 0.0}, ref3, three, 0.0)
+    assert not ok and why.startswith("worse than the reference by more than the tolerance 0 on "
+                                     "dr_f1, mlperf_em: ")
+
+
+@pytest.mark.fast
+def test_gate_params_refuse_a_bad_tolerance_and_bad_metrics():
+    from hargo.registry import GATE_METRICS, check_gate_params
+
+    ok = {"model_name": "hargo-hpc", "gate_metrics": ["dr_f1", "win_rate"]}
+    assert check_gate_params(ok) == ("hargo-hpc", ["dr_f1", "win_rate"], 0.0)  # default 0
+    assert check_gate_params({**ok, "tolerance": 0}) == ("hargo-hpc", ["dr_f1", "win_rate"], 0.0)
+    name, gates, tol = check_gate_params({**ok, "tolerance": 0.02})
+    assert tol == 0.02 and isinstance(tol, float)
+    for bad in (-0.01, -1, float("nan"), "0.02", None, True, [0.1]):
+        with pytest.raises(ValueError, match=r"register\.tolerance: expected a number >= 0, got"):
+            check_gate_params({**ok, "tolerance": bad})
+    for bad_name in ("", "  ", None, 3):
+        with pytest.raises(ValueError, match=r"register\.model_name: expected a non-empty name"):
+            check_gate_params({**ok, "model_name": bad_name})
+    for bad_gates in ([], None, "dr_f1"):
+        with pytest.raises(ValueError, match=r"register\.gate_metrics: expected a non-empty list"):
+            check_gate_params({**ok, "gate_metrics": bad_gates})
+    with pytest.raises(ValueError, match=r"unknown gate metric 'loss'; valid \(higher is better\): "
+                       + re.escape(", ".join(GATE_METRICS))):
+        check_gate_params({**ok, "gate_metrics": ["dr_f1", "loss"]})
+
+
+@pytest.mark.fast
+def test_sft_default_win_rate_half_is_a_gate_metric(tmp_path):
+    """SFT's ``win_rate`` against itself is 0.5 when eval.json has none; as a gate metric a
+    candidate at 0.5 (all ties with SFT) is not better on it, one above is."""
+    from hargo.registry import gate, read_eval_metrics
+
+    write_eval(tmp_path, eval_doc(grpo={"win_rate": 0.5}, hargo={"win_rate": 0.625}))
+    got = read_eval_metrics(tmp_path / "metrics" / "eval.json", ["sft", "grpo", "hargo"],
+                            ["dr_f1", "win_rate"])
+    assert got["sft"] == {**SFT, "win_rate": 0.5}
+    gates = ["dr_f1", "win_rate"]
+    ok, why = gate(got["grpo"], got["sft"], gates, 0.0)
+    assert not ok and "win_rate 0.5000 vs 0.5000 (+0.0000)" in why
+    ok, why = gate(got["hargo"], got["sft"], gates, 0.0)
+    assert ok and why.startswith("better on win_rate, none worse beyond 0: ")
+    # an SFT win_rate written by the evaluate stage is kept, not overwritten
+    doc = eval_doc(grpo={})
+    doc["sft"]["win_rate"] = 0.25
+    write_eval(tmp_path, doc)
+    got = read_eval_metrics(tmp_path / "metrics" / "eval.json", ["sft", "grpo"], ["win_rate"])
+    assert got["sft"]["win_rate"] == 0.25
+    # a candidate without win_rate is refused, naming the field
+    doc = eval_doc(grpo={})
+    del doc["grpo"]["win_rate"]
+    write_eval(tmp_path, doc)
+    with pytest.raises(HargoInputError, match=r"field 'grpo\.win_rate'"):
+        read_eval_metrics(tmp_path / "metrics" / "eval.json", ["sft", "grpo"], ["win_rate"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,3 +371,45 @@ def test_failure_midway_deletes_the_versions_already_created(reg_root, committed
     assert len(calls) == 2
     assert _registered_names(mlflow_uri) == []  # grpo's version 1 and the model were removed
     assert not (reg_root / "metrics" / "register.json").exists()
+
+
+def test_failure_after_the_champion_moved_puts_the_champion_back(reg_root, committed_params,
+                                                                  mlflow_uri, monkeypatch):
+    """A failure after the champion alias moved (writing metrics/register.json): the old
+    champion is restored, the new version deleted, and the candidate alias is back on the
+    version it held."""
+    from hargo import registry
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70}))
+    registry.run(reg_params(committed_params), root=reg_root)
+    assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
+    before = (reg_root / "metrics" / "register.json").read_text()
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.95}))   # wins the gate: the champion moves
+    seen = []
+
+    def fail_after_alias(path, doc):
+        seen.append(_aliases(mlflow_uri))                   # the aliases when the write fails
+        raise OSError("disk full")
+
+    monkeypatch.setattr(registry, "atomic_write_json", fail_after_alias)
+    with pytest.raises(RuntimeError, match="nothing was registered and no alias moved: "
+                                           "OSError: disk full"):
+        registry.run(reg_params(committed_params), root=reg_root)
+    assert seen == [{"candidate": "2", "champion": "2"}]   # it had moved
+    assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
+    assert _versions(mlflow_uri) == ["1"]
+    assert (reg_root / "metrics" / "register.json").read_text() == before
+
+
+def test_failure_after_the_first_champion_was_set_removes_it(reg_root, committed_params,
+                                                             mlflow_uri, monkeypatch):
+    """No champion before, the gate passes, then a failure: no champion, no model left."""
+    from hargo import registry
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70}))
+    monkeypatch.setattr(registry, "atomic_write_json",
+                        lambda path, doc: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(RuntimeError, match="OSError: disk full"):
+        registry.run(reg_params(committed_params), root=reg_root)
+    assert _registered_names(mlflow_uri) == []

@@ -19,17 +19,149 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # ----------------------------------------------------------------------------- stats
 
+@pytest.mark.fast
 def test_mean_std_exact():
     m, s = mean_std([1, 2, 3, 4])
     assert m == 2.5
     assert s == pytest.approx(math.sqrt(5 / 3), abs=1e-12)  # ddof=1: 5 / (4 - 1)
     assert mean_std([0.7]) == (0.7, 0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^mean_std: no values$"):
         mean_std([])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^mean_std: values contain None or NaN: \[1.0, None\]$"):
         mean_std([1.0, None])
 
 
+def _quantile(sorted_xs: list[float], q: float) -> float:
+    """numpy's default (linear) quantile of an ascending list, written out: position
+    ``q (R - 1)``, interpolated between its two neighbours."""
+    pos = q * (len(sorted_xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (pos - lo) * (sorted_xs[hi] - sorted_xs[lo])
+
+
+def _hand_bootstrap(a_runs, b_runs, statistic, resamples, confidence, seed):
+    """The paired percentile bootstrap over seed pairs by loops: one ``(R, n)`` draw of prompt
+    indices from ``default_rng(seed)`` shared by every seed pair; per resample the mean over
+    seeds of ``statistic(a_s[idx]) - statistic(b_s[idx])``; the ``(1 -+ c) / 2`` quantiles."""
+    n = len(a_runs[0])
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    diffs = []
+    for row in idx:
+        per_seed = [statistic(np.asarray([a[i] for i in row]))
+                    - statistic(np.asarray([b[i] for i in row])) for a, b in zip(a_runs, b_runs)]
+        diffs.append(sum(per_seed) / len(per_seed))
+    diffs.sort()
+    tail = (1 - confidence) / 2
+    return _quantile(diffs, tail), _quantile(diffs, 1 - tail)
+
+
+def _plain_mean(x) -> float:
+    return sum(float(v) for v in x) / len(x)
+
+
+@pytest.mark.fast
+def test_bootstrap_bounds_recomputed_by_hand():
+    """The interval's exact bounds, recomputed with the same RNG: the mean path (vectorised in
+    the code), another confidence (0.8: the 0.1 and 0.9 quantiles), and a callable statistic
+    (the code's per-resample loop) all agree with the loops of ``_hand_bootstrap``."""
+    a = np.array([0.9, 0.1, 0.5, 0.7, 0.0, 1.0, 0.3])
+    b = np.array([0.2, 0.4, 0.5, 0.1, 0.3, 0.6, 0.8])
+    for conf, R, seed in ((0.95, 400, 3), (0.8, 101, 11)):
+        ci = paired_bootstrap_ci(a, b, resamples=R, confidence=conf, seed=seed)
+        low, high = _hand_bootstrap([a], [b], _plain_mean, R, conf, seed)
+        assert ci["low"] == pytest.approx(low, abs=1e-12)
+        assert ci["high"] == pytest.approx(high, abs=1e-12)
+        assert ci["diff"] == pytest.approx(float(np.mean(a - b)), abs=1e-12)
+        assert (ci["resamples"], ci["confidence"], ci["n_prompts"], ci["n_seeds"]) == (
+            R, conf, 7, 1)
+    # the same through the generic (non-vectorised) path: a statistic that is not mean_statistic
+    ci = paired_bootstrap_ci(a, b, statistic=lambda x: float(np.mean(x)), resamples=101,
+                             confidence=0.8, seed=11)
+    assert (ci["low"], ci["high"]) == pytest.approx(
+        _hand_bootstrap([a], [b], _plain_mean, 101, 0.8, 11), abs=1e-12)
+    # a hand case small enough to read: R = 3, n = 2
+    idx = np.random.default_rng(5).integers(0, 2, size=(3, 2))
+    x, y = np.array([1.0, 0.0]), np.array([0.0, 0.0])
+    diffs = sorted(float(x[row].mean()) for row in idx)
+    ci = paired_bootstrap_ci(x, y, resamples=3, confidence=0.5, seed=5)
+    # 0.25 and 0.75 quantiles of three sorted values: halfway between neighbours
+    assert ci["low"] == pytest.approx((diffs[0] + diffs[1]) / 2, abs=1e-12)
+    assert ci["high"] == pytest.approx((diffs[1] + diffs[2]) / 2, abs=1e-12)
+
+
+@pytest.mark.fast
+def test_bootstrap_defaults_and_a_statistic_other_than_the_mean():
+    """Defaults: 2000 resamples, confidence 0.95, seed 0. A statistic other than the mean (the
+    median here) must be applied to every resample, not replaced by the vectorised mean."""
+    a = np.array([0.9, 0.1, 0.5, 0.7, 0.0, 1.0, 0.3])
+    b = np.array([0.2, 0.4, 0.5, 0.1, 0.3, 0.6, 0.8])
+    ci = paired_bootstrap_ci(a, b)
+    assert (ci["resamples"], ci["confidence"]) == (2000, 0.95)
+    assert (ci["low"], ci["high"]) == pytest.approx(
+        _hand_bootstrap([a], [b], _plain_mean, 2000, 0.95, 0), abs=1e-12)
+    ci = paired_bootstrap_ci_seeds([a], [b])               # the same defaults
+    assert (ci["resamples"], ci["confidence"]) == (2000, 0.95)
+    assert (ci["low"], ci["high"]) == pytest.approx(
+        _hand_bootstrap([a], [b], _plain_mean, 2000, 0.95, 0), abs=1e-12)
+    median = lambda x: float(np.median(x))  # noqa: E731
+    ci = paired_bootstrap_ci_seeds([a], [b], median, resamples=300, seed=6)
+    assert ci["diff"] == pytest.approx(0.5 - 0.4, abs=1e-12)
+    assert (ci["low"], ci["high"]) == pytest.approx(
+        _hand_bootstrap([a], [b], median, 300, 0.95, 6), abs=1e-12)
+
+
+@pytest.mark.fast
+def test_f1_records_edge_cases():
+    """No positive label and no "yes" prediction: F1 is 0 (zero_division=0); records are int64
+    (n, 2), also for no prompts; labels and predictions must pair up."""
+    rec = race_f1_records(["no", "no"], ["no", "no"])
+    assert rec.dtype == np.int64 and rec.tolist() == [[0, 0], [0, 0]]
+    assert f1_statistic(rec) == 0.0
+    assert race_f1_records([], []).shape == (0, 2)
+    with pytest.raises(ValueError):
+        race_f1_records(["yes", "no"], ["yes"])
+
+
+@pytest.mark.fast
+def test_bootstrap_f1_bounds_recomputed_by_hand():
+    """DR-F1's interval: F1 over the drawn prompts' records, two seeds sharing one draw."""
+    labels = ["yes", "no", "yes", "no", "yes", "yes"]
+    a1 = race_f1_records(labels, ["yes", "no", "no", "yes", "yes", None])
+    a2 = race_f1_records(labels, ["yes", "yes", "yes", "no", "no", "yes"])
+    b1 = race_f1_records(labels, ["no", "no", "no", "no", "yes", "yes"])
+    b2 = race_f1_records(labels, ["yes", "yes", "yes", "yes", "yes", "yes"])
+    ci = paired_bootstrap_ci_seeds([a1, a2], [b1, b2], f1_statistic, resamples=150, seed=2)
+    low, high = _hand_bootstrap([a1, a2], [b1, b2], f1_statistic, 150, 0.95, 2)
+    assert (ci["low"], ci["high"]) == pytest.approx((low, high), abs=1e-12)
+    assert ci["low"] < ci["high"]
+
+
+@pytest.mark.fast
+def test_bootstrap_seeds_share_one_set_of_resampled_prompts():
+    """Every resample applies ONE set of drawn prompt indices to all seed pairs.
+
+    Seed 1's per-prompt difference is ``+e`` and seed 2's is ``-e``: on any shared draw the mean
+    over seeds is exactly 0, so the interval is [0, 0]; independent draws per seed would give a
+    spread. And the two-seed interval equals the hand loop with one shared draw."""
+    e = np.array([0.0, 1.0, 0.2, 0.9, 0.4])
+    base = np.array([0.3, 0.1, 0.6, 0.0, 0.5])
+    ci = paired_bootstrap_ci_seeds([base + e, base], [base, base + e], resamples=300, seed=4)
+    assert (ci["diff"], ci["low"], ci["high"]) == (0.0, 0.0, 0.0)
+    # what per-seed draws would give (a second draw from the same generator): not [0, 0]
+    rng = np.random.default_rng(4)
+    i1, i2 = rng.integers(0, 5, size=(300, 5)), rng.integers(0, 5, size=(300, 5))
+    indep = np.sort((e[i1].mean(axis=1) - e[i2].mean(axis=1)) / 2)
+    assert indep[7] < -0.1 and indep[-8] > 0.1
+    a = [np.array([0.9, 0.1, 0.5, 0.7, 0.0]), np.array([0.4, 0.4, 0.9, 0.2, 0.6])]
+    b = [np.array([0.2, 0.4, 0.5, 0.1, 0.3]), np.array([0.0, 0.8, 0.1, 0.2, 0.6])]
+    ci = paired_bootstrap_ci_seeds(a, b, resamples=250, confidence=0.9, seed=8)
+    assert (ci["low"], ci["high"]) == pytest.approx(
+        _hand_bootstrap(a, b, _plain_mean, 250, 0.9, 8), abs=1e-12)
+    assert ci["diff"] == pytest.approx(((0.44 - 0.3) + (0.5 - 0.34)) / 2, abs=1e-12)
+
+
+@pytest.mark.fast
 def test_bootstrap_against_itself_is_zero():
     a = np.array([0.1, 0.9, 0.4, 0.4, 0.0, 1.0])
     ci = paired_bootstrap_ci(a, a, resamples=500, confidence=0.95, seed=3)
@@ -37,9 +169,27 @@ def test_bootstrap_against_itself_is_zero():
     rec = race_f1_records(["yes", "no", "yes", "no"], ["yes", None, "no", "no"])
     ci = paired_bootstrap_ci(rec, rec, f1_statistic, resamples=200, seed=0)
     assert (ci["diff"], ci["low"], ci["high"]) == (0.0, 0.0, 0.0)
-    assert ci["low"] <= 0.0 <= ci["high"]
 
 
+@pytest.mark.fast
+def test_bootstrap_refuses_bad_arguments():
+    a = np.array([0.1, 0.2])
+    for kw in ({"resamples": 0}, {"confidence": 0.0}, {"confidence": 1.0}):
+        with pytest.raises(ValueError, match="resamples=.* must be >= 1 and confidence"):
+            paired_bootstrap_ci(a, a, **kw)
+    with pytest.raises(ValueError, match="1 and 2 runs"):
+        paired_bootstrap_ci_seeds([a], [a, a])
+    with pytest.raises(ValueError, match="0 and 0 runs"):
+        paired_bootstrap_ci_seeds([], [])
+    with pytest.raises(ValueError, match=r"lengths \[2, 1\] and \[2, 2\]"):
+        paired_bootstrap_ci_seeds([a, a[:1]], [a, a])
+    with pytest.raises(ValueError, match="non-empty"):
+        paired_bootstrap_ci(np.array([]), np.array([]))
+    ci = paired_bootstrap_ci(a, a[::-1], resamples=1, seed=0)   # one resample is allowed
+    assert ci["resamples"] == 1 and ci["low"] == ci["high"]
+
+
+@pytest.mark.fast
 def test_bootstrap_dominating_method_is_above_zero_and_seeded():
     rng = np.random.default_rng(0)
     b = rng.uniform(0, 0.8, size=40)
@@ -52,6 +202,7 @@ def test_bootstrap_dominating_method_is_above_zero_and_seeded():
     assert ci["high"] - ci["low"] < 0.1
 
 
+@pytest.mark.fast
 def test_bootstrap_dr_f1_uses_f1_not_accuracy():
     labels = ["yes", "yes", "no", "no"]
     a = race_f1_records(labels, ["yes", "yes", "yes", "yes"])   # TP 2, FP 2: F1 = 4/6
@@ -163,6 +314,7 @@ def _make_fixture(root: Path) -> dict:
     return params
 
 
+@pytest.mark.fast
 def test_run_metrics_hand_computed():
     labels = {r["id"]: r["label"] for r in EVAL if r["label"]}
     for run in RUNS:
@@ -174,6 +326,7 @@ def test_run_metrics_hand_computed():
     assert m["accuracy_race_fortran"] == 0.5 and m["accuracy_plp"] == 1.0
 
 
+@pytest.mark.fast
 def test_mean_curve_averages_seeds_per_step():
     h1 = [{"step": 1, "plp/reward_mean": 0.2}, {"step": 2, "plp/reward_mean": 0.4}]
     h2 = [{"step": 1, "plp/reward_mean": 0.4}, {"step": 2, "plp/reward_mean": None},
@@ -181,6 +334,7 @@ def test_mean_curve_averages_seeds_per_step():
     assert aggregate.mean_curve([h1, h2], "plp/reward_mean") == ([1, 2], [pytest.approx(0.3), 0.4])
 
 
+@pytest.mark.fast
 def test_seed_summary_two_seeds_by_hand():
     per_run = {"grpo-s1": {"avg_score": 0.2, "dr_f1": 0.5, "mlperf_em": None},
                "grpo-s2": {"avg_score": 0.6, "dr_f1": 0.9, "mlperf_em": 1.0},
@@ -208,6 +362,7 @@ class _TieJudge:
         return [0] * len(samples)
 
 
+@pytest.mark.fast
 def test_aggregate_fixture_runs_by_hand():
     labels = {r["id"]: r["label"] for r in EVAL if r["label"]}
     rows = {run: _rows(run) for run in RUNS}
@@ -238,6 +393,7 @@ def test_aggregate_fixture_runs_by_hand():
     assert len(agg.chars["hargo"]["plp"]) == 4 and len(agg.chars["sft"]["plp"]) == 2
 
 
+@pytest.mark.fast
 def test_bootstrap_cis_order_and_notes():
     pp = {f"{m}-s{s}": {"avg_score": np.array([0.1 * s, 0.5])} for m in ("grpo", "hargo", "dpo")
           for s in (1, 2)}
@@ -288,6 +444,15 @@ def test_report_renders_from_fixture(tmp_path, mlflow_uri):
     assert ci["dr_f1"]["diff"] == pytest.approx(((1.0 - 2 / 3) + (0.8 - 0.8)) / 2)
     assert set(ci) == {"win_rate", "dr_f1", "plp_similarity", "mlperf_em", "avg_score"}
     assert all(c["low"] <= c["diff"] <= c["high"] for c in ci.values())
+    # the AvgScore interval exactly: per-prompt rewards of each seed pair, the report's resamples,
+    # confidence and bootstrap seed (params.seed), one shared draw, by the hand loop
+    rewards = {run: np.array([r["reward"] for r in _rows(run)]) for run in RUNS}
+    low, high = _hand_bootstrap([rewards["hargo-s1"], rewards["hargo-s2"]],
+                                [rewards["grpo-s1"], rewards["grpo-s2"]], _plain_mean, 400, 0.95,
+                                int(params["seed"]))
+    assert (ci["avg_score"]["low"], ci["avg_score"]["high"]) == pytest.approx((low, high),
+                                                                            abs=1e-12)
+    assert f"HARGO - GRPO, AvgScore: +0.2313 [{low:+.4f}, {high:+.4f}]" in md
     # hargo's seeds summed: s1 all right; s2 an unparsed answer to a "no"
     assert s["confusion"]["counts"]["hargo"] == [[4, 0, 0], [0, 3, 1]]
     assert s["confusion"]["counts"]["sft"] == [[1, 1, 0], [1, 1, 0]]

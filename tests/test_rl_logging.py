@@ -3,10 +3,14 @@ learning signals (loss, grad_norm, adv_logprob) reach the console step line and 
 that becomes ``metrics/rl/<method>.json``, with hand-computed values."""
 from __future__ import annotations
 
+import math
+
 import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from hargo.training.rl_logging import RLLoggingCallback, StepRecorder, summarize_history
+
+pytestmark = pytest.mark.fast
 
 G = 2
 
@@ -85,3 +89,67 @@ def test_add_loss_rejects_lengths_that_differ():
     with pytest.raises(ValueError, match="differ in length"):
         StepRecorder().add_loss(tasks=["a", "b"], kl=None, clip_fraction=[0.0, 0.0],
                                 adv_logprob=[1.0])
+
+
+def test_finish_step_metrics_by_hand_with_hargo_weights():
+    """Every per-task diagnostic of one step against hand arithmetic: two batches of G = 2 (one
+    race_c and one plp group, then one mlperf group), HARGO-style non-uniform weights, two loss
+    micro-batches with per-response KL. Values chosen so a wrong scope, mean, std, max or
+    accuracy rule changes a number.
+
+    race_c  rewards (1, 0)    w (0.75, 0.25)  A (1, -1)    lengths (4, 6)  c (0.6, 0.2)  l (-1, -3)
+    plp     rewards (0.5, 0.4) w (0.6, 0.4)   A (0.5, -0.5) lengths (10, 20) c (0.5, 0.5) l (-2, -2)
+    mlperf  rewards (0.5, 0.5) w (0.5, 0.5)   A (0, 0)      lengths (2, 2)  c (0.9, 0.1) l (0, -4)
+    """
+    rec = StepRecorder()
+    rec.add_generation(tasks=["race_c", "race_c", "plp", "plp"], rewards=[1.0, 0.0, 0.5, 0.4],
+                       advantages=[1.0, -1.0, 0.5, -0.5], weights=[0.75, 0.25, 0.6, 0.4],
+                       completion_lengths=[4, 6, 10, 20], group_size=2,
+                       confidence=[0.6, 0.2, 0.5, 0.5], ref_logprob=[-1.0, -3.0, -2.0, -2.0],
+                       baseline=-1.5, generation_s=3.0, scoring_s=1.0)
+    rec.add_generation(tasks=["mlperf", "mlperf"], rewards=[0.5, 0.5], advantages=[0.0, 0.0],
+                       weights=[0.5, 0.5], completion_lengths=[2, 2], group_size=2,
+                       confidence=[0.9, 0.1], ref_logprob=[0.0, -4.0], baseline=-1.75,
+                       generation_s=2.0, scoring_s=0.5)
+    rec.add_loss(tasks=["race_c", "race_c", "plp"], kl=[0.1, 0.3, 0.05],
+                 clip_fraction=[0.0, 0.5, 0.25], adv_logprob=[-2.0, 1.0, 0.5])
+    rec.add_loss(tasks=["plp", "mlperf", "mlperf"], kl=[0.15, 0.0, 0.2],
+                 clip_fraction=[0.0, 0.0, 1.0], adv_logprob=[0.5, 0.0, 0.0])
+    m = rec.finish_step(7, step_s=10.0)
+    want = {
+        "step": 7,
+        # race_c: mean 0.5, population std 0.5; accuracy 1/2 (reward 1 is correct)
+        "race_c/n_completions": 2.0, "race_c/reward_mean": 0.5, "race_c/reward_std": 0.5,
+        "race_c/accuracy": 0.5, "race_c/completion_length": 5.0, "race_c/advantage_mean": 0.0,
+        "race_c/weight_mean": 0.5, "race_c/weight_max": 0.75, "race_c/confidence_mean": 0.4,
+        "race_c/ref_logprob_mean": -2.0, "race_c/zero_variance_groups": 0.0,
+        "race_c/kl": 0.2, "race_c/clip_fraction": 0.25, "race_c/adv_logprob": -0.5,
+        # plp: mean 0.45, std 0.05; accuracy 1/2 (0.5 reaches the 0.5 threshold, 0.4 does not)
+        "plp/n_completions": 2.0, "plp/reward_mean": 0.45, "plp/reward_std": 0.05,
+        "plp/accuracy": 0.5, "plp/completion_length": 15.0, "plp/advantage_mean": 0.0,
+        "plp/weight_mean": 0.5, "plp/weight_max": 0.6, "plp/confidence_mean": 0.5,
+        "plp/ref_logprob_mean": -2.0, "plp/zero_variance_groups": 0.0,
+        "plp/kl": 0.1, "plp/clip_fraction": 0.125, "plp/adv_logprob": 0.5,
+        # mlperf: 0.5 is partial credit, not correct; one all-equal group
+        "mlperf/n_completions": 2.0, "mlperf/reward_mean": 0.5, "mlperf/reward_std": 0.0,
+        "mlperf/accuracy": 0.0, "mlperf/completion_length": 2.0, "mlperf/advantage_mean": 0.0,
+        "mlperf/weight_mean": 0.5, "mlperf/weight_max": 0.5, "mlperf/confidence_mean": 0.5,
+        "mlperf/ref_logprob_mean": -2.0, "mlperf/zero_variance_groups": 1.0,
+        "mlperf/kl": 0.1, "mlperf/clip_fraction": 0.5, "mlperf/adv_logprob": 0.0,
+        # all six: rewards (1, 0, .5, .4, .5, .5) mean 2.9/6, squares sum 1.91
+        "all/n_completions": 6.0, "all/reward_mean": 2.9 / 6,
+        "all/reward_std": math.sqrt(1.91 / 6 - (2.9 / 6) ** 2),
+        "all/accuracy": 2 / 6, "all/completion_length": 44 / 6, "all/advantage_mean": 0.0,
+        "all/weight_mean": 0.5, "all/weight_max": 0.75, "all/confidence_mean": 2.8 / 6,
+        "all/ref_logprob_mean": -2.0, "all/zero_variance_groups": 1 / 3,
+        "all/kl": 0.8 / 6, "all/clip_fraction": 1.75 / 6, "all/adv_logprob": 0.0,
+        # the last batch's baseline; times summed over the batches, update = step - the rest
+        "ema_baseline": -1.75, "time/generation_s": 5.0, "time/scoring_s": 1.5,
+        "time/step_s": 10.0, "time/update_s": 3.5,
+    }
+    assert set(m) == set(want)
+    for k, v in want.items():
+        assert m[k] == pytest.approx(v, abs=1e-12), k
+    assert rec.history == [m]
+    # buffers were cleared: the next step without any record holds only its number
+    assert rec.finish_step(8) == {"step": 8}
