@@ -144,7 +144,8 @@ def test_stage_logs_its_split_as_an_input(mlflow_uri, tmp_path, committed_params
                         "hargo.tasks.qa": "1"}
 
 
-def test_moved_project_reads_its_own_artifacts(tmp_path, monkeypatch, committed_params):
+@pytest.mark.parametrize("how", ["first-use", "cli"])
+def test_moved_project_reads_its_own_artifacts(how, tmp_path, monkeypatch, committed_params):
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
     a, b = tmp_path / "clone-a", tmp_path / "moved" / "clone-b"
@@ -156,7 +157,16 @@ def test_moved_project_reads_its_own_artifacts(tmp_path, monkeypatch, committed_
     shutil.move(str(a), str(b))
     # a new process in the moved clone (mlflow.set_tracking_uri exported the old store's URI)
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    exp_id = tracking.setup(committed_params, b)        # re-roots the moved store
+    if how == "cli":
+        from typer.testing import CliRunner
+
+        from hargo.cli import app
+
+        res = CliRunner().invoke(app, ["tracking-reroot", "--root", str(b)])
+        assert res.exit_code == 0, res.output
+        assert "'experiments.artifact_location': 1" in res.output
+        assert "'runs.artifact_uri': 2" in res.output      # the stage run and its parent
+    exp_id = tracking.setup(committed_params, b)        # re-roots the moved store (first use)
     client = MlflowClient(tracking.tracking_uri(b))
     assert client.get_experiment(exp_id).artifact_location == (b / "mlruns" / "artifacts").as_uri()
     got = client.download_artifacts(run.info.run_id, "note.txt", str(tmp_path))
