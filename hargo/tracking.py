@@ -324,17 +324,22 @@ def _reopen_parent(parent: str) -> None:
 
 
 def _close_parent(parent: str, status: str) -> None:
-    """End a DVC-door parent at the end of a stage: status ``status`` (FINISHED or FAILED),
-    end time = now, and metric ``pipeline_wall_s`` = end - the parent's start (seconds: the
-    pipeline's wall time up to its latest stage). Each later stage re-opens it
-    (:func:`_reopen_parent`) and moves the end on. Source: MlflowClient.set_terminated
+    """End a DVC-door parent at the end of a stage (:func:`end_pipeline_run`). Each later stage
+    re-opens it (:func:`_reopen_parent`) and moves the end on, so it spans the pipeline."""
+    if os.environ.get(PARENT_ENV) == parent:
+        return
+    end_pipeline_run(parent, status)
+
+
+def end_pipeline_run(parent: str, status: str) -> None:
+    """End a pipeline parent run now: status ``status`` (FINISHED or FAILED), end time = now,
+    and metric ``pipeline_wall_s`` = end - the parent's start (seconds: the pipeline's wall
+    time up to its latest stage). Source: MlflowClient.set_terminated / log_metric
     (https://mlflow.org/docs/latest/api_reference/python_api/mlflow.client.html)."""
     import time
 
     from mlflow.tracking import MlflowClient
 
-    if os.environ.get(PARENT_ENV) == parent:
-        return
     client = MlflowClient()
     end_ms = int(time.time() * 1000)
     start_ms = client.get_run(parent).info.start_time
