@@ -121,7 +121,7 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     * ``sqlite:///PATH``: the folder is created if missing, must be writable (a probe file is
       written and removed) and the database must open with SQLite within ``timeout_s``.
     * ``http(s)://HOST[:PORT]``: a TCP connection must open within ``timeout_s``, then
-      ``GET /health`` (the MLflow server's health endpoint) must answer.
+      ``GET /health`` (the MLflow server's health endpoint) must answer without a 5xx.
     * anything else (``databricks``, a file store, ...) is left to MLflow.
 
     Raises:
@@ -159,8 +159,13 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         with socket.create_connection((url.hostname, port), timeout=timeout_s):
             pass
         health = f"{uri.rstrip('/')}/health"
-        with urllib.request.urlopen(health, timeout=timeout_s) as r:
-            r.read(64)
+        try:
+            with urllib.request.urlopen(health, timeout=timeout_s) as r:
+                r.read(64)
+        except urllib.error.HTTPError as e:
+            if e.code < 500:     # it answered (e.g. 401 behind auth, 404 behind a proxy)
+                return
+            raise
     except (OSError, urllib.error.URLError) as e:
         raise RuntimeError(
             f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: start the "

@@ -207,3 +207,31 @@ def test_http_retries_are_bounded_unless_the_user_set_them(mlflow_uri, monkeypat
     )
     assert MLFLOW_HTTP_REQUEST_MAX_RETRIES.get() == 4
     assert MLFLOW_HTTP_REQUEST_TIMEOUT.get() == 7
+
+
+@pytest.mark.parametrize(("code", "ok"), [(200, True), (401, True), (503, False)])
+def test_http_store_probe_accepts_an_answering_server(code, ok):
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(code if self.path == "/health" else 404)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        if ok:
+            tracking.check_store(uri)
+        else:
+            with pytest.raises(RuntimeError, match=f"{uri} cannot be used.*503"):
+                tracking.check_store(uri)
+    finally:
+        srv.shutdown()
+        srv.server_close()
