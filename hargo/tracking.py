@@ -118,7 +118,7 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Fail fast when the tracking store ``uri`` cannot be used, before MLflow's own retries
     (which take ~106 s on a bad SQLite path and ~249 s on an unreachable server).
 
-    * ``sqlite:///PATH``: the folder is created if missing, must be writable (a probe file is
+    * ``sqlite:///PATH``: (``sqlite://PATH``, a host form SQLite has not, is refused) the folder is created if missing, must be writable (a probe file is
       written and removed) and the database must open with SQLite within ``timeout_s``.
     * ``http(s)://HOST[:PORT]``: a TCP connection must open within ``timeout_s``, then
       ``GET /health`` (the MLflow server's health endpoint) must answer without a 5xx.
@@ -133,6 +133,10 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     import urllib.request
     from urllib.parse import urlparse
 
+    if uri.startswith("sqlite:") and not uri.startswith("sqlite:///"):
+        raise RuntimeError(
+            f"MLflow store {uri} cannot be used: a SQLite store URI needs three slashes. Fix: "
+            f"sqlite:///relative/path.db or sqlite:////absolute/path.db")
     db = _sqlite_path(uri)
     if db is not None:
         try:

@@ -180,12 +180,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "http"])
+@pytest.mark.parametrize("kind", ["sqlite", "sqlite-two-slashes", "http"])
 def test_unusable_store_fails_fast_naming_the_uri(kind, tmp_path, monkeypatch, committed_params):
     if kind == "sqlite":
         blocker = tmp_path / "not-a-dir"
         blocker.write_text("x")
         uri = f"sqlite:///{blocker / 'sub' / 'mlflow.db'}"
+    elif kind == "sqlite-two-slashes":
+        uri = "sqlite://mlruns/mlflow.db"
     else:
         uri = f"http://127.0.0.1:{_free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
