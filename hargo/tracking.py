@@ -118,8 +118,9 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Fail fast when the tracking store ``uri`` cannot be used, before MLflow's own retries
     (which take ~106 s on a bad SQLite path and ~249 s on an unreachable server).
 
-    * ``sqlite:///PATH``: (``sqlite://PATH``, a host form SQLite has not, is refused) the folder is created if missing, must be writable (a probe file is
-      written and removed) and the database must open with SQLite within ``timeout_s``.
+    * ``sqlite:///PATH``: the folder is created if missing, must be writable (a probe file is
+      written and removed) and the database must open with SQLite within ``timeout_s``;
+      ``sqlite://PATH`` (a host form SQLite has not) is refused.
     * ``http(s)://HOST[:PORT]``: a TCP connection must open within ``timeout_s``, then
       ``GET /health`` (the MLflow server's health endpoint) must answer without a 5xx.
     * anything else (``databricks``, a file store, ...) is left to MLflow.
@@ -301,7 +302,9 @@ def parent_run_id(params: Mapping, root: str | Path = ".") -> str:
 
     A parent created here starts RUNNING at the first stage's start; :func:`stage_run` re-opens
     it (RUNNING) for each later stage and closes it at each stage's end (see
-    :func:`_close_parent`), so its duration spans the pipeline.
+    :func:`_close_parent`), so its duration spans the pipeline: from the first stage run on this
+    (commit, params) key to the latest one -- a later ``dvc repro`` on the same key that re-runs
+    a stage extends it.
     """
     from mlflow.tracking import MlflowClient
 
@@ -362,8 +365,8 @@ def start_parent_run(params: Mapping, door: str, root: str | Path = ".",
     """Create a new, RUNNING pipeline parent run for one orchestrated pipeline run (the Prefect
     pipeline flow), tagged with ``door`` and the params; return its id.
 
-    The caller exports it as ``$HARGO_PARENT_RUN_ID`` so the stages nest under it, and ends it
-    with ``MlflowClient().set_terminated(run_id, status)``. Unlike :func:`parent_run_id` it is
+    The caller exports it as ``$HARGO_PARENT_RUN_ID`` so the stages nest under it (they leave
+    its status alone), and ends it with :func:`end_pipeline_run`. Unlike :func:`parent_run_id` it is
     not looked up by pipeline key: each orchestrated run gets its own parent.
     """
     from mlflow.tracking import MlflowClient
