@@ -100,13 +100,43 @@ TRAINING_KIND = "custom_model_development"
 # user already did: a transient outage of a tracking server is retried with an exponential
 # back-off of 1, 2, 4, 8 s (plus jitter) and a 30 s request timeout -- about a minute at most,
 # instead of MLflow's default 7 retries x factor 2 x 120 s timeout (~4 min). Each retry is
-# logged by urllib3 ("Retrying (Retry(total=...)) after connection broken ...").
+# logged (:func:`_log_http_retries`).
 HTTP_RETRY_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
 }
 PROBE_TIMEOUT_S = 5.0   # the fail-fast probe of a store, seconds per attempt
+
+
+RETRY_LOGGER = "hargo.tracking.retry"
+
+
+def _log_http_retries() -> None:
+    """Log each retry of an MLflow HTTP call as a WARNING on logger ``hargo.tracking.retry``.
+
+    urllib3 (which MLflow's REST client retries through) records a retry only at DEBUG level
+    (``Incremented Retry for (url=...)`` on logger ``urllib3.util.retry``), so an outage that
+    MLflow rides out would otherwise leave no trace. Idempotent."""
+    import logging
+
+    src = logging.getLogger("urllib3.util.retry")
+    if any(getattr(h, "_hargo", False) for h in src.handlers):
+        return
+    out = logging.getLogger(RETRY_LOGGER)
+
+    class _Relay(logging.Handler):
+        _hargo = True
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Incremented Retry"):
+                out.warning("MLflow tracking call failed, retrying (bounded back-off): %s",
+                            record.getMessage())
+
+    src.addHandler(_Relay(logging.DEBUG))
+    if src.getEffectiveLevel() > logging.DEBUG:
+        src.setLevel(logging.DEBUG)
+        src.propagate = False     # keep urllib3's other DEBUG lines out of the root handlers
 
 
 def _sqlite_path(uri: str) -> Path | None:
@@ -199,6 +229,7 @@ def setup(params: Mapping, root: str | Path = ".") -> str:
     name = params.get("mlflow", {}).get("experiment", "hargo")
     for k, v in HTTP_RETRY_DEFAULTS.items():
         os.environ.setdefault(k, v)
+    _log_http_retries()
     check_store(uri)
     try:
         mlflow.set_tracking_uri(uri)

@@ -237,3 +237,51 @@ def test_http_store_probe_accepts_an_answering_server(code, ok):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_transient_server_outage_is_retried_with_a_bounded_back_off(monkeypatch, caplog,
+                                                                   committed_params):
+    """A server that answers 503 twice, then normally: the call succeeds after two retries
+    (back-off 1 s, 2 s plus jitter under hargo's defaults), each retry logged by urllib3."""
+    import http.server
+    import logging
+    import threading
+
+    hits = []
+
+    class Flaky(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/health":
+                code, body = 200, b"OK"
+            else:
+                hits.append(self.path)
+                code, body = (503, b"busy") if len(hits) <= 2 else (404, json.dumps(
+                    {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no such"}).encode())
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{srv.server_address[1]}"
+    for k in tracking.HTTP_RETRY_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    try:
+        with caplog.at_level(logging.WARNING, logger=tracking.RETRY_LOGGER):
+            t0 = time.monotonic()
+            with pytest.raises(RuntimeError):  # the 404 on create: the point is the retries
+                tracking.setup(committed_params)
+            took = time.monotonic() - t0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "experiments/get-by-name" in hits[0] and len(hits) >= 3
+    assert hits[0] == hits[1] == hits[2]                    # the same call, retried twice
+    assert 1 <= took < 12
+    retries = [r.getMessage() for r in caplog.records if r.name == tracking.RETRY_LOGGER]
+    assert len(retries) == 2 and all("get-by-name" in m for m in retries), retries
