@@ -366,6 +366,18 @@ def _reopen_parent(parent: str) -> None:
     MlflowClient().update_run(parent, status="RUNNING")
 
 
+def _best_effort(fn, *args) -> None:
+    """Run a parent-run bookkeeping call; a failure (the store went away after the retries) is
+    a warning, not the stage's failure: the stage's own run and outputs are already written."""
+    import logging
+
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - any store error; the stage's result stands
+        logging.getLogger(RETRY_LOGGER).warning("could not update the pipeline parent run %s: "
+                                                "%s: %s", args[0], type(e).__name__, e)
+
+
 def _close_parent(parent: str, status: str) -> None:
     """End a DVC-door parent at the end of a stage (:func:`end_pipeline_run`). Each later stage
     re-opens it (:func:`_reopen_parent`) and moves the end on, so it spans the pipeline."""
@@ -432,7 +444,7 @@ def stage_run(stage: str, params: Mapping, root: str | Path = ".",
     if run_name is None:
         run_name = stage if not extra_tags or "hargo.method" not in extra_tags else \
             f"{stage}-{extra_tags['hargo.method']}"
-    _reopen_parent(parent)
+    _best_effort(_reopen_parent, parent)
     status = "FAILED"
     try:
         with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
@@ -443,7 +455,7 @@ def stage_run(stage: str, params: Mapping, root: str | Path = ".",
             yield run
         status = "FINISHED"
     finally:
-        _close_parent(parent, status)
+        _best_effort(_close_parent, parent, status)
 
 
 SPLITS = ("train", "eval")

@@ -285,3 +285,16 @@ def test_transient_server_outage_is_retried_with_a_bounded_back_off(monkeypatch,
     assert 1 <= took < 12
     retries = [r.getMessage() for r in caplog.records if r.name == tracking.RETRY_LOGGER]
     assert len(retries) == 2 and all("get-by-name" in m for m in retries), retries
+
+
+def test_parent_bookkeeping_failure_does_not_fail_the_stage(mlflow_uri, committed_params,
+                                                            monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise ConnectionError("store went away")
+
+    monkeypatch.setattr(tracking, "end_pipeline_run", broken)
+    with tracking.stage_run("sft", committed_params) as run:
+        mlflow.log_metric("n", 1)
+    assert MlflowClient(mlflow_uri).get_run(run.info.run_id).info.status == "FINISHED"
+    assert any("could not update the pipeline parent run" in r.getMessage()
+               and "store went away" in r.getMessage() for r in caplog.records)
