@@ -34,13 +34,13 @@ def open_mlflow_run(params: dict, flow_run_id: str) -> str:
 
 @task(name="close-mlflow-run", **_STORE_TASK)
 def close_mlflow_run(run_id: str, failure: str | None) -> None:
-    """End the parent run FINISHED, or FAILED with the failure recorded as a tag."""
+    """End the parent run FINISHED, or FAILED with the failure recorded as a tag; it carries
+    the flow's wall time as metric ``pipeline_wall_s``."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient()
     if failure:
-        client.set_tag(run_id, "hargo.failure", failure[:5000])
-    client.set_terminated(run_id, "FAILED" if failure else "FINISHED")
+        MlflowClient().set_tag(run_id, "hargo.failure", failure[:5000])
+    tracking.end_pipeline_run(run_id, "FAILED" if failure else "FINISHED")
 
 
 @task(name="build-report", **_STORE_TASK)

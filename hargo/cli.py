@@ -160,6 +160,16 @@ def summary(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     _run(stage.run, _params(params, set_))
 
 
+@app.command("tracking-reroot")
+def tracking_reroot(root: str = typer.Option(".", "--root", help="the project folder")):
+    """Point the local MLflow store (mlruns/mlflow.db) at this folder's mlruns/artifacts after
+    the project was moved or copied (every stage also does it on its own)."""
+    from hargo import tracking
+
+    changed = _run(tracking.reroot, root, quiet=True)
+    typer.echo(f"re-rooted: {changed}" if changed else "nothing to re-root: the store is here")
+
+
 def main() -> None:  # pragma: no cover - console entry
     app()
 

@@ -10,6 +10,17 @@ Which parent a stage joins: ``HARGO_PARENT_RUN_ID`` when set (the Prefect pipeli
 else the parent run tagged with the same *pipeline key* -- a hash of the git commit and the
 params -- so all stages of one ``dvc repro`` on one configuration meet under one parent even
 though DVC runs each stage in its own process.
+
+The experiment is a model-training one for MLflow 3's UI (experiment tag
+``mlflow.experimentKind`` = ``custom_model_development``), so it opens on its runs, not on the
+GenAI traces overview. A DVC-door parent spans the pipeline: each stage re-opens it (RUNNING)
+and ends it (FINISHED/FAILED, end time = that stage's end, metric ``pipeline_wall_s``); the
+Prefect door's parent is opened and closed by the flow. Training and evaluation runs log the
+prepared split they read as an MLflow dataset (:func:`log_split`: the DVC hash as digest, task
+counts as profile), on the stage run and its parent. The local store is portable: a moved or
+copied project re-roots its artifact URIs on first use (:func:`reroot`, also
+``hargo tracking-reroot``). An unusable store fails within ~10 s naming the URI and the fix
+(:func:`check_store`); HTTP retries are bounded (:data:`HTTP_RETRY_DEFAULTS`).
 """
 from __future__ import annotations
 
@@ -30,7 +41,7 @@ def tracking_uri(root: str | Path = ".") -> str:
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
         return env
-    return f"sqlite:///{(Path(root).resolve() / 'mlruns' / 'mlflow.db')}"
+    return _local_uri(root)
 
 
 def git_commit(root: str | Path = ".") -> str:
@@ -78,29 +89,233 @@ def pipeline_key(params: Mapping, root: str | Path = ".") -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+# The experiment type MLflow 3's UI reads from this experiment tag (its values, in the UI's
+# ExperimentKind enum: "custom_model_development", "genai_development", "finetuning", ...).
+# "custom_model_development" opens the experiment on its training runs, not on the GenAI
+# traces overview. Source: mlflow/server/js (useUpdateExperimentKind, ExperimentKind).
+TRAINING_KIND = "custom_model_development"
+
+# MLflow's HTTP retry settings (mlflow/environment_variables.py) that hargo sets unless the
+# user already did: a transient outage of a tracking server is retried with an exponential
+# back-off of 1, 2, 4, 8 s (plus jitter) and a 30 s request timeout -- about a minute at most,
+# instead of MLflow's default 7 retries x factor 2 x 120 s timeout (~4 min). Each retry is
+# logged (:func:`_log_http_retries`).
+HTTP_RETRY_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+PROBE_TIMEOUT_S = 5.0   # the fail-fast probe of a store, seconds per attempt
+
+
+RETRY_LOGGER = "hargo.tracking.retry"
+
+
+def _log_http_retries() -> None:
+    """Log each retry of an MLflow HTTP call as a WARNING on logger ``hargo.tracking.retry``.
+
+    urllib3 (which MLflow's REST client retries through) records a retry only at DEBUG level
+    (``Incremented Retry for (url=...)`` on logger ``urllib3.util.retry``), so an outage that
+    MLflow rides out would otherwise leave no trace. Idempotent."""
+    import logging
+
+    src = logging.getLogger("urllib3.util.retry")
+    if any(getattr(h, "_hargo", False) for h in src.handlers):
+        return
+    out = logging.getLogger(RETRY_LOGGER)
+
+    class _Relay(logging.Handler):
+        _hargo = True
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Incremented Retry"):
+                out.warning("MLflow tracking call failed, retrying (bounded back-off): %s",
+                            record.getMessage())
+
+    src.addHandler(_Relay(logging.DEBUG))
+    if src.getEffectiveLevel() > logging.DEBUG:
+        src.setLevel(logging.DEBUG)
+        src.propagate = False     # keep urllib3's other DEBUG lines out of the root handlers
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Fail fast when the tracking store ``uri`` cannot be used, before MLflow's own retries
+    (which take ~106 s on a bad SQLite path and ~249 s on an unreachable server).
+
+    * ``sqlite:///PATH``: the folder is created if missing, must be writable (a probe file is
+      written and removed) and the database must open with SQLite within ``timeout_s``;
+      ``sqlite://PATH`` (a host form SQLite has not) is refused.
+    * ``http(s)://HOST[:PORT]``: a TCP connection must open within ``timeout_s``, then
+      ``GET /health`` (the MLflow server's health endpoint) must answer without a 5xx.
+    * anything else (``databricks``, a file store, ...) is left to MLflow.
+
+    Raises:
+        RuntimeError: names the URI, the cause and the fix.
+    """
+    import socket
+    import sqlite3
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlparse
+
+    if uri.startswith("sqlite:") and not uri.startswith("sqlite:///"):
+        raise RuntimeError(
+            f"MLflow store {uri} cannot be used: a SQLite store URI needs three slashes. Fix: "
+            f"sqlite:///relative/path.db or sqlite:////absolute/path.db")
+    db = _sqlite_path(uri)
+    if db is not None:
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+            probe = db.parent / f".hargo-probe-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+            con = sqlite3.connect(db, timeout=timeout_s)
+            try:
+                con.execute("PRAGMA schema_version").fetchone()
+            finally:
+                con.close()
+        except (OSError, sqlite3.Error) as e:
+            raise RuntimeError(
+                f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
+                f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
+            ) from e
+        return
+    url = urlparse(uri)
+    if url.scheme not in ("http", "https"):
+        return
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout_s):
+            pass
+        health = f"{uri.rstrip('/')}/health"
+        try:
+            with urllib.request.urlopen(health, timeout=timeout_s) as r:
+                r.read(64)
+        except urllib.error.HTTPError as e:
+            if e.code < 500:     # it answered (e.g. 401 behind auth, 404 behind a proxy)
+                return
+            raise
+    except (OSError, urllib.error.URLError) as e:
+        raise RuntimeError(
+            f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: start the "
+            f"tracking server (mlflow server --host {url.hostname} --port {port}) or unset "
+            f"MLFLOW_TRACKING_URI to use the local store mlruns/mlflow.db"
+        ) from e
+
+
 def setup(params: Mapping, root: str | Path = ".") -> str:
     """Point MLflow at the store and return the project experiment's id (created if missing).
 
+    Before MLflow touches the store, :func:`check_store` probes it (fails within ~10 s) and
+    the HTTP retry defaults (:data:`HTTP_RETRY_DEFAULTS`) are set. The experiment is marked a
+    model-training experiment (tag ``mlflow.experimentKind`` = ``custom_model_development``),
+    also on an existing experiment that lacks the tag. A local store whose artifact location
+    points into another folder (the project was moved or copied) is re-rooted here
+    (:func:`reroot`).
+
     Raises:
-        RuntimeError: the store cannot be opened or written (names the URI).
+        RuntimeError: the store cannot be opened or written (names the URI and the fix).
     """
     import mlflow
+    from mlflow.tracking import MlflowClient
 
     uri = tracking_uri(root)
     name = params.get("mlflow", {}).get("experiment", "hargo")
+    for k, v in HTTP_RETRY_DEFAULTS.items():
+        os.environ.setdefault(k, v)
+    _log_http_retries()
+    check_store(uri)
     try:
-        if uri.startswith("sqlite:///"):
-            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         mlflow.set_tracking_uri(uri)
+        if uri == _local_uri(root):
+            reroot(root, quiet=True)
         exp = mlflow.get_experiment_by_name(name)
-        if exp is not None:
-            return exp.experiment_id
-        artifacts = None
-        if uri.startswith("sqlite:///"):
-            artifacts = (Path(root).resolve() / "mlruns" / "artifacts").as_uri()
-        return mlflow.create_experiment(name, artifact_location=artifacts)
+        if exp is None:
+            artifacts = None
+            if _sqlite_path(uri) is not None:
+                artifacts = (Path(root).resolve() / "mlruns" / "artifacts").as_uri()
+            exp_id = mlflow.create_experiment(name, artifact_location=artifacts,
+                                              tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
+        else:
+            exp_id = exp.experiment_id
+            if exp.tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:
+                MlflowClient().set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
+        return exp_id
     except Exception as e:  # mlflow raises several types for an unusable store
         raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
+
+
+def _local_uri(root: str | Path = ".") -> str:
+    """The default local store's URI (``sqlite:///<root>/mlruns/mlflow.db``)."""
+    return f"sqlite:///{(Path(root).resolve() / 'mlruns' / 'mlflow.db')}"
+
+
+# Columns of MLflow's SQL schema that hold artifact URIs/paths (mlflow/store/tracking/dbmodels
+# and mlflow/store/model_registry/dbmodels); a missing one (older schema) is skipped.
+_URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                ("logged_models", "artifact_location"), ("model_versions", "source"),
+                ("model_versions", "storage_location"))
+
+
+def reroot(root: str | Path = ".", quiet: bool = False) -> dict[str, int]:
+    """Re-root the local store ``<root>/mlruns/mlflow.db`` after the project folder moved.
+
+    MLflow stores artifact locations as absolute ``file://`` URIs (a relative
+    ``artifact_location`` is resolved to an absolute one when the experiment is created), so a
+    moved or copied project would look for its artifacts in the old clone. This rewrites
+    every URI that starts with the old ``.../mlruns/artifacts`` (read from the experiments'
+    artifact locations) to ``<root>/mlruns/artifacts``, in experiments, runs, logged models
+    and model versions. Idempotent; does nothing without a store.
+
+    Returns:
+        ``{"<table>.<column>": rows changed}`` (empty when nothing moved).
+    """
+    import sqlite3
+    from urllib.parse import unquote, urlparse
+
+    db = Path(root).resolve() / "mlruns" / "mlflow.db"
+    new = (Path(root).resolve() / "mlruns" / "artifacts").as_uri()
+    if not db.is_file():
+        return {}
+    changed: dict[str, int] = {}
+    con = sqlite3.connect(db, timeout=PROBE_TIMEOUT_S)
+    try:
+        try:
+            rows = con.execute("SELECT artifact_location FROM experiments").fetchall()
+        except sqlite3.OperationalError:        # a new, empty store: MLflow creates the tables
+            return {}
+        olds = {loc.split("/mlruns/artifacts")[0] + "/mlruns/artifacts"
+                for (loc,) in rows if loc and "/mlruns/artifacts" in loc}
+        olds.discard(new)
+        for old in sorted(olds):
+            for variant in {old, urlparse(old).path, unquote(urlparse(old).path)}:
+                target = new if variant.startswith("file:") else unquote(urlparse(new).path)
+                for table, col in _URI_COLUMNS:
+                    try:
+                        cur = con.execute(
+                            f"UPDATE {table} SET {col} = ? || substr({col}, ?) "
+                            f"WHERE {col} = ? OR substr({col}, 1, ?) = ?",
+                            (target, len(variant) + 1, variant, len(variant) + 1,
+                             variant + "/"))
+                    except sqlite3.OperationalError:   # table/column absent in this schema
+                        continue
+                    if cur.rowcount:
+                        key = f"{table}.{col}"
+                        changed[key] = changed.get(key, 0) + cur.rowcount
+        con.commit()
+    finally:
+        con.close()
+    if changed and not quiet:
+        print(f"[tracking] re-rooted {db} to {new}: {changed}", flush=True)
+    elif changed:
+        print(f"[tracking] the project moved: re-rooted its MLflow store to {new}", flush=True)
+    return changed
 
 
 def common_tags(params: Mapping, root: str | Path = ".") -> dict[str, str]:
@@ -114,7 +329,14 @@ def common_tags(params: Mapping, root: str | Path = ".") -> dict[str, str]:
 
 
 def parent_run_id(params: Mapping, root: str | Path = ".") -> str:
-    """The pipeline's parent run: ``$HARGO_PARENT_RUN_ID`` or found/created by pipeline key."""
+    """The pipeline's parent run: ``$HARGO_PARENT_RUN_ID`` or found/created by pipeline key.
+
+    A parent created here starts RUNNING at the first stage's start; :func:`stage_run` re-opens
+    it (RUNNING) for each later stage and closes it at each stage's end (see
+    :func:`_close_parent`), so its duration spans the pipeline: from the first stage run on this
+    (commit, params) key to the latest one -- a later ``dvc repro`` on the same key that re-runs
+    a stage extends it.
+    """
     from mlflow.tracking import MlflowClient
 
     if os.environ.get(PARENT_ENV):
@@ -130,8 +352,55 @@ def parent_run_id(params: Mapping, root: str | Path = ".") -> str:
     run = client.create_run(exp_id, run_name=f"pipeline-{key[:8]}", tags=tags)
     for k, v in sorted(flatten(params).items()):
         client.log_param(run.info.run_id, k, str(v)[:6000])
-    client.set_terminated(run.info.run_id)
     return run.info.run_id
+
+
+def _reopen_parent(parent: str) -> None:
+    """Mark a DVC-door parent RUNNING while one of its stages runs (MLflow keeps its start time;
+    ``update_run`` sets the status only). A parent from ``$HARGO_PARENT_RUN_ID`` is left to its
+    owner (the Prefect flow opens and closes it)."""
+    from mlflow.tracking import MlflowClient
+
+    if os.environ.get(PARENT_ENV) == parent:
+        return
+    MlflowClient().update_run(parent, status="RUNNING")
+
+
+def _best_effort(fn, *args) -> None:
+    """Run a parent-run bookkeeping call; a failure (the store went away after the retries) is
+    a warning, not the stage's failure: the stage's own run and outputs are already written."""
+    import logging
+
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - any store error; the stage's result stands
+        logging.getLogger(RETRY_LOGGER).warning("could not update the pipeline parent run %s: "
+                                                "%s: %s", args[0], type(e).__name__, e)
+
+
+def _close_parent(parent: str, status: str) -> None:
+    """End a DVC-door parent at the end of a stage (:func:`end_pipeline_run`). Each later stage
+    re-opens it (:func:`_reopen_parent`) and moves the end on, so it spans the pipeline."""
+    if os.environ.get(PARENT_ENV) == parent:
+        return
+    end_pipeline_run(parent, status)
+
+
+def end_pipeline_run(parent: str, status: str) -> None:
+    """End a pipeline parent run now: status ``status`` (FINISHED or FAILED), end time = now,
+    and metric ``pipeline_wall_s`` = end - the parent's start (seconds: the pipeline's wall
+    time up to its latest stage). Source: MlflowClient.set_terminated / log_metric
+    (https://mlflow.org/docs/latest/api_reference/python_api/mlflow.client.html)."""
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    end_ms = int(time.time() * 1000)
+    start_ms = client.get_run(parent).info.start_time
+    client.log_metric(parent, "pipeline_wall_s", round((end_ms - start_ms) / 1000, 3),
+                      timestamp=end_ms)
+    client.set_terminated(parent, status=status, end_time=end_ms)
 
 
 def start_parent_run(params: Mapping, door: str, root: str | Path = ".",
@@ -139,8 +408,8 @@ def start_parent_run(params: Mapping, door: str, root: str | Path = ".",
     """Create a new, RUNNING pipeline parent run for one orchestrated pipeline run (the Prefect
     pipeline flow), tagged with ``door`` and the params; return its id.
 
-    The caller exports it as ``$HARGO_PARENT_RUN_ID`` so the stages nest under it, and ends it
-    with ``MlflowClient().set_terminated(run_id, status)``. Unlike :func:`parent_run_id` it is
+    The caller exports it as ``$HARGO_PARENT_RUN_ID`` so the stages nest under it (they leave
+    its status alone), and ends it with :func:`end_pipeline_run`. Unlike :func:`parent_run_id` it is
     not looked up by pipeline key: each orchestrated run gets its own parent.
     """
     from mlflow.tracking import MlflowClient
@@ -175,9 +444,101 @@ def stage_run(stage: str, params: Mapping, root: str | Path = ".",
     if run_name is None:
         run_name = stage if not extra_tags or "hargo.method" not in extra_tags else \
             f"{stage}-{extra_tags['hargo.method']}"
-    with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
-        flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
-        keys = sorted(flat)
-        for i in range(0, len(keys), 100):
-            mlflow.log_params({k: flat[k] for k in keys[i:i + 100]})
-        yield run
+    _best_effort(_reopen_parent, parent)
+    status = "FAILED"
+    try:
+        with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
+            flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
+            keys = sorted(flat)
+            for i in range(0, len(keys), 100):
+                mlflow.log_params({k: flat[k] for k in keys[i:i + 100]})
+            yield run
+        status = "FINISHED"
+    finally:
+        _best_effort(_close_parent, parent, status)
+
+
+SPLITS = ("train", "eval")
+
+
+def split_digest(path: str | Path, root: str | Path = ".") -> str:
+    """The DVC md5 of a prepared split: its ``outs`` entry in ``<root>/dvc.lock`` when that
+    entry's recorded size matches the file (the lock describes this file), else the file's md5
+    (what DVC would record). Raises FileNotFoundError when the file is missing."""
+    import yaml
+
+    path = Path(path)
+    data = path.read_bytes()
+    lock = Path(root) / "dvc.lock"
+    try:
+        rel = path.resolve().relative_to(Path(root).resolve()).as_posix()
+        stages = yaml.safe_load(lock.read_text()).get("stages", {})
+        for st in stages.values():
+            for out in st.get("outs", []) or []:
+                if out.get("path") == rel and int(out.get("size", -1)) == len(data):
+                    return str(out["md5"])
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        pass
+    return hashlib.md5(data).hexdigest()
+
+
+def split_dataset(split: str, params: Mapping, root: str | Path = "."):
+    """An MLflow dataset (``mlflow.data.meta_dataset.MetaDataset``: metadata only, the data
+    stay in DVC) for the prepared split ``data/prepared/<split>.jsonl``:
+
+    * name ``hpc-gpt-<split>``, digest = :func:`split_digest` (the DVC content hash),
+    * source = the file's path relative to the project (a local artifact source),
+    * profile = ``{"num_rows": N, "tasks": {task: n}}`` (the UI shows it with the dataset).
+
+    Raises:
+        FileNotFoundError: the split is missing (run ``hargo prepare``).
+    """
+    from mlflow.data.dataset_source_registry import (
+        get_registered_sources,
+        resolve_dataset_source,
+    )
+    from mlflow.data.meta_dataset import MetaDataset
+
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    path = Path(root) / params["data"]["out_dir"] / f"{split}.jsonl"
+    digest = split_digest(path, root)
+    counts: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            task = str(json.loads(line).get("task"))
+            counts[task] = counts.get(task, 0) + 1
+    profile = {"num_rows": sum(counts.values()), "tasks": dict(sorted(counts.items()))}
+
+    class _SplitDataset(MetaDataset):
+        @property
+        def profile(self):
+            return profile
+
+        def to_dict(self):
+            return {**super().to_dict(), "profile": json.dumps(profile)}
+
+    # a local path matches several registered sources: name the local one (MLflow would warn)
+    local = [c for c in get_registered_sources() if c.__name__ == "LocalArtifactDatasetSource"]
+    source = resolve_dataset_source(f"{params['data']['out_dir']}/{split}.jsonl",
+                                    candidate_sources=local[-1:] or None)
+    return _SplitDataset(source, name=f"hpc-gpt-{split}", digest=digest)
+
+
+def log_split(split: str, context: str, params: Mapping, root: str | Path = ".") -> None:
+    """Log the prepared split as an input of the active run (``mlflow.log_input``, context
+    ``training`` or ``evaluation``) and of its pipeline parent, with input tags
+    ``hargo.tasks.<task>`` = count, so the UI's Dataset column names the data version."""
+    import mlflow
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.tracking import MlflowClient
+
+    ds = split_dataset(split, params, root)
+    tags = {f"hargo.tasks.{t}": str(n) for t, n in ds.profile["tasks"].items()}
+    mlflow.log_input(ds, context=context, tags=tags)
+    run = mlflow.active_run()
+    parent = run.data.tags.get("mlflow.parentRunId") if run is not None else None
+    if parent:
+        entity = DatasetInput(ds._to_mlflow_entity(), [InputTag("mlflow.data.context", context),
+                                                       *[InputTag(k, v) for k, v in tags.items()]])
+        MlflowClient().log_inputs(parent, datasets=[entity])

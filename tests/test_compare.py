@@ -159,5 +159,20 @@ def test_comparison_pipeline_through_dvc(tmp_path, real_raw_dir, tiny_model_dir,
     assert {"base", "sft", "always-yes", "nearest-train"} <= set(ev)
     assert ev["nearest-train"]["baseline"] is True and "dr_auc" in ev["sft"]
 
+    # MLflow: each comparison training run read the train split, each eval run the eval split,
+    # named with dvc.lock's md5 of that file
+    from mlflow.tracking import MlflowClient
+
+    md5 = {o["path"]: o["md5"] for o in __import__("yaml").safe_load(
+        (root / "dvc.lock").read_text())["stages"]["prepare"]["outs"]}
+    client = MlflowClient(mlflow_uri)
+    exp = client.get_experiment_by_name("hargo")
+    for stage, split in (("compare", "train"), ("compare-eval", "eval")):
+        runs = client.search_runs([exp.experiment_id], f"tags.`hargo.stage` = '{stage}'")
+        assert len(runs) == len(DEFAULT_METHODS) + (stage == "compare-eval"), stage
+        for r in runs:
+            assert [(i.dataset.name, i.dataset.digest) for i in r.inputs.dataset_inputs] == \
+                [(f"hpc-gpt-{split}", md5[f"data/prepared/{split}.jsonl"])], r.info.run_name
+
     again = _dvc(["repro", "compare/dvc.yaml"], root, env, 300)
     assert "Running stage" not in again, again

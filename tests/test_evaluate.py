@@ -5,6 +5,7 @@ greedy decoding deterministic enough to compare vLLM and transformers token for 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -200,6 +201,12 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
     r = client.get_run(out["run_id"])
     assert r.data.tags["hargo.stage"] == "evaluate"
     assert r.data.tags["hargo.judge"] == "task-reward"
+    (inp,) = r.inputs.dataset_inputs      # the eval split it read, as an MLflow dataset
+    split = eval_root / "data" / "prepared" / "eval.jsonl"
+    assert inp.dataset.name == "hpc-gpt-eval"
+    assert inp.dataset.digest == hashlib.md5(split.read_bytes()).hexdigest()
+    assert json.loads(inp.dataset.profile)["num_rows"] == len(_read_jsonl(split))
+    assert {t.key: t.value for t in inp.tags}["mlflow.data.context"] == "evaluation"
     assert r.data.metrics["sft/avg_score"] == pytest.approx(doc["sft"]["avg_score"])
     assert r.data.metrics["grpo/win_rate"] == pytest.approx(g["win_rate"])
     assert r.data.metrics["grpo/dr_confusion_tp"] == g["dr_confusion"]["tp"]

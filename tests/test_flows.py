@@ -479,6 +479,8 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
                                  "tags.`hargo.kind` = 'pipeline' and tags.`hargo.door` = 'prefect'")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     parent = parents[0]
+    assert parent.data.metrics["pipeline_wall_s"] == pytest.approx(
+        (parent.info.end_time - parent.info.start_time) / 1000, abs=0.01)
     assert parent.data.tags["hargo.prefect_flow_run_id"] == str(state.state_details.flow_run_id)
     children = client.search_runs([exp.experiment_id],
                                   f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
@@ -487,6 +489,22 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     dvc_stages = {r.data.tags.get("hargo.stage") for r in dvc_runs
                   if r.data.tags.get("hargo.kind") == "stage"}
     assert {r.data.tags.get("hargo.stage") for r in children} == dvc_stages
+    # the DVC door's parent spans its stages (re-opened by each, ended by the last) and carries
+    # the prepared splits it trained and evaluated on, digest = dvc.lock's md5
+    (dvc_parent,) = [r for r in dvc_runs if r.data.tags.get("hargo.kind") == "pipeline"]
+    dvc_children = [r for r in dvc_runs
+                    if r.data.tags.get("mlflow.parentRunId") == dvc_parent.info.run_id]
+    assert dvc_parent.info.status == "FINISHED"
+    assert dvc_parent.info.start_time <= min(r.info.start_time for r in dvc_children)
+    assert dvc_parent.info.end_time >= max(r.info.end_time for r in dvc_children)
+    assert dvc_parent.data.metrics["pipeline_wall_s"] == pytest.approx(
+        (dvc_parent.info.end_time - dvc_parent.info.start_time) / 1000, abs=0.01)
+    lock = yaml.safe_load((dvc_root / "dvc.lock").read_text())
+    md5 = {o["path"]: o["md5"] for o in lock["stages"]["prepare"]["outs"]}
+    inputs = {(i.dataset.name, i.dataset.digest)
+              for i in client.get_run(dvc_parent.info.run_id).inputs.dataset_inputs}
+    assert inputs == {("hpc-gpt-train", md5["data/prepared/train.jsonl"]),
+                      ("hpc-gpt-eval", md5["data/prepared/eval.jsonl"])}
 
     # the report artifact: the metrics table and the MLflow runs
     with get_client(sync_client=True) as pc:

@@ -4,7 +4,9 @@ interrupted run resumes to the same result; bad input fails before training."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+from collections import Counter
 
 import pytest
 import torch
@@ -118,6 +120,12 @@ def test_rl_runs_every_method_and_logs_per_task_metrics(committed_params, tiny_m
         run = runs[0]
         assert run.data.tags["hargo.stage"] == "rl" and "mlflow.parentRunId" in run.data.tags
         assert run.data.params["rl.method"] == method
+        (inp,) = run.inputs.dataset_inputs     # the train split it read, as an MLflow dataset
+        train = data_dir / "train.jsonl"
+        assert inp.dataset.name == "hpc-gpt-train"
+        assert inp.dataset.digest == hashlib.md5(train.read_bytes()).hexdigest()
+        counts = Counter(json.loads(line)["task"] for line in train.read_text().splitlines())
+        assert json.loads(inp.dataset.profile)["tasks"] == dict(sorted(counts.items()))
         hist = lambda key: client.get_metric_history(run.info.run_id, key)  # noqa: E731
         for scope in TASKS + ("all",):
             for m in PER_TASK_METRICS:

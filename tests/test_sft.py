@@ -3,8 +3,10 @@ both work, over-long prompts are skipped and counted, bad input fails before tra
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,14 @@ def _run_and_check(workdir: Path, params: dict, margin: float) -> dict:
     assert sorted(m.step for m in losses) == list(range(1, 11))
     assert run.data.metrics["sft.final_loss"] == pytest.approx(metrics["final_loss"])
     assert "sft_loss.png" in [a.path for a in client.list_artifacts(run.info.run_id)]
+    # the train split it read, as an MLflow dataset: digest = the file's md5 (no dvc.lock here)
+    (inp,) = run.inputs.dataset_inputs
+    train = workdir / "data" / "prepared" / "train.jsonl"
+    assert inp.dataset.name == "hpc-gpt-train"
+    assert inp.dataset.digest == hashlib.md5(train.read_bytes()).hexdigest()
+    counts = Counter(json.loads(line)["task"] for line in train.read_text().splitlines())
+    assert json.loads(inp.dataset.profile)["tasks"] == dict(sorted(counts.items()))
+    assert {t.key: t.value for t in inp.tags}["mlflow.data.context"] == "training"
     return metrics
 
 

@@ -1,6 +1,13 @@
 """MLflow layout: one experiment, a parent per pipeline run, a child run per stage."""
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
+import socket
+import time
+from pathlib import Path
+
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
@@ -49,3 +56,245 @@ def test_unwritable_store_is_a_clear_error(tmp_path, monkeypatch, committed_para
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{blocker / 'sub' / 'mlflow.db'}")
     with pytest.raises(RuntimeError, match="cannot be used"):
         tracking.setup(committed_params)
+
+
+# --- issue 13: experiment kind, a parent spanning the pipeline, datasets, portability, fail-fast
+
+
+def test_experiment_is_a_model_training_experiment(mlflow_uri, committed_params):
+    exp_id = tracking.setup(committed_params)
+    client = MlflowClient(mlflow_uri)
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    # an experiment created before the tag existed (or switched in the UI) is marked again
+    client.set_experiment_tag(exp_id, "mlflow.experimentKind", "genai_development")
+    assert tracking.setup(committed_params) == exp_id
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_parent_run_spans_the_pipeline(mlflow_uri, committed_params):
+    import time
+
+    client = MlflowClient(mlflow_uri)
+    with tracking.stage_run("prepare", committed_params) as r1:
+        parent = r1.data.tags["mlflow.parentRunId"]
+        assert client.get_run(parent).info.status == "RUNNING"
+        time.sleep(0.6)
+    assert client.get_run(parent).info.status == "FINISHED"
+    with tracking.stage_run("sft", committed_params) as r2:
+        assert client.get_run(parent).info.status == "RUNNING"   # re-opened, not re-created
+        time.sleep(0.6)
+    assert r2.data.tags["mlflow.parentRunId"] == parent
+    p, a, b = (client.get_run(i) for i in (parent, r1.info.run_id, r2.info.run_id))
+    assert p.info.status == "FINISHED"
+    assert p.info.start_time <= a.info.start_time
+    assert p.info.end_time >= b.info.end_time
+    wall = (p.info.end_time - p.info.start_time) / 1000
+    assert wall >= 1.2
+    assert p.data.metrics["pipeline_wall_s"] == pytest.approx(wall, abs=0.01)
+    assert len(client.search_runs([p.info.experiment_id],
+                                  "tags.`hargo.kind` = 'pipeline'")) == 1
+
+
+def test_failed_stage_ends_the_parent_failed(mlflow_uri, committed_params):
+    with pytest.raises(ValueError), tracking.stage_run("validate", committed_params) as run:
+        raise ValueError("boom")
+    parent = run.data.tags["mlflow.parentRunId"]
+    assert MlflowClient(mlflow_uri).get_run(parent).info.status == "FAILED"
+
+
+def _prepared(root, rows):
+    d = root / "data" / "prepared"
+    d.mkdir(parents=True)
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (d / "train.jsonl").write_text(text)
+    return d / "train.jsonl", text
+
+
+def test_split_dataset_digest_is_the_dvc_hash_and_profile_counts_tasks(tmp_path, committed_params):
+    rows = [{"task": "code", "prompt": "a"}, {"task": "code", "prompt": "b"},
+            {"task": "qa", "prompt": "c"}]
+    path, text = _prepared(tmp_path, rows)
+    ds = tracking.split_dataset("train", committed_params, tmp_path)
+    assert ds.digest == hashlib.md5(text.encode()).hexdigest()   # no dvc.lock: the file's md5
+    (tmp_path / "dvc.lock").write_text(
+        "schema: '2.0'\nstages:\n  prepare:\n    outs:\n    - path: data/prepared/train.jsonl\n"
+        f"      md5: 0123456789abcdef0123456789abcdef\n      size: {len(text)}\n")
+    ds = tracking.split_dataset("train", committed_params, tmp_path)
+    assert ds.name == "hpc-gpt-train"
+    assert ds.digest == "0123456789abcdef0123456789abcdef"
+    assert ds.profile == {"num_rows": 3, "tasks": {"code": 2, "qa": 1}}
+    path.write_text(text + json.dumps({"task": "qa", "prompt": "d"}) + "\n")   # lock is stale
+    assert tracking.split_dataset("train", committed_params, tmp_path).digest == \
+        hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_stage_logs_its_split_as_an_input(mlflow_uri, tmp_path, committed_params):
+    _, text = _prepared(tmp_path, [{"task": "code", "prompt": "a"}, {"task": "qa", "prompt": "b"}])
+    with tracking.stage_run("sft", committed_params, tmp_path) as run:
+        tracking.log_split("train", "training", committed_params, tmp_path)
+    client = MlflowClient(mlflow_uri)
+    for run_id in (run.info.run_id, run.data.tags["mlflow.parentRunId"]):
+        (inp,) = client.get_run(run_id).inputs.dataset_inputs
+        assert inp.dataset.name == "hpc-gpt-train"
+        assert inp.dataset.digest == hashlib.md5(text.encode()).hexdigest()
+        assert json.loads(inp.dataset.profile) == {"num_rows": 2, "tasks": {"code": 1, "qa": 1}}
+        assert json.loads(inp.dataset.source)["uri"].endswith("data/prepared/train.jsonl")
+        tags = {t.key: t.value for t in inp.tags}
+        assert tags == {"mlflow.data.context": "training", "hargo.tasks.code": "1",
+                        "hargo.tasks.qa": "1"}
+
+
+@pytest.mark.parametrize("how", ["first-use", "cli"])
+def test_moved_project_reads_its_own_artifacts(how, tmp_path, monkeypatch, committed_params):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
+    a, b = tmp_path / "clone-a", tmp_path / "moved" / "clone-b"
+    a.mkdir()
+    (a / "note.txt").write_text("hello")
+    with tracking.stage_run("prepare", committed_params, a) as run:
+        mlflow.log_artifact(str(a / "note.txt"))
+    b.parent.mkdir()
+    shutil.move(str(a), str(b))
+    # a new process in the moved clone (mlflow.set_tracking_uri exported the old store's URI)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    if how == "cli":
+        from typer.testing import CliRunner
+
+        from hargo.cli import app
+
+        res = CliRunner().invoke(app, ["tracking-reroot", "--root", str(b)])
+        assert res.exit_code == 0, res.output
+        assert "'experiments.artifact_location': 1" in res.output
+        assert "'runs.artifact_uri': 2" in res.output      # the stage run and its parent
+    exp_id = tracking.setup(committed_params, b)        # re-roots the moved store (first use)
+    client = MlflowClient(tracking.tracking_uri(b))
+    assert client.get_experiment(exp_id).artifact_location == (b / "mlruns" / "artifacts").as_uri()
+    got = client.download_artifacts(run.info.run_id, "note.txt", str(tmp_path))
+    assert Path(got).read_text() == "hello"
+    assert tracking.reroot(b) == {}                     # idempotent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "sqlite-two-slashes", "http"])
+def test_unusable_store_fails_fast_naming_the_uri(kind, tmp_path, monkeypatch, committed_params):
+    if kind == "sqlite":
+        blocker = tmp_path / "not-a-dir"
+        blocker.write_text("x")
+        uri = f"sqlite:///{blocker / 'sub' / 'mlflow.db'}"
+    elif kind == "sqlite-two-slashes":
+        uri = "sqlite://mlruns/mlflow.db"
+    else:
+        uri = f"http://127.0.0.1:{_free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as err:
+        tracking.setup(committed_params)
+    assert time.monotonic() - t0 < 10
+    assert uri in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_http_retries_are_bounded_unless_the_user_set_them(mlflow_uri, monkeypatch,
+                                                           committed_params):
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "7")
+    tracking.setup(committed_params)
+    from mlflow.environment_variables import (
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+        MLFLOW_HTTP_REQUEST_TIMEOUT,
+    )
+    assert MLFLOW_HTTP_REQUEST_MAX_RETRIES.get() == 4
+    assert MLFLOW_HTTP_REQUEST_TIMEOUT.get() == 7
+
+
+@pytest.mark.parametrize(("code", "ok"), [(200, True), (401, True), (503, False)])
+def test_http_store_probe_accepts_an_answering_server(code, ok):
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(code if self.path == "/health" else 404)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        if ok:
+            tracking.check_store(uri)
+        else:
+            with pytest.raises(RuntimeError, match=f"{uri} cannot be used.*503"):
+                tracking.check_store(uri)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_transient_server_outage_is_retried_with_a_bounded_back_off(monkeypatch, caplog,
+                                                                   committed_params):
+    """A server that answers 503 twice, then normally: the call succeeds after two retries
+    (back-off 1 s, 2 s plus jitter under hargo's defaults), each retry logged by urllib3."""
+    import http.server
+    import logging
+    import threading
+
+    hits = []
+
+    class Flaky(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/health":
+                code, body = 200, b"OK"
+            else:
+                hits.append(self.path)
+                code, body = (503, b"busy") if len(hits) <= 2 else (404, json.dumps(
+                    {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no such"}).encode())
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{srv.server_address[1]}"
+    for k in tracking.HTTP_RETRY_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    try:
+        with caplog.at_level(logging.WARNING, logger=tracking.RETRY_LOGGER):
+            t0 = time.monotonic()
+            with pytest.raises(RuntimeError):  # the 404 on create: the point is the retries
+                tracking.setup(committed_params)
+            took = time.monotonic() - t0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "experiments/get-by-name" in hits[0] and len(hits) >= 3
+    assert hits[0] == hits[1] == hits[2]                    # the same call, retried twice
+    assert 1 <= took < 12
+    retries = [r.getMessage() for r in caplog.records if r.name == tracking.RETRY_LOGGER]
+    assert len(retries) == 2 and all("get-by-name" in m for m in retries), retries
+
+
+def test_parent_bookkeeping_failure_does_not_fail_the_stage(mlflow_uri, committed_params,
+                                                            monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise ConnectionError("store went away")
+
+    monkeypatch.setattr(tracking, "end_pipeline_run", broken)
+    with tracking.stage_run("sft", committed_params) as run:
+        mlflow.log_metric("n", 1)
+    assert MlflowClient(mlflow_uri).get_run(run.info.run_id).info.status == "FINISHED"
+    assert any("could not update the pipeline parent run" in r.getMessage()
+               and "store went away" in r.getMessage() for r in caplog.records)

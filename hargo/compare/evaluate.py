@@ -122,6 +122,8 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
                             run_name=f"compare-eval-{run}"):
         import mlflow
 
+        tracking.log_split("eval", "evaluation", params, root)
+
         t0 = time.perf_counter()
         res = gen.run_generation(mdir, [r["prompt"] for r in subset], ev, ev["backend"],
                                  seed=seed, param_names=eval_param_names(params))

@@ -163,6 +163,7 @@ def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
         with tracking.stage_run("compare", p, root, extra_tags={"hargo.method": method,
                                                                "hargo.run": name},
                                 run_name=f"compare-{name}"):
+            tracking.log_split("train", "training", p, root)
             result = (_train_hpcgpt(p, root, out_dir) if fam == "sft"
                       else _train_preference(p, method, seed, root, out_dir))
             result["history"] = []

@@ -219,6 +219,8 @@ def run(params: dict, root: str | Path = ".") -> dict:
     with tracking.stage_run("evaluate", params, root) as mlrun:
         import mlflow
 
+        tracking.log_split("eval", "evaluation", params, root)
+
         completions: dict[str, list[str]] = {}
         scored: dict[str, list[dict]] = {}
         entries: dict[str, dict] = {}

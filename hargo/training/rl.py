@@ -374,6 +374,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     with stage:
         if launch.is_main:
             mlflow.log_params({"rl.method": method, "rl.prompts_used": len(records)})
+            tracking.log_split("train", "training", params, root)
         t0 = time.perf_counter()
         trainer = build_trainer(params, method, model_dir, records, ckpt_dir, recorder=recorder,
                                 callbacks=[callback], tokenizer=tok,

@@ -325,6 +325,7 @@ def run(params: Mapping) -> dict[str, Any]:
         })
         if not launch.is_main:
             return metrics
+        tracking.log_split("train", "training", params)   # the data version, in the UI
         mlflow.log_metrics({f"sft.{k}": float(v) for k, v in metrics.items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)
                             and v is not None})
