@@ -407,7 +407,7 @@ def test_transient_failures_are_retried_others_are_not(harness, project, monkeyp
 
 
 # ------------------------------------------------------------------ pipeline == dvc repro
-TIMINGS = {"wall_s", "load_s", "generate_s", "gen_tokens_per_s"}
+TIMINGS = {"wall_s", "load_s", "generate_s", "score_s", "gen_tokens_per_s"}
 
 
 def _without_timings(doc: dict) -> dict:
@@ -469,7 +469,7 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
         return [(r["id"], r["completion"])
                 for r in read_jsonl(root / "data" / "eval" / f"{name}.jsonl")]
 
-    for name in models:
+    for name in ("base", "sft", "hargo"):   # the models (the other baselines generate nothing)
         assert completions(flow_root, name) == completions(dvc_root, name) != []
 
     # MLflow: one experiment; the Prefect parent run and its stage runs marked door=prefect
@@ -514,7 +514,9 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     assert len(mine) == 1
     text = mine[0].data
     assert "# hargo pipeline: Completed" in text and parent.info.run_id in text
-    for name in models:
+    for name in ("always-yes", "nearest-train", "base"):
+        assert f"| {name} (baseline) |" in text
+    for name in ("sft", "hargo"):
         assert f"| {name} |" in text
     for r in children:
         assert r.info.run_id in text
