@@ -385,13 +385,27 @@ def load_registered(model_name: str = "hargo-hpc", alias: str = CHAMPION,
     text-generation pipeline (``mlflow.transformers.load_model``).
 
     Raises:
-        mlflow.exceptions.MlflowException: no such model or alias.
+        LookupError: no version of ``model_name`` holds ``alias`` (e.g. the gate has not moved
+            ``champion`` yet); the message lists the aliases that exist.
+        mlflow.exceptions.MlflowException: no such registered model, or the store failed.
     """
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     from hargo.tracking import tracking_uri
 
     mlflow.set_tracking_uri(tracking_uri(root))
+    client = mlflow.MlflowClient()
+    try:
+        client.get_model_version_by_alias(model_name, alias)
+    except MlflowException as e:
+        if not _not_found(e):
+            raise
+        aliases = client.get_registered_model(model_name).aliases
+        have = ", ".join(f"@{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
+        raise LookupError(f"{model_name}: no version holds the alias @{alias} (aliases: {have}); "
+                          f"metrics/register.json says why the gate moved none. Load another "
+                          f"alias, e.g. alias='{CANDIDATE}'") from None
     return mlflow.transformers.load_model(f"models:/{model_name}@{alias}")
 
 

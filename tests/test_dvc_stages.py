@@ -180,3 +180,7 @@ def test_a_bad_value_in_dvc_exp_run_touches_no_output(tmp_path, override, key):
     assert "hargo check-params" in out and "hargo rl" not in out, out   # stopped at `params`
     for rel, text in files.items():
         assert (d / rel).read_text() == text, f"{rel} was touched: {out}"
+    # the stamp outlives the failed check (persist): the other stages do not turn stale
+    from hargo.params import CHECKED_STAMP, CHECKED_TEXT
+
+    assert (d / CHECKED_STAMP).read_text() == CHECKED_TEXT

@@ -213,6 +213,10 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
                     {"max_new_tokens": 8, "temperature": 0.0, "dtype": "float32",
                      "batch_size": 1}, "transformers")[0]
     assert isinstance(answer, str) and answer == want
+    # an alias no version holds: a clear error naming the aliases there are
+    with pytest.raises(LookupError, match=r"no version holds the alias @best \(aliases: "
+                                          r"@candidate -> v1, @champion -> v1\)"):
+        load_registered("hargo-hpc", "best", root=reg_root)
 
 
 def test_champion_stays_when_the_gate_fails_then_moves_when_it_passes(

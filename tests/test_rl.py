@@ -769,3 +769,25 @@ def test_vllm_colocated_generation_backend_trains(committed_params, tiny_model_d
                           load_rl_records(data_dir / "train.jsonl"), tmp_path / "ckpt")
         assert str(e.value) == (f"{head} {dist} {version}: "
                                 + ("" if in_range else f"{out_of_range}; ") + f"{cpu_build}{tail}")
+
+
+def test_an_unusable_store_fails_before_the_checkpoint_folder_changes(tmp_path, tiny_model_dir,
+                                                                      committed_params,
+                                                                      monkeypatch):
+    """A bad MLflow store must fail the stage before it empties checkpoints/rl/<method> (a DVC
+    output): found by running `hargo rl` with MLFLOW_TRACKING_URI pointing at a closed port."""
+    from rl_helpers import free_port, rl_params, write_jsonl
+
+    from hargo.testing import crafted_records
+    from hargo.training import rl
+
+    data = tmp_path / "data"
+    write_jsonl(data / "train.jsonl", crafted_records(1))
+    stale = tmp_path / rl.CHECKPOINT_ROOT / "grpo" / "checkpoint-9" / "keep.txt"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("an earlier run's checkpoint")
+    uri = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    with pytest.raises(RuntimeError, match=uri.replace(".", r"\.")):
+        rl.run(rl_params(committed_params, tiny_model_dir, data), "grpo", root=tmp_path)
+    assert stale.read_text() == "an earlier run's checkpoint"

@@ -128,6 +128,6 @@ def test_stage_runs_after_the_params_check(dvc_yaml, name, spec):
 
     deps = [d if isinstance(d, str) else next(iter(d)) for d in spec.get("deps", [])]
     if name == "params":
-        assert spec["outs"] == [{CHECKED_STAMP: {"cache": False}}]
+        assert spec["outs"] == [{CHECKED_STAMP: {"cache": False, "persist": True}}]
     else:
         assert CHECKED_STAMP in deps, f"{dvc_yaml}:{name} can run before params.yaml is checked"

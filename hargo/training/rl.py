@@ -359,6 +359,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     fingerprint = run_fingerprint(params, method, model_dir, data_path)
     launch = launch_state()
     if launch.is_main:
+        # an unusable MLflow store fails here, before the checkpoint folder (an output) changes
+        tracking.check_store(tracking.tracking_uri(root))
         resume = _prepare_checkpoint_dir(ckpt_dir, fingerprint)
     launch.wait_for_everyone()    # the others read the folder the main process prepared
     if not launch.is_main:
