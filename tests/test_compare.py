@@ -169,7 +169,8 @@ def test_comparison_pipeline_through_dvc(tmp_path, real_raw_dir, tiny_model_dir,
     exp = client.get_experiment_by_name("hargo")
     for stage, split in (("compare", "train"), ("compare-eval", "eval")):
         runs = client.search_runs([exp.experiment_id], f"tags.`hargo.stage` = '{stage}'")
-        assert len(runs) == len(DEFAULT_METHODS) + (stage == "compare-eval"), stage
+        # compare-eval also evaluates the SFT model and the untuned base model (compare_base)
+        assert len(runs) == len(DEFAULT_METHODS) + (2 if stage == "compare-eval" else 0), stage
         for r in runs:
             assert [(i.dataset.name, i.dataset.digest) for i in r.inputs.dataset_inputs] == \
                 [(f"hpc-gpt-{split}", md5[f"data/prepared/{split}.jsonl"])], r.info.run_name
