@@ -283,10 +283,29 @@ def validate_params(params: Mapping) -> None:
         raise ParamsError("evaluate.judge_endpoint: required when evaluate.judge is 'llm'")
     if "compare" in params:
         _validate_compare(params)
-    gates = get(params, "register.gate_metrics")
-    if not isinstance(gates, list) or not gates:
-        raise ParamsError(f"register.gate_metrics: expected a non-empty list, got {gates!r}")
-    _num(params, "register.tolerance", 0)
+    _num(params, "register.tolerance", 0)        # any number spelling -> a number
+    from hargo.gate import check_gate_params     # the gate's own rule, one definition
+
+    try:
+        check_gate_params(get(params, "register"))
+    except ValueError as e:
+        raise ParamsError(str(e)) from None
+
+
+def validate_preferences(params: Mapping) -> None:
+    """``compare.preferences``: ``samples_per_task`` an integer >= 1 or null (all);
+    ``samples_per_prompt`` an integer >= 2 (a pair needs two samples); ``temperature`` > 0
+    (greedy samples would always tie); ``max_new_tokens`` an integer >= 1; ``backend`` vllm or
+    transformers.
+
+    Raises:
+        ParamsError: naming the first bad key by its dotted path.
+    """
+    _num(params, "compare.preferences.samples_per_task", 1, integer=True, allow_none=True)
+    _num(params, "compare.preferences.samples_per_prompt", 2, integer=True)
+    _num(params, "compare.preferences.temperature", 0, lo_open=True)
+    _num(params, "compare.preferences.max_new_tokens", 1, integer=True)
+    _choice(params, "compare.preferences.backend", ("vllm", "transformers"))
 
 
 def _validate_compare(params: Mapping) -> None:
@@ -305,11 +324,7 @@ def _validate_compare(params: Mapping) -> None:
     _num(params, "compare.samples_per_task", 1, integer=True, allow_none=True)
     _num(params, "compare.steps", 1, integer=True)
     _num(params, "compare.prompts_per_step", 1, integer=True)
-    _num(params, "compare.preferences.samples_per_task", 1, integer=True, allow_none=True)
-    _num(params, "compare.preferences.samples_per_prompt", 2, integer=True)
-    _num(params, "compare.preferences.temperature", 0, lo_open=True)
-    _num(params, "compare.preferences.max_new_tokens", 1, integer=True)
-    _choice(params, "compare.preferences.backend", ("vllm", "transformers"))
+    validate_preferences(params)
     for m in ("dpo", "kto", "simpo"):
         _num(params, f"compare.{m}.beta", 0, lo_open=True)
         _num(params, f"compare.{m}.learning_rate", 0, lo_open=True)

@@ -2,8 +2,8 @@
 # Mutation testing of the pure modules with mutmut 3, against the fast tests only (pytest -m fast).
 #
 # Usage: scripts/mutation.sh [module ...]
-#   modules: advantages stats registry split metrics rewards (default: all of them)
-#   registry mutates only the gate: gate() and check_gate_params().
+#   modules: advantages stats gate split metrics rewards (default: all of them)
+#   gate is the registry gate (hargo/gate.py: gate() and check_gate_params()).
 #
 # Each module runs in its own scratch copy ($MUTATION_DIR/<module>, default
 # ${TMPDIR:-/tmp}/hargo-mutation) holding hargo/, tests/, benchmarks/, params.yaml and a
@@ -30,16 +30,15 @@ unset PYTHONPATH  # the scratch copy's mutated hargo must be the one imported
 declare -A FILES=(
   [advantages]="hargo/advantages.py"
   [stats]="hargo/compare/stats.py"
-  [registry]="hargo/registry.py"
+  [gate]="hargo/gate.py"
   [split]="hargo/data/split.py"
   [metrics]="hargo/metrics.py"
   [rewards]="hargo/rewards/*"
 )
 # mutant-name globs when only part of a file is under test
 declare -A NAMES=(
-  [registry]="hargo.registry.x_gate__mutmut_* hargo.registry.x_check_gate_params__mutmut_*"
 )
-ALL=(advantages stats registry split metrics rewards)
+ALL=(advantages stats gate split metrics rewards)
 MODULES=("$@")
 [[ ${#MODULES[@]} -gt 0 ]] || MODULES=("${ALL[@]}")
 

@@ -32,6 +32,10 @@ def test_committed_params_validate(committed_params):
     ("evaluate.backend=onnx", "evaluate.backend"),
     ("sft.learning_rate=0", "sft.learning_rate"),
     ("rl.steps=two", "rl.steps"),
+    # the registry gate's own rule (hargo.gate.check_gate_params), checked before any stage runs
+    ("register.gate_metrics=[dr_f1, loss]", "register.gate_metrics"),
+    ("register.tolerance=.inf", "register.tolerance"),
+    ("register.tolerance=-0.1", "register.tolerance"),
 ])
 def test_bad_values_name_the_parameter(override, name):
     with pytest.raises(ParamsError) as e:

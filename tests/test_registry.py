@@ -67,7 +67,7 @@ def _registered_names(uri) -> list[str]:
 
 
 def test_gate_rule_by_hand():
-    from hargo.registry import gate
+    from hargo.gate import gate
 
     ref = {"dr_f1": 0.80, "plp_similarity": 0.50}
     ok, why = gate({"dr_f1": 0.85, "plp_similarity": 0.50}, ref, ["dr_f1", "plp_similarity"], 0.0)
@@ -91,7 +91,7 @@ def test_gate_tolerance_boundary_passes():
     """The rule is ``candidate >= reference - tolerance``: a candidate exactly ``tolerance`` below
     on one metric (0.25 = 0.5 - 0.25, all exact in binary) is within it and passes when it is
     strictly better elsewhere; one ulp further below fails."""
-    from hargo.registry import gate
+    from hargo.gate import gate
 
     ref = {"dr_f1": 0.5, "plp_similarity": 0.5}
     gates = ["dr_f1", "plp_similarity"]
@@ -125,15 +125,17 @@ def test_gate_tolerance_boundary_passes():
 
 @pytest.mark.fast
 def test_gate_params_refuse_a_bad_tolerance_and_bad_metrics():
-    from hargo.registry import GATE_METRICS, check_gate_params
+    from hargo.gate import GATE_METRICS, check_gate_params
 
     ok = {"model_name": "hargo-hpc", "gate_metrics": ["dr_f1", "win_rate"]}
     assert check_gate_params(ok) == ("hargo-hpc", ["dr_f1", "win_rate"], 0.0)  # default 0
     assert check_gate_params({**ok, "tolerance": 0}) == ("hargo-hpc", ["dr_f1", "win_rate"], 0.0)
     name, gates, tol = check_gate_params({**ok, "tolerance": 0.02})
     assert tol == 0.02 and isinstance(tol, float)
-    for bad in (-0.01, -1, float("nan"), "0.02", None, True, [0.1]):
-        with pytest.raises(ValueError, match=r"register\.tolerance: expected a number >= 0, got"):
+    # infinity would let every candidate through the "not worse beyond the tolerance" rule
+    for bad in (-0.01, -1, float("nan"), float("inf"), "0.02", None, True, [0.1]):
+        with pytest.raises(ValueError,
+                           match=r"register\.tolerance: expected a finite number >= 0, got"):
             check_gate_params({**ok, "tolerance": bad})
     for bad_name in ("", "  ", None, 3):
         with pytest.raises(ValueError, match=r"register\.model_name: expected a non-empty name"):
@@ -150,7 +152,8 @@ def test_gate_params_refuse_a_bad_tolerance_and_bad_metrics():
 def test_sft_default_win_rate_half_is_a_gate_metric(tmp_path):
     """SFT's ``win_rate`` against itself is 0.5 when eval.json has none; as a gate metric a
     candidate at 0.5 (all ties with SFT) is not better on it, one above is."""
-    from hargo.registry import gate, read_eval_metrics
+    from hargo.gate import gate
+    from hargo.registry import read_eval_metrics
 
     write_eval(tmp_path, eval_doc(grpo={"win_rate": 0.5}, hargo={"win_rate": 0.625}))
     got = read_eval_metrics(tmp_path / "metrics" / "eval.json", ["sft", "grpo", "hargo"],

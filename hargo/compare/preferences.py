@@ -44,24 +44,17 @@ STATS_FILE = "stats.json"
 
 
 def check_params(params: Mapping) -> None:
-    """Check ``compare.preferences`` (and the keys the stage reads elsewhere).
-
-    ``samples_per_task``: integer >= 1 or null (all); ``samples_per_prompt``: integer >= 2 (a
-    pair needs two samples); ``temperature`` > 0 (greedy samples would always tie);
-    ``max_new_tokens``: integer >= 1; ``backend``: vllm | transformers; ``out_dir``: a
-    non-empty path.
+    """Check ``compare.preferences`` (:func:`hargo.params.validate_preferences`), its
+    ``out_dir`` (a non-empty path) and the keys the stage reads elsewhere (``seed``,
+    ``train.max_prompt_tokens``).
 
     Raises:
         ParamsError: naming the first bad key by its dotted path.
     """
-    from hargo.params import ParamsError, _choice, _num, get
+    from hargo.params import ParamsError, _num, get, validate_preferences
 
     _num(params, "seed", 0, integer=True)
-    _num(params, "compare.preferences.samples_per_task", 1, integer=True, allow_none=True)
-    _num(params, "compare.preferences.samples_per_prompt", 2, integer=True)
-    _num(params, "compare.preferences.temperature", 0, lo_open=True)
-    _num(params, "compare.preferences.max_new_tokens", 1, integer=True)
-    _choice(params, "compare.preferences.backend", ("vllm", "transformers"))
+    validate_preferences(params)
     out = get(params, "compare.preferences.out_dir")
     if not isinstance(out, str) or not out.strip():
         raise ParamsError(f"compare.preferences.out_dir: expected a non-empty path, got {out!r}")
