@@ -164,9 +164,9 @@ def summary(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 def tracking_reroot(root: str = typer.Option(".", "--root", help="the project folder")):
     """Point the local MLflow store (mlruns/mlflow.db) at this folder's mlruns/artifacts after
     the project was moved or copied (every stage also does it on its own)."""
-    from hargo import tracking
+    from hargo import tracking_store
 
-    changed = _run(tracking.reroot, root, quiet=True)
+    changed = _run(tracking_store.reroot, root, quiet=True)
     typer.echo(f"re-rooted: {changed}" if changed else "nothing to re-root: the store is here")
 
 

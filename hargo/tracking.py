@@ -18,9 +18,10 @@ and ends it (FINISHED/FAILED, end time = that stage's end, metric ``pipeline_wal
 Prefect door's parent is opened and closed by the flow. Training and evaluation runs log the
 prepared split they read as an MLflow dataset (:func:`log_split`: the DVC hash as digest, task
 counts as profile), on the stage run and its parent. The local store is portable: a moved or
-copied project re-roots its artifact URIs on first use (:func:`reroot`, also
-``hargo tracking-reroot``). An unusable store fails within ~10 s naming the URI and the fix
-(:func:`check_store`); HTTP retries are bounded (:data:`HTTP_RETRY_DEFAULTS`).
+copied project re-roots its artifact URIs on first use (:func:`hargo.tracking_store.reroot`,
+also ``hargo tracking-reroot``). An unusable store fails within ~10 s naming the URI and the
+fix (:func:`hargo.tracking_store.check_store`); HTTP retries are bounded
+(:data:`hargo.tracking_store.HTTP_RETRY_DEFAULTS`).
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, check_store, local_uri,
+                                  log_http_retries, reroot, sqlite_path)
+
 DOOR_ENV = "HARGO_DOOR"            # "dvc" (default) or "prefect"
 PARENT_ENV = "HARGO_PARENT_RUN_ID"
 
@@ -41,7 +45,7 @@ def tracking_uri(root: str | Path = ".") -> str:
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
         return env
-    return _local_uri(root)
+    return local_uri(root)
 
 
 def git_commit(root: str | Path = ".") -> str:
@@ -96,119 +100,6 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 # traces overview. Source: mlflow/server/js (useUpdateExperimentKind, ExperimentKind).
 TRAINING_KIND = "custom_model_development"
 
-# MLflow's HTTP retry settings (mlflow/environment_variables.py) that hargo sets unless the
-# user already did: a transient outage of a tracking server is retried with an exponential
-# back-off of 1, 2, 4, 8 s (plus jitter) and a 30 s request timeout -- about a minute at most,
-# instead of MLflow's default 7 retries x factor 2 x 120 s timeout (~4 min). Each retry is
-# logged (:func:`_log_http_retries`).
-HTTP_RETRY_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
-}
-PROBE_TIMEOUT_S = 5.0   # the fail-fast probe of a store, seconds per attempt
-
-
-RETRY_LOGGER = "hargo.tracking.retry"
-
-
-def _log_http_retries() -> None:
-    """Log each retry of an MLflow HTTP call as a WARNING on logger ``hargo.tracking.retry``.
-
-    urllib3 (which MLflow's REST client retries through) records a retry only at DEBUG level
-    (``Incremented Retry for (url=...)`` on logger ``urllib3.util.retry``), so an outage that
-    MLflow rides out would otherwise leave no trace. Idempotent."""
-    import logging
-
-    src = logging.getLogger("urllib3.util.retry")
-    if any(getattr(h, "_hargo", False) for h in src.handlers):
-        return
-    out = logging.getLogger(RETRY_LOGGER)
-
-    class _Relay(logging.Handler):
-        _hargo = True
-
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage().startswith("Incremented Retry"):
-                out.warning("MLflow tracking call failed, retrying (bounded back-off): %s",
-                            record.getMessage())
-
-    src.addHandler(_Relay(logging.DEBUG))
-    if src.getEffectiveLevel() > logging.DEBUG:
-        src.setLevel(logging.DEBUG)
-        src.propagate = False     # keep urllib3's other DEBUG lines out of the root handlers
-
-
-def _sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI, else None."""
-    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
-
-
-def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Fail fast when the tracking store ``uri`` cannot be used, before MLflow's own retries
-    (which take ~106 s on a bad SQLite path and ~249 s on an unreachable server).
-
-    * ``sqlite:///PATH``: the folder is created if missing, must be writable (a probe file is
-      written and removed) and the database must open with SQLite within ``timeout_s``;
-      ``sqlite://PATH`` (a host form SQLite has not) is refused.
-    * ``http(s)://HOST[:PORT]``: a TCP connection must open within ``timeout_s``, then
-      ``GET /health`` (the MLflow server's health endpoint) must answer without a 5xx.
-    * anything else (``databricks``, a file store, ...) is left to MLflow.
-
-    Raises:
-        RuntimeError: names the URI, the cause and the fix.
-    """
-    import socket
-    import sqlite3
-    import urllib.error
-    import urllib.request
-    from urllib.parse import urlparse
-
-    if uri.startswith("sqlite:") and not uri.startswith("sqlite:///"):
-        raise RuntimeError(
-            f"MLflow store {uri} cannot be used: a SQLite store URI needs three slashes. Fix: "
-            f"sqlite:///relative/path.db or sqlite:////absolute/path.db")
-    db = _sqlite_path(uri)
-    if db is not None:
-        try:
-            db.parent.mkdir(parents=True, exist_ok=True)
-            probe = db.parent / f".hargo-probe-{os.getpid()}"
-            probe.write_text("")
-            probe.unlink()
-            con = sqlite3.connect(db, timeout=timeout_s)
-            try:
-                con.execute("PRAGMA schema_version").fetchone()
-            finally:
-                con.close()
-        except (OSError, sqlite3.Error) as e:
-            raise RuntimeError(
-                f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
-                f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
-            ) from e
-        return
-    url = urlparse(uri)
-    if url.scheme not in ("http", "https"):
-        return
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname, port), timeout=timeout_s):
-            pass
-        health = f"{uri.rstrip('/')}/health"
-        try:
-            with urllib.request.urlopen(health, timeout=timeout_s) as r:
-                r.read(64)
-        except urllib.error.HTTPError as e:
-            if e.code < 500:     # it answered (e.g. 401 behind auth, 404 behind a proxy)
-                return
-            raise
-    except (OSError, urllib.error.URLError) as e:
-        raise RuntimeError(
-            f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: start the "
-            f"tracking server (mlflow server --host {url.hostname} --port {port}) or unset "
-            f"MLFLOW_TRACKING_URI to use the local store mlruns/mlflow.db"
-        ) from e
-
-
 def setup(params: Mapping, root: str | Path = ".") -> str:
     """Point MLflow at the store and return the project experiment's id (created if missing).
 
@@ -229,16 +120,16 @@ def setup(params: Mapping, root: str | Path = ".") -> str:
     name = params.get("mlflow", {}).get("experiment", "hargo")
     for k, v in HTTP_RETRY_DEFAULTS.items():
         os.environ.setdefault(k, v)
-    _log_http_retries()
+    log_http_retries()
     check_store(uri)
     try:
         mlflow.set_tracking_uri(uri)
-        if uri == _local_uri(root):
+        if uri == local_uri(root):
             reroot(root, quiet=True)
         exp = mlflow.get_experiment_by_name(name)
         if exp is None:
             artifacts = None
-            if _sqlite_path(uri) is not None:
+            if sqlite_path(uri) is not None:
                 artifacts = (Path(root).resolve() / "mlruns" / "artifacts").as_uri()
             exp_id = mlflow.create_experiment(name, artifact_location=artifacts,
                                               tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
@@ -249,73 +140,6 @@ def setup(params: Mapping, root: str | Path = ".") -> str:
         return exp_id
     except Exception as e:  # mlflow raises several types for an unusable store
         raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
-
-
-def _local_uri(root: str | Path = ".") -> str:
-    """The default local store's URI (``sqlite:///<root>/mlruns/mlflow.db``)."""
-    return f"sqlite:///{(Path(root).resolve() / 'mlruns' / 'mlflow.db')}"
-
-
-# Columns of MLflow's SQL schema that hold artifact URIs/paths (mlflow/store/tracking/dbmodels
-# and mlflow/store/model_registry/dbmodels); a missing one (older schema) is skipped.
-_URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
-                ("logged_models", "artifact_location"), ("model_versions", "source"),
-                ("model_versions", "storage_location"))
-
-
-def reroot(root: str | Path = ".", quiet: bool = False) -> dict[str, int]:
-    """Re-root the local store ``<root>/mlruns/mlflow.db`` after the project folder moved.
-
-    MLflow stores artifact locations as absolute ``file://`` URIs (a relative
-    ``artifact_location`` is resolved to an absolute one when the experiment is created), so a
-    moved or copied project would look for its artifacts in the old clone. This rewrites
-    every URI that starts with the old ``.../mlruns/artifacts`` (read from the experiments'
-    artifact locations) to ``<root>/mlruns/artifacts``, in experiments, runs, logged models
-    and model versions. Idempotent; does nothing without a store.
-
-    Returns:
-        ``{"<table>.<column>": rows changed}`` (empty when nothing moved).
-    """
-    import sqlite3
-    from urllib.parse import unquote, urlparse
-
-    db = Path(root).resolve() / "mlruns" / "mlflow.db"
-    new = (Path(root).resolve() / "mlruns" / "artifacts").as_uri()
-    if not db.is_file():
-        return {}
-    changed: dict[str, int] = {}
-    con = sqlite3.connect(db, timeout=PROBE_TIMEOUT_S)
-    try:
-        try:
-            rows = con.execute("SELECT artifact_location FROM experiments").fetchall()
-        except sqlite3.OperationalError:        # a new, empty store: MLflow creates the tables
-            return {}
-        olds = {loc.split("/mlruns/artifacts")[0] + "/mlruns/artifacts"
-                for (loc,) in rows if loc and "/mlruns/artifacts" in loc}
-        olds.discard(new)
-        for old in sorted(olds):
-            for variant in {old, urlparse(old).path, unquote(urlparse(old).path)}:
-                target = new if variant.startswith("file:") else unquote(urlparse(new).path)
-                for table, col in _URI_COLUMNS:
-                    try:
-                        cur = con.execute(
-                            f"UPDATE {table} SET {col} = ? || substr({col}, ?) "
-                            f"WHERE {col} = ? OR substr({col}, 1, ?) = ?",
-                            (target, len(variant) + 1, variant, len(variant) + 1,
-                             variant + "/"))
-                    except sqlite3.OperationalError:   # table/column absent in this schema
-                        continue
-                    if cur.rowcount:
-                        key = f"{table}.{col}"
-                        changed[key] = changed.get(key, 0) + cur.rowcount
-        con.commit()
-    finally:
-        con.close()
-    if changed and not quiet:
-        print(f"[tracking] re-rooted {db} to {new}: {changed}", flush=True)
-    elif changed:
-        print(f"[tracking] the project moved: re-rooted its MLflow store to {new}", flush=True)
-    return changed
 
 
 def common_tags(params: Mapping, root: str | Path = ".") -> dict[str, str]:

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT_NEUTRAL = {
     "hargo/io.py": "file primitives (atomic writes, JSONL reading): how outputs are written",
     "hargo/tracking.py": "MLflow logging only",
+    "hargo/tracking_store.py": "checks and re-roots the MLflow store; logs nothing a stage reads",
     "hargo/params.py": "loading and validating params.yaml; the values are the stages' DVC "
                        "params, and the `params` stage re-validates on any change",
 }

@@ -12,7 +12,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hargo import tracking
+from hargo import tracking, tracking_store
 
 
 def test_stage_runs_share_one_parent_and_carry_tags(mlflow_uri, committed_params, monkeypatch):
@@ -171,7 +171,7 @@ def test_moved_project_reads_its_own_artifacts(how, tmp_path, monkeypatch, commi
     assert client.get_experiment(exp_id).artifact_location == (b / "mlruns" / "artifacts").as_uri()
     got = client.download_artifacts(run.info.run_id, "note.txt", str(tmp_path))
     assert Path(got).read_text() == "hello"
-    assert tracking.reroot(b) == {}                     # idempotent
+    assert tracking_store.reroot(b) == {}                     # idempotent
 
 
 def _free_port() -> int:
@@ -230,10 +230,10 @@ def test_http_store_probe_accepts_an_answering_server(code, ok):
     uri = f"http://127.0.0.1:{srv.server_address[1]}"
     try:
         if ok:
-            tracking.check_store(uri)
+            tracking_store.check_store(uri)
         else:
             with pytest.raises(RuntimeError, match=f"{uri} cannot be used.*503"):
-                tracking.check_store(uri)
+                tracking_store.check_store(uri)
     finally:
         srv.shutdown()
         srv.server_close()
@@ -268,11 +268,11 @@ def test_transient_server_outage_is_retried_with_a_bounded_back_off(monkeypatch,
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     uri = f"http://127.0.0.1:{srv.server_address[1]}"
-    for k in tracking.HTTP_RETRY_DEFAULTS:
+    for k in tracking_store.HTTP_RETRY_DEFAULTS:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     try:
-        with caplog.at_level(logging.WARNING, logger=tracking.RETRY_LOGGER):
+        with caplog.at_level(logging.WARNING, logger=tracking_store.RETRY_LOGGER):
             t0 = time.monotonic()
             with pytest.raises(RuntimeError):  # the 404 on create: the point is the retries
                 tracking.setup(committed_params)
@@ -283,7 +283,7 @@ def test_transient_server_outage_is_retried_with_a_bounded_back_off(monkeypatch,
     assert "experiments/get-by-name" in hits[0] and len(hits) >= 3
     assert hits[0] == hits[1] == hits[2]                    # the same call, retried twice
     assert 1 <= took < 12
-    retries = [r.getMessage() for r in caplog.records if r.name == tracking.RETRY_LOGGER]
+    retries = [r.getMessage() for r in caplog.records if r.name == tracking_store.RETRY_LOGGER]
     assert len(retries) == 2 and all("get-by-name" in m for m in retries), retries
 
 
