@@ -47,10 +47,16 @@ def _tmp_sibling(path: Path, suffix: str = "") -> Path:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` whole or not at all."""
+    return _replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _replace_atomically(path: str | os.PathLike, write) -> Path:
+    """``write(tmp)`` into a sibling temporary file, then ``os.replace`` it onto ``path``; on any
+    error the temporary file is removed and ``path`` is untouched."""
     path = Path(path)
     tmp = _tmp_sibling(path)
     try:
-        tmp.write_text(text, encoding="utf-8")
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -69,15 +75,7 @@ def _json_text(obj: Any, indent: int) -> str:
 
 def atomic_write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
     """Write one JSON object per line atomically; returns the path."""
-    path = Path(path)
-    tmp = _tmp_sibling(path)
-    try:
-        write_jsonl(tmp, records)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return _replace_atomically(path, lambda tmp: write_jsonl(tmp, records))
 
 
 def write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:

@@ -91,6 +91,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from hargo.rewards._config import config_from_params
+
 __all__ = [
     "MLPerfConfig", "normalise", "normalise_number", "numeric_tokens", "split_values",
     "keywords", "exact_match", "numeric_match", "all_values_match", "partial_match",
@@ -115,8 +117,7 @@ class MLPerfConfig:
     @classmethod
     def from_params(cls, d: dict | None) -> "MLPerfConfig":
         """From ``params["rewards"]["mlperf"]``; missing keys keep the defaults."""
-        d = d or {}
-        return cls(**{k: float(d[k]) for k in cls.__dataclass_fields__ if k in d})
+        return config_from_params(cls, d)
 
 
 _WS = re.compile(r"\s+")

@@ -27,6 +27,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from hargo.rewards._config import config_from_params
+
 __all__ = ["PLPConfig", "PLPScorer", "get_scorer", "is_repetitive", "sanitise", "format_ok",
            "plp_reward", "plp_rewards"]
 
@@ -59,12 +61,7 @@ class PLPConfig:
     def from_params(cls, d: dict | None) -> "PLPConfig":
         """From ``params["rewards"]["plp"]``; missing keys keep the defaults, unknown keys are
         ignored."""
-        d = d or {}
-        kw = {}
-        for name, f in cls.__dataclass_fields__.items():
-            if name in d:
-                kw[name] = int(d[name]) if f.type in ("int", int) else float(d[name])
-        return cls(**kw)
+        return config_from_params(cls, d)
 
 
 _WORD = re.compile(r"\w+")

@@ -1,0 +1,28 @@
+"""The reward constants read from params.yaml (hargo.rewards._config.config_from_params)."""
+import pytest
+
+from hargo.rewards import RewardConfig
+from hargo.rewards.mlperf import MLPerfConfig
+from hargo.rewards.plp import PLPConfig
+
+
+@pytest.mark.fast
+def test_each_value_takes_its_fields_type_and_missing_keys_keep_the_defaults():
+    plp = PLPConfig.from_params({"length_budget": 250.0, "length_penalty": "0.001", "other": 1})
+    assert plp.length_budget == 250 and type(plp.length_budget) is int
+    assert plp.length_penalty == 0.001 and type(plp.length_penalty) is float
+    assert plp.format_bonus == PLPConfig().format_bonus            # not given: the default
+    ml = MLPerfConfig.from_params({"partial": 1, "overlap_low": "0.3"})
+    assert (ml.partial, ml.overlap_low) == (1.0, 0.3) and type(ml.partial) is float
+    assert ml.overlap_high == MLPerfConfig().overlap_high
+    assert PLPConfig.from_params(None) == PLPConfig() and MLPerfConfig.from_params({}) == MLPerfConfig()
+    both = RewardConfig.from_params({"plp": {"batch_size": 8}, "mlperf": {"partial": 0.25}})
+    assert both.plp.batch_size == 8 and both.mlperf.partial == 0.25
+
+
+@pytest.mark.fast
+def test_a_value_that_is_not_a_number_is_refused():
+    with pytest.raises(ValueError):
+        PLPConfig.from_params({"batch_size": "many"})
+    with pytest.raises(ValueError):
+        MLPerfConfig.from_params({"partial": "half"})
