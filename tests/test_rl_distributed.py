@@ -1,9 +1,10 @@
 """HARGO's group statistics are computed over the whole gathered batch: 2 CPU processes (gloo,
 launched by torchrun) give the same per-response weights, advantages and EMA baseline as 1
 process, on a fixed batch whose middle group straddles the two processes (12 completions in
-groups of 4, 6 per process: group 1 is completions 4-7). And a 2-process run resumed mid-epoch 1
-(where accelerate's ``set_epoch`` does not reach the sampler) ends on the uninterrupted run's
-prompt order, EMA baseline and weights (issue 12).
+groups of 4, 6 per process: group 1 is completions 4-7); one real training step on that batch
+gives the 1-process loss and gradients (DDP's all-reduce included; issue 17). And a 2-process
+run resumed mid-epoch 1 (where accelerate's ``set_epoch`` does not reach the sampler) ends on the
+uninterrupted run's prompt order, EMA baseline and weights (issue 12).
 
 Run as a script, this file is the per-process worker (``torchrun ... test_rl_distributed.py``).
 """
@@ -91,6 +92,48 @@ def straight_and_resumed(params: dict, method: str, out_dir: str, world_size: in
             "max_lora_b": max(v.abs().max().item() for k, v in wa.items() if "lora_B" in k)}
 
 
+def one_step_loss_and_grads(params: dict, method: str, out_dir: str, world_size: int) -> dict | None:
+    """One real ``trainer.train()`` step on the fixed batch (12 completions, G=4, no shuffle:
+    global order = :func:`rl_helpers.fixed_inputs`, 6 per process on 2 processes, so group 1 is
+    split 2+2 across them as TRL shards it) with the gradients averaged by DDP (gloo) as in
+    training. On process 0 return the logged loss (the mean of the processes' losses) and save
+    the trainable parameters' gradients -- captured in ``on_pre_optimizer_step``, after the
+    all-reduce, with clipping off -- to ``<out_dir>/grads.pt``; None elsewhere."""
+    import torch
+    from transformers import TrainerCallback
+
+    from hargo.training.rl import build_trainer
+    from rl_helpers import FIXED_GROUPS, fixed_rollout
+
+    captured: dict = {}
+
+    class Capture(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            captured["grads"] = {n: p.grad.detach().clone()
+                                 for n, p in trainer.model.named_parameters()
+                                 if p.requires_grad and p.grad is not None}
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                captured["loss"] = float(logs["loss"])
+
+    trainer = build_trainer(params, method, params["sft"]["out_dir"],
+                            [rec for rec, _ in FIXED_GROUPS], Path(out_dir) / "ckpt",
+                            callbacks=[Capture()], trainer_kwargs={"rollout_func": fixed_rollout},
+                            world_size=world_size, shuffle_dataset=False, max_grad_norm=0.0,
+                            save_strategy="no")
+    acc = trainer.accelerator
+    assert acc.num_processes == world_size, (acc.num_processes, world_size)
+    assert trainer.args.per_device_train_batch_size == 12 // world_size
+    trainer.train()
+    if not acc.is_main_process:
+        return None
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    torch.save(captured["grads"], Path(out_dir) / "grads.pt")
+    return {"loss": captured["loss"], "n_grads": len(captured["grads"]),
+            "backend": str(torch.distributed.get_backend()) if world_size > 1 else None}
+
+
 def _torchrun(tmp_path, *args) -> dict:
     from rl_helpers import free_port
 
@@ -155,6 +198,49 @@ def test_two_processes_give_the_one_process_response_weights(committed_params, t
     assert one["weights"][4:8] != pytest.approx([0.25] * 4, abs=1e-3)   # real contrast there
 
 
+#: fp32 tolerance of the 1-vs-2-process loss and gradients: relative to the largest gradient /
+#: the loss scale (the two runs sum the same terms in a different order; measured: 6e-7 of the
+#: largest gradient, 1.4e-7 of the loss; a loss normalised by the local weight sum is off 1.3e-3).
+STEP_RTOL = 1e-5
+
+
+def test_two_processes_give_the_one_process_loss_and_gradients(committed_params, tiny_model_dir,
+                                                               tmp_path):
+    """One real training step (``trainer.train()``, DDP over gloo) of the fixed batch: 3 groups
+    of G=4, 6 completions per process, so group 1 (completions 4-7) is split 2+2 across the two
+    processes. The logged loss and every trainable parameter's gradient (captured before the
+    optimizer step, after DDP's all-reduce; grad clipping off so a scale error is not hidden)
+    equal the 1-process run's within ``STEP_RTOL``. fp32 is pinned (``rl_params``:
+    ``train.bf16=False``) so the check does not depend on the CPU's bf16 support. Catches what
+    the weights test above cannot: a per-process loss normalisation that is wrong only when a
+    group is split (dividing by the local weight sum instead of ``N_local = B_local / G``), or a
+    loss scaled by the world size (both planted and seen to fail, issue 17)."""
+    import pytest
+    import torch
+
+    from rl_helpers import FIXED_GROUPS, G_FIXED, rl_params, write_jsonl
+
+    write_jsonl(tmp_path / "data" / "train.jsonl", [rec for rec, _ in FIXED_GROUPS])
+    params = rl_params(committed_params, tiny_model_dir, tmp_path / "data", steps=1,
+                       num_generations=G_FIXED, prompts_per_step=len(FIXED_GROUPS),
+                       max_new_tokens=8, log_completions_steps=0, beta=0.0)
+    assert params["train"]["bf16"] is False
+    (tmp_path / "params.json").write_text(json.dumps(params))
+    two = _torchrun(tmp_path, "--method", "hargo", "--one-step")
+    one = one_step_loss_and_grads(params, "hargo", str(tmp_path / "one"), world_size=1)
+
+    assert two["backend"] == "gloo"
+    g1 = torch.load(tmp_path / "one" / "grads.pt")
+    g2 = torch.load(tmp_path / "two" / "grads.pt")
+    assert g1.keys() == g2.keys() and len(g1) == one["n_grads"] > 0
+    scale = max(g.abs().max().item() for g in g1.values())
+    assert scale > 1e-6                                   # a real gradient to compare
+    worst = max((g2[k] - g1[k]).abs().max().item() for k in g1)
+    assert worst <= STEP_RTOL * scale, (worst, scale)
+    assert abs(one["loss"]) > 1e-6                        # a nonzero loss to compare
+    assert two["loss"] == pytest.approx(one["loss"], rel=STEP_RTOL, abs=1e-7)
+
+
 def _main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--params", required=True)
@@ -163,12 +249,16 @@ def _main() -> None:
     ap.add_argument("--world-size", type=int, required=True)
     ap.add_argument("--resume-stop", type=int, default=None,
                     help="train straight, then resume from this checkpoint (straight_and_resumed)")
+    ap.add_argument("--one-step", action="store_true",
+                    help="one training step's loss and gradients (one_step_loss_and_grads)")
     a = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
     params = json.loads(Path(a.params).read_text())
-    if a.resume_stop is None:
+    if a.one_step:
+        res = one_step_loss_and_grads(params, a.method, a.out, a.world_size)
+    elif a.resume_stop is None:
         res = score_fixed_batch(params, a.method, a.out, a.world_size)
     else:
         res = straight_and_resumed(params, a.method, a.out, a.world_size, a.resume_stop)
