@@ -6,11 +6,16 @@ deploy --all``) to two ``process`` work pools, starts a worker on ``cpu``, and t
 ``hargo-validate/cpu``: two deployment runs -- one on a small prepared set that must
 reach Completed (its stage run through DVC, recorded in ``dvc.lock``), one with a bad
 parameter that must fail before any task runs, naming the parameter -- then stops the worker
-and the server by their PIDs. Bounded: 240 s in all.
+and the server by their PIDs. No fixed time budget per phase: every wait polls (the server's
+health endpoint, the flow runs' states) until ready or one overall deadline, ``TIMEOUT_S``
+(900 s; env ``HARGO_PREFECT_TEST_TIMEOUT_S``), so a slow shared machine only makes it slower.
 
-Also checks the static side of the deployments: ``prefect.yaml`` parses with Prefect's own model
-and names the pools and entrypoints the docs promise, and the GPU Kubernetes job template
-requests ``nvidia.com/gpu`` and only uses placeholders it declares.
+Also checks the static side of the deployments: ``prefect.yaml``'s structure (checked here
+against the keys Prefect documents for the file: Prefect 3.7 has no public API that loads or
+validates it, only the CLI's private ``prefect.cli.deploy._models``; the integration test's
+``prefect deploy --all`` is Prefect's own check), the pools, entrypoints and parameters the docs
+promise, and the GPU Kubernetes job template requests ``nvidia.com/gpu`` and only uses
+placeholders it declares.
 """
 from __future__ import annotations
 
@@ -31,7 +36,10 @@ import yaml
 
 from flow_project import ROOT, make_project
 
-BUDGET_S = 240
+#: Overall limit of the integration test (server start, deploys, both runs), seconds: generous,
+#: because every wait polls and returns as soon as its condition holds.
+TIMEOUT_S = float(os.environ.get("HARGO_PREFECT_TEST_TIMEOUT_S", "900"))
+POLL_S = 0.5
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 DEPLOYMENTS = ("hargo-pipeline/cpu", "hargo-pipeline/gpu", "hargo-validate/cpu",
@@ -49,7 +57,8 @@ def _free_port() -> int:
 def _left(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise TimeoutError(f"integration test exceeded its {BUDGET_S} s budget")
+        raise TimeoutError(f"integration test exceeded its overall timeout of {TIMEOUT_S:.0f} s "
+                           "(HARGO_PREFECT_TEST_TIMEOUT_S)")
     return left
 
 
@@ -70,15 +79,16 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _cli(args: list[str], env: dict, cwd: Path, deadline: float) -> str:
     proc = subprocess.run([PREFECT, *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=min(120, _left(deadline)))
+                          timeout=_left(deadline))
     assert proc.returncode == 0, f"prefect {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
 
 @pytest.fixture()
 def prefect_server(tmp_path):
-    """A real Prefect server on 127.0.0.1:<free port>; yields (env for clients, deadline)."""
-    deadline = time.monotonic() + BUDGET_S
+    """A real Prefect server on 127.0.0.1:<free port>, polled on ``/api/health`` until it answers
+    (or the overall deadline); yields (env for clients, deadline)."""
+    deadline = time.monotonic() + TIMEOUT_S
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items()
@@ -102,10 +112,11 @@ def prefect_server(tmp_path):
                         break
             except OSError:
                 pass
-            if time.monotonic() > deadline - 150:  # leave the rest of the budget to the test
-                pytest.fail("prefect server not healthy within 90 s:\n"
+            if time.monotonic() > deadline:
+                pytest.fail(f"prefect server not healthy within {TIMEOUT_S:.0f} s "
+                            "(HARGO_PREFECT_TEST_TIMEOUT_S):\n"
                             + (tmp_path / "server.log").read_text()[-3000:])
-            time.sleep(0.5)
+            time.sleep(POLL_S)
         yield env, deadline
     finally:
         _stop(server)
@@ -118,10 +129,10 @@ def _wait_final(client, run_id, deadline: float):
         if run.state is not None and run.state.type.value in TERMINAL:
             return run
         _left(deadline)
-        time.sleep(1)
+        time.sleep(POLL_S)
 
 
-@pytest.mark.timeout(BUDGET_S + 60)
+@pytest.mark.timeout(TIMEOUT_S + 60)
 def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_raw_dir):
     env, deadline = prefect_server
     n = 30
@@ -131,7 +142,7 @@ def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_ra
         "data.split.eval_fraction": 0.25}, dvc=True)  # the flows run stages through DVC
     # the small prepared set the deployed validate step checks
     prep = subprocess.run([sys.executable, "-m", "hargo.cli", "prepare"], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=min(120, _left(deadline)))
+                          capture_output=True, text=True, timeout=_left(deadline))
     assert prep.returncode == 0, prep.stderr
 
     # both pools of prefect.yaml (here `gpu` is a process pool too: only `cpu` gets a worker)
@@ -181,17 +192,65 @@ def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_ra
 
 
 # ------------------------------------------------------------------ static deployment checks
+#: The keys Prefect 3 documents for prefect.yaml ("Define deployments with YAML"): top level,
+#: one deployment, one deployment's ``work_pool``. Prefect has no public loader/validator of the
+#: file (its CLI's model is private), so the structure is checked here against these.
+PREFECT_YAML_KEYS = {"name", "prefect-version", "build", "push", "pull", "deployments",
+                     "definitions"}
+DEPLOYMENT_KEYS = {"name", "version", "version_type", "tags", "description", "schedule",
+                   "schedules", "paused", "concurrency_limit", "flow_name", "entrypoint",
+                   "parameters", "enforce_parameter_schema", "build", "push", "pull",
+                   "work_pool", "triggers", "sla"}
+WORK_POOL_KEYS = {"name", "work_queue_name", "job_variables"}
+
+
+def _check_steps(steps, where: str) -> None:
+    """``build``/``push``/``pull``: null or a list of one-key mappings ``{step path: kwargs}``,
+    each step an importable function (e.g. ``prefect.deployments.steps.set_working_directory``)."""
+    import importlib
+
+    if steps is None:
+        return
+    assert isinstance(steps, list), f"{where}: a list of steps, got {type(steps).__name__}"
+    for step in steps:
+        assert isinstance(step, dict) and len(step) == 1, f"{where}: {step!r}"
+        (path, kwargs), = step.items()
+        module, _, fn = path.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), fn, None)), f"{where}: {path}"
+        assert kwargs is None or isinstance(kwargs, dict), f"{where}: {path}: {kwargs!r}"
+
+
 def test_prefect_yaml_deployments():
-    from prefect.cli.deploy._models import PrefectYamlModel
+    """prefect.yaml's structure (the keys Prefect documents, step functions that import, flow
+    entrypoints that resolve and accept the deployment's parameters) and what the docs promise:
+    the eleven deployments, their pools, ``params_path``, the gpu working directory."""
+    import inspect
 
     raw = yaml.safe_load((ROOT / "prefect.yaml").read_text())
-    model = PrefectYamlModel.model_validate(raw)
+    assert isinstance(raw, dict) and set(raw) <= PREFECT_YAML_KEYS, set(raw) - PREFECT_YAML_KEYS
+    for key in ("build", "push", "pull"):
+        _check_steps(raw.get(key), key)
+    assert isinstance(raw["deployments"], list)
     names = {}
     for d in raw["deployments"]:
-        flow_name = _flow_name(d["entrypoint"])
-        names[f"{flow_name}/{d['name']}"] = d
+        assert isinstance(d, dict) and set(d) <= DEPLOYMENT_KEYS, set(d) - DEPLOYMENT_KEYS
+        assert isinstance(d["name"], str) and isinstance(d["entrypoint"], str)
+        assert isinstance(d.get("description", ""), str)
+        tags = d.get("tags", [])
+        assert isinstance(tags, list) and all(isinstance(t, str) for t in tags), tags
+        pool = d["work_pool"]
+        assert isinstance(pool, dict) and set(pool) <= WORK_POOL_KEYS, pool
+        assert isinstance(pool.get("job_variables", {}), dict)
+        for key in ("build", "push", "pull"):
+            _check_steps(d.get(key), f"{d['name']}.{key}")
+        flow = _flow(d["entrypoint"])
+        accepted = set(inspect.signature(flow.fn).parameters)
+        assert isinstance(d["parameters"], dict) and set(d["parameters"]) <= accepted, \
+            (d["entrypoint"], set(d["parameters"]) - accepted)
+        key = f"{flow.name}/{d['name']}"
+        assert key not in names, f"deployment {key} twice"
+        names[key] = d
     assert set(names) == set(DEPLOYMENTS)
-    assert len(model.deployments) == len(names)
     for key, d in names.items():
         pool = key.split("/")[1]
         assert d["work_pool"]["name"] == pool
@@ -201,12 +260,15 @@ def test_prefect_yaml_deployments():
             assert step["directory"] == "/workspace/hargo"
 
 
-def _flow_name(entrypoint: str) -> str:
+def _flow(entrypoint: str):
+    """The Prefect flow object an entrypoint ``path/to/file.py:function`` names (the file must
+    exist in the repository)."""
     import importlib
 
     path, fn = entrypoint.split(":")
+    assert (ROOT / path).is_file(), entrypoint
     module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-    return getattr(module, fn).name
+    return getattr(module, fn)
 
 
 def test_gpu_kubernetes_job_template():
