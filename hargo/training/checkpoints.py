@@ -1,5 +1,9 @@
 """The RL trainers' checkpoint folders: transformers' ``checkpoint-N`` plus hargo's
-``method_state.json`` (written by ``HargoGRPOTrainer._save_checkpoint``, read back on resume).
+``method_state.json`` (written by ``HargoGRPOTrainer._save_checkpoint``, read back on resume),
+and the rule for resuming: ``checkpoints/rl/<method>/run_fingerprint.json`` records what the run
+was started with (:func:`run_fingerprint`); a stage resumes only a checkpoint of the same
+fingerprint that is short of ``rl.steps`` (:func:`resumable_checkpoint`), and otherwise starts
+over in an emptied folder (:func:`prepare_checkpoint_dir`).
 
 A folder is complete when it holds both ``method_state.json`` (written first) and
 ``trainer_state.json`` (written by transformers last); :func:`last_checkpoint` only ever returns a
@@ -7,18 +11,29 @@ complete one, so an interrupted save is never resumed from.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
+from typing import Mapping
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-__all__ = ["METHOD_STATE_NAME", "TRAINER_STATE_NAME", "is_complete_checkpoint",
-           "last_checkpoint", "read_method_state"]
+from hargo.io import atomic_write_json
+from hargo.params import RL_METHODS
+
+__all__ = ["METHOD_STATE_NAME", "TRAINER_STATE_NAME", "FINGERPRINT_NAME", "is_complete_checkpoint",
+           "last_checkpoint", "read_method_state", "checkpoint_step", "run_fingerprint", "resumable_checkpoint",
+           "prepare_checkpoint_dir"]
 
 #: File written into every checkpoint folder next to TRL's/transformers' files.
 METHOD_STATE_NAME = "method_state.json"
 TRAINER_STATE_NAME = "trainer_state.json"
+#: ``checkpoints/rl/<method>/run_fingerprint.json``: what the checkpoints there were trained from.
+FINGERPRINT_NAME = "run_fingerprint.json"
+# rl.* keys that do not change what is trained (left out of the fingerprint)
+_NON_TRAINING_KEYS = ("methods", "out_dir", "save_steps", "log_completions_steps")
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
@@ -58,3 +73,73 @@ def read_method_state(checkpoint: str | os.PathLike) -> dict:
     if not isinstance(state, dict):
         raise ValueError(f"{path}: expected a JSON object")
     return state
+
+
+def _digest_files(paths) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(p.name.encode())
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
+                    data_path: str | os.PathLike) -> dict:
+    """What a checkpoint must agree with to be resumed: the method, the params that shape
+    training (seed, train.*, rewards.*, rl.* except methods/out_dir/save_steps/
+    log_completions_steps and the other methods' blocks) and digests of the SFT model's files and
+    of the train data."""
+    rl = {k: v for k, v in params["rl"].items()
+          if k not in _NON_TRAINING_KEYS and (k == method or k not in RL_METHODS)}
+    model_files = [p for p in Path(model_dir).iterdir()
+                   if p.is_file() and p.suffix in (".safetensors", ".json", ".bin")]
+    return {"method": method, "seed": params["seed"], "train": params["train"],
+            "rewards": params.get("rewards"), "rl": rl,
+            "model_sha256": _digest_files(model_files),
+            "data_sha256": _digest_files([Path(data_path)])}
+
+
+def checkpoint_step(ckpt: Path) -> int:
+    """``global_step`` of a complete checkpoint (its ``trainer_state.json``)."""
+    return int(json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+
+
+def resumable_checkpoint(ckpt_dir: Path, fingerprint: dict) -> Path | None:
+    """The last complete checkpoint in ``ckpt_dir`` when its fingerprint file equals
+    ``fingerprint`` and it is short of ``rl.steps`` (an interrupted run), else None (reads only).
+
+    A checkpoint at the final step belongs to a run that finished: DVC re-runs such a stage only
+    when something it depends on changed (code, another param), so it starts over instead of
+    resuming (transformers would otherwise train one step past ``max_steps``)."""
+    fp_path = ckpt_dir / FINGERPRINT_NAME
+    old = None
+    if fp_path.is_file():
+        try:
+            old = json.loads(fp_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            old = None
+    if old != json.loads(json.dumps(fingerprint)):
+        return None
+    ckpt = last_checkpoint(ckpt_dir)
+    if ckpt is None or checkpoint_step(ckpt) >= int(fingerprint["rl"]["steps"]):
+        return None
+    return ckpt
+
+
+def prepare_checkpoint_dir(ckpt_dir: Path, fingerprint: dict, log=print):
+    """Return the checkpoint to resume from (or None), after clearing stale or finished
+    checkpoints and writing ``fingerprint`` (main process only: it writes)."""
+    fp_path = ckpt_dir / FINGERPRINT_NAME
+    ckpt = resumable_checkpoint(ckpt_dir, fingerprint)
+    if ckpt is None:
+        if ckpt_dir.exists() and any(ckpt_dir.iterdir()):
+            log(f"[rl] {ckpt_dir}: no resumable checkpoint for these inputs (changed, or the run "
+                "had finished); starting over")
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(fp_path, fingerprint)
+    else:
+        log(f"[rl] resuming from {ckpt}")
+    return ckpt

@@ -24,14 +24,10 @@ between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving t
     KL and clip-fraction diagnostics (no extra forward pass).
 ``_compute_loss``
     ``grpo``/``dr_grpo``: TRL's own loss, untouched. HARGO family: the weighted loss (below).
-``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
-    also write/read ``method_state.json`` (EMA baseline, per-step history) in every checkpoint,
-    the same hooks TRL 1.16 uses for its adaptive-entropy state.
-``_get_train_sampler`` / ``_run_epoch`` (the latter transformers 5.19's ``Trainer``)
-    TRL's prompt order from :class:`hargo.training.sampling.EpochRepeatSampler`, whose epoch is
-    set at the start of every epoch (``_run_epoch``'s ``epoch`` argument), so a run resumed at or
-    after an epoch boundary continues the uninterrupted run's order instead of repeating the
-    first epoch's (issue 12; see that module).
+``_get_train_sampler`` / ``_run_epoch`` / ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
+    exact resume (the prompt order of the right epoch, and ``method_state.json`` with the EMA
+    baseline and the per-step history in every checkpoint): :class:`hargo.training.resume.
+    ResumeMixin`, first among the bases.
 
 Methods:
 
@@ -67,21 +63,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards, needs_reference
-from hargo.io import atomic_write_json
 from hargo.losses import (clip_fraction, clipped_surrogate, kl_penalty, masked_mean,
                           masked_token_mean, weighted_loss)
-from hargo.training.checkpoints import METHOD_STATE_NAME, read_method_state
 from hargo.training.reference import build_reference_model, reference_per_token_logps
-from hargo.training.sampling import EpochRepeatSampler
+from hargo.training.resume import ResumeMixin
 from hargo.training.task_diagnostics import dataset_tasks, record_loss_diagnostics, task_index
 from hargo.training.trl_options import unsupported_trl_options
 from hargo.vocab import GRPO_FAMILY, HARGO_METHODS
@@ -92,7 +84,7 @@ __all__ = ["HargoGRPOTrainer", "TRL_VERSION"]
 TRL_VERSION = "1.16.0"
 
 
-class HargoGRPOTrainer(GRPOTrainer):
+class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
     """TRL 1.16 ``GRPOTrainer`` running one of ``grpo, dr_grpo, hargo, hargo_b1, hargo_b2``.
 
     Args:
@@ -144,7 +136,6 @@ class HargoGRPOTrainer(GRPOTrainer):
         self._capture_logps = False
         self._captured_logps: torch.Tensor | None = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
-        self._train_sampler: EpochRepeatSampler | None = None  # set by _get_train_sampler
         super().__init__(*args, **kwargs)
         if self._weighted:
             self._check_weighted_loss_supported()
@@ -385,65 +376,3 @@ class HargoGRPOTrainer(GRPOTrainer):
         for name, x in zip(("low_mean", "high_mean", "region_mean"), clipped):
             metrics[f"clip_ratio/{name}"].append(self._global_token_mean(x.float(), mask))
         return loss
-
-    # ------------------------------------------------------------------ data order
-
-    def _get_train_sampler(self, dataset=None) -> EpochRepeatSampler:
-        """TRL 1.16's ``RepeatSampler`` arguments, as an :class:`EpochRepeatSampler` (the same
-        order in an uninterrupted run; the right epoch's order after a resume)."""
-        if dataset is None:
-            dataset = self.train_dataset
-        sampler = EpochRepeatSampler(
-            data_source=dataset, mini_repeat_count=self.num_generations,
-            batch_size=self.args.generation_batch_size // self.num_generations,
-            repeat_count=self.num_iterations * self.args.steps_per_generation,
-            shuffle=self.shuffle_dataset, seed=self.args.seed)
-        self._train_sampler = sampler
-        return sampler
-
-    def _run_epoch(self, *args, **kwargs):
-        # transformers 5.19 calls this once per epoch with keyword ``epoch`` (the resumed one
-        # first); accelerate's ``set_epoch`` does not reach the sampler through every wrapper
-        # (several processes + the batch skip of a mid-epoch resume), so set it here.
-        if self._train_sampler is not None:
-            self._train_sampler.set_epoch(kwargs["epoch"])
-        return super()._run_epoch(*args, **kwargs)
-
-    # -------------------------------------------------------------------- checkpoints
-
-    def method_state_dict(self) -> dict:
-        """What ``method_state.json`` holds: method, EMA state, global step, recorder history."""
-        state = {"method": self.method, "ema": self.ema.state_dict(),
-                 "global_step": int(self.state.global_step)}
-        if self.recorder is not None and hasattr(self.recorder, "state_dict"):
-            state["recorder"] = self.recorder.state_dict()
-        return state
-
-    def load_method_state(self, state: dict) -> None:
-        """Restore from :meth:`method_state_dict` output.
-
-        Raises:
-            ValueError: the checkpoint belongs to another method.
-        """
-        if state.get("method") != self.method:
-            raise ValueError(f"checkpoint is for method {state.get('method')!r}, "
-                             f"not {self.method!r}")
-        self.ema.load_state_dict(state["ema"])
-        if self.recorder is not None and "recorder" in state and hasattr(self.recorder,
-                                                                          "load_state_dict"):
-            self.recorder.load_state_dict(state["recorder"])
-
-    def _save_checkpoint(self, model, trial):
-        # method_state.json goes in first; transformers writes trainer_state.json last, so a folder
-        # with both files is complete (see ``checkpoints.is_complete_checkpoint``).
-        if self.args.should_save:
-            folder = Path(self._get_output_dir(trial=trial)) / \
-                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            folder.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(folder / METHOD_STATE_NAME, self.method_state_dict())
-        super()._save_checkpoint(model, trial)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            self.load_method_state(read_method_state(checkpoint))

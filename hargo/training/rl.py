@@ -39,11 +39,8 @@ vllm`` by TRL's colocated vLLM engine (``use_vllm=True, vllm_mode="colocate"``).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import math
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -55,14 +52,12 @@ from hargo.method_config import kl_coef, method_params
 from hargo.params import RL_METHODS, ParamsError, validate_params
 
 __all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "load_rl_records",
-           "to_dataset", "build_trainer", "run_fingerprint", "CHECKPOINT_ROOT", "METRICS_ROOT"]
+           "to_dataset", "build_trainer", "CHECKPOINT_ROOT", "METRICS_ROOT"]
 
 #: ``checkpoints/rl/<method>`` and ``metrics/rl/<method>.json`` (dvc.yaml outputs).
 CHECKPOINT_ROOT = Path("checkpoints") / "rl"
 METRICS_ROOT = Path("metrics") / "rl"
-FINGERPRINT_NAME = "run_fingerprint.json"
 #: rl.* keys that do not change what training computes (so a checkpoint stays resumable).
-_NON_TRAINING_KEYS = ("methods", "out_dir", "save_steps", "log_completions_steps")
 #: GPU share of TRL's colocated vLLM engine (GPU only; on CPU the KV cache is
 #: ``VLLM_CPU_KVCACHE_SPACE`` GiB, default 1 here).
 VLLM_GPU_MEMORY_UTILIZATION = 0.3
@@ -227,78 +222,6 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     return trainer
 
 
-def _digest_files(paths) -> str:
-    h = hashlib.sha256()
-    for p in sorted(paths):
-        h.update(p.name.encode())
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
-                    data_path: str | os.PathLike) -> dict:
-    """What a checkpoint must agree with to be resumed: the method, the params that shape
-    training (seed, train.*, rewards.*, rl.* except methods/out_dir/save_steps/
-    log_completions_steps and the other methods' blocks) and digests of the SFT model's files and
-    of the train data."""
-    rl = {k: v for k, v in params["rl"].items()
-          if k not in _NON_TRAINING_KEYS and (k == method or k not in RL_METHODS)}
-    model_files = [p for p in Path(model_dir).iterdir()
-                   if p.is_file() and p.suffix in (".safetensors", ".json", ".bin")]
-    return {"method": method, "seed": params["seed"], "train": params["train"],
-            "rewards": params.get("rewards"), "rl": rl,
-            "model_sha256": _digest_files(model_files),
-            "data_sha256": _digest_files([Path(data_path)])}
-
-
-def _checkpoint_step(ckpt: Path) -> int:
-    """``global_step`` of a complete checkpoint (its ``trainer_state.json``)."""
-    return int(json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
-
-
-def _resumable_checkpoint(ckpt_dir: Path, fingerprint: dict) -> Path | None:
-    """The last complete checkpoint in ``ckpt_dir`` when its fingerprint file equals
-    ``fingerprint`` and it is short of ``rl.steps`` (an interrupted run), else None (reads only).
-
-    A checkpoint at the final step belongs to a run that finished: DVC re-runs such a stage only
-    when something it depends on changed (code, another param), so it starts over instead of
-    resuming (transformers would otherwise train one step past ``max_steps``)."""
-    from hargo.training.checkpoints import last_checkpoint
-
-    fp_path = ckpt_dir / FINGERPRINT_NAME
-    old = None
-    if fp_path.is_file():
-        try:
-            old = json.loads(fp_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            old = None
-    if old != json.loads(json.dumps(fingerprint)):
-        return None
-    ckpt = last_checkpoint(ckpt_dir)
-    if ckpt is None or _checkpoint_step(ckpt) >= int(fingerprint["rl"]["steps"]):
-        return None
-    return ckpt
-
-
-def _prepare_checkpoint_dir(ckpt_dir: Path, fingerprint: dict, log=print):
-    """Return the checkpoint to resume from (or None), after clearing stale or finished
-    checkpoints and writing ``fingerprint`` (main process only: it writes)."""
-    fp_path = ckpt_dir / FINGERPRINT_NAME
-    ckpt = _resumable_checkpoint(ckpt_dir, fingerprint)
-    if ckpt is None:
-        if ckpt_dir.exists() and any(ckpt_dir.iterdir()):
-            log(f"[rl] {ckpt_dir}: no resumable checkpoint for these inputs (changed, or the run "
-                "had finished); starting over")
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(fp_path, fingerprint)
-    else:
-        log(f"[rl] resuming from {ckpt}")
-    return ckpt
-
-
 def run(params: dict, method: str, root: str | os.PathLike = ".", *,
         records: list[dict] | None = None, run_name: str | None = None,
         out_dir: str | os.PathLike | None = None, ckpt_dir: str | os.PathLike | None = None,
@@ -323,7 +246,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     validate_params(params)
     import mlflow
 
-    from hargo import tracking
+    from hargo import tracking, tracking_store
+    from hargo.training.checkpoints import (checkpoint_step, prepare_checkpoint_dir,
+                                            resumable_checkpoint, run_fingerprint)
     from hargo.data.records import prompt_tokens, select_subset
     from hargo.hardware import setup_torch
     from hargo.models.loading import (check_context, context_length, load_tokenizer,
@@ -360,11 +285,11 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     launch = launch_state()
     if launch.is_main:
         # an unusable MLflow store fails here, before the checkpoint folder (an output) changes
-        tracking.check_store(tracking.tracking_uri(root))
-        resume = _prepare_checkpoint_dir(ckpt_dir, fingerprint)
+        tracking_store.check_store(tracking.tracking_uri(root))
+        resume = prepare_checkpoint_dir(ckpt_dir, fingerprint)
     launch.wait_for_everyone()    # the others read the folder the main process prepared
     if not launch.is_main:
-        resume = _resumable_checkpoint(ckpt_dir, fingerprint)
+        resume = resumable_checkpoint(ckpt_dir, fingerprint)
 
     recorder = StepRecorder(max_table_rows=TABLE_ROWS)
     callback = RLLoggingCallback(recorder, name, int(rl.get("log_completions_steps", 0) or 0))
@@ -382,7 +307,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
                                 callbacks=[callback], tokenizer=tok,
                                 world_size=launch.num_processes)
         load_s = time.perf_counter() - t0
-        resumed_step = _checkpoint_step(resume) if resume is not None else 0
+        resumed_step = checkpoint_step(resume) if resume is not None else 0
         if launch.is_main:
             print(f"[rl {name}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
                   f"{rl['steps']} steps x {rl['prompts_per_step']} prompts x "
