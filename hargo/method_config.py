@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from hargo.param_values import ParamsError, as_number
 from hargo.vocab import RL_METHODS
 
 __all__ = ["GRPOParams", "HargoParams", "HargoB1Params", "PPOParams", "METHOD_PARAMS",
@@ -111,8 +112,6 @@ assert set(METHOD_PARAMS) == set(RL_METHODS), "every RL method needs its params 
 
 
 def _check(key: str, value: Any, meta: Mapping) -> Any:
-    from hargo.params import ParamsError, as_number
-
     if meta["kind"] is bool:
         if not isinstance(value, bool):
             raise ParamsError(f"{key}: expected true or false, got {value!r}")
@@ -133,8 +132,6 @@ def method_params(params: Mapping, method: str):
         ParamsError: unknown method, a missing block or key, an unknown key, a value of the wrong
             type or out of range (the message names ``rl.<method>.<field>``).
     """
-    from hargo.params import ParamsError
-
     if method not in METHOD_PARAMS:
         raise ParamsError(f"rl.methods: unknown method {method!r}; valid: "
                           f"{', '.join(METHOD_PARAMS)}")

@@ -7,18 +7,14 @@ them *before* any work starts, so that a bad value fails fast with the parameter
 from __future__ import annotations
 
 import copy
-import math
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import yaml
 
+from hargo.param_values import ParamsError, as_number  # noqa: F401  (public here too)
 from hargo.vocab import COMPARE_METHODS, PREFERENCE_METHODS, RL_METHODS, TASKS  # noqa: F401
-
-
-class ParamsError(ValueError):
-    """A parameter is missing, of the wrong type or out of range; the message names it."""
 
 
 class ParamsLoader(yaml.SafeLoader):
@@ -39,32 +35,6 @@ ParamsLoader.add_implicit_resolver(
                   |[-+]?\.(?:inf|Inf|INF)
                   |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
-
-_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
-
-
-def as_number(key: str, value: Any, integer: bool = False) -> int | float:
-    """``value`` as a finite number, or a ParamsError naming ``key``.
-
-    Accepts ints, floats and strings in any decimal or exponent spelling (``1e-5``, ``1E-5``,
-    ``1e-05``, ``.5``, ``5.0e-5``: a YAML 1.1 reader or a hand-edited file may leave these as
-    strings). Rejects booleans, NaN, infinities and anything else; with ``integer`` only whole
-    numbers (``4``, ``4.0``, ``"4"``) pass and an int is returned.
-    """
-    v = value
-    if isinstance(v, str) and _NUMBER.match(v.strip()):
-        v = float(v.strip())
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ParamsError(f"{key}: expected {'an integer' if integer else 'a number'}, "
-                          f"got {value!r}")
-    if not math.isfinite(v):
-        raise ParamsError(f"{key}: must be finite, got {value!r}")
-    if integer:
-        if float(v) != int(v):
-            raise ParamsError(f"{key}: expected an integer, got {value!r}")
-        return int(v)
-    return v
-
 
 def get(params: Mapping, dotted: str) -> Any:
     """Return ``params["a"]["b"]`` for ``dotted == "a.b"``.

@@ -22,6 +22,7 @@ RESULT_NEUTRAL = {
     "hargo/tracking_store.py": "checks and re-roots the MLflow store; logs nothing a stage reads",
     "hargo/params.py": "loading and validating params.yaml; the values are the stages' DVC "
                        "params, and the `params` stage re-validates on any change",
+    "hargo/param_values.py": "the params checks' error type and number parsing",
 }
 
 
@@ -32,9 +33,24 @@ def _module_file(name: str) -> Path | None:
     return p.with_suffix(".py") if p.with_suffix(".py").exists() else None
 
 
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:`` (imports for annotations, never run)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) \
+                == "TYPE_CHECKING":
+            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return skip
+
+
 def _imports(path: Path) -> set[str]:
+    """The hargo modules ``path`` imports when it runs (``if TYPE_CHECKING:`` blocks left out)."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _type_checking_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == "hargo"}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
@@ -132,3 +148,68 @@ def test_stage_runs_after_the_params_check(dvc_yaml, name, spec):
         assert spec["outs"] == [{CHECKED_STAMP: {"cache": False, "persist": True}}]
     else:
         assert CHECKED_STAMP in deps, f"{dvc_yaml}:{name} can run before params.yaml is checked"
+
+
+def _module_graph() -> dict[Path, set[Path]]:
+    """Every hargo module file -> the hargo module files it imports (function-level imports
+    included; an import of one of its own parent packages is not an edge)."""
+    graph = {}
+    for path in sorted((ROOT / "hargo").rglob("*.py")):
+        targets = {_module_file(n) for n in _imports(path)}
+        # a package is imported before its submodules anyway: a reference back to it is no edge
+        ancestors = {q / "__init__.py" for q in path.parents}
+        graph[path] = {t for t in targets if t is not None and t != path and t not in ancestors}
+    return graph
+
+
+def _cycle(graph: dict[Path, set[Path]]) -> list[Path] | None:
+    """One import cycle of ``graph`` (its files in order), or None."""
+    state: dict[Path, int] = {}          # 1: on the current path, 2: done
+    stack: list[Path] = []
+
+    def visit(node: Path) -> list[Path] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    a, b, c = Path("a.py"), Path("b.py"), Path("c.py")
+    assert _cycle({a: {b}, b: {c}, c: set()}) is None
+    assert _cycle({a: {b}, b: {c}, c: {a}}) == [a, b, c, a]
+
+
+def test_no_import_cycle_in_hargo():
+    """Lazy (function-level) imports count: a cycle hidden in a function is still a cycle."""
+    found = _cycle(_module_graph())
+    assert found is None, " -> ".join(str(p.relative_to(ROOT)) for p in found)
+
+
+#: Packages/modules that compute (lower) never import those that run stages (higher).
+LOWER = ("data", "models", "rewards", "losses", "advantages.py", "metrics.py", "judges.py",
+         "evaluation", "vocab.py", "param_values.py", "gate.py")
+HIGHER = ("training", "compare", "registry.py", "cli.py", "summary.py", "gpu_check")
+
+
+def test_lower_layers_never_import_the_stages_above_them():
+    """e.g. evaluation loads models through hargo.models, not hargo.training."""
+    def under(path: Path, names) -> bool:
+        rel = path.relative_to(ROOT / "hargo").parts
+        return rel[0] in names
+
+    upward = [f"{src.relative_to(ROOT)} -> {dst.relative_to(ROOT)}"
+              for src, dsts in _module_graph().items() if under(src, LOWER)
+              for dst in dsts if under(dst, HIGHER)]
+    assert upward == []

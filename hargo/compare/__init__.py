@@ -1,1 +1,1 @@
-"""The nine-method comparison (issue 7): preference pairs, per-method training, evaluation, report."""
+"""The nine-method comparison: preference pairs, per-method training, evaluation, report."""

@@ -6,8 +6,8 @@
   (every yes/no pair a tie) when both labels occur.
 - **nearest-train** (:func:`nearest_train`): the 1-nearest-neighbour lookup of the eval kernel in
   the train split. A model whose race gain does not beat this row may have learned lookup, not
-  race detection (issue 15: on the grouped split's 336 race eval prompts it scores accuracy
-  0.902, F1 0.896, MCC 0.803).
+  race detection (on the grouped split's 336 race eval prompts it scored accuracy 0.902, F1
+  0.896, MCC 0.803 when it was written; the README's main-job table has the current figure).
 
 Nearest-train, exactly:
 
@@ -15,7 +15,7 @@ Nearest-train, exactly:
   ``\\w+|[^\\w\\s]`` (Python ``re``, Unicode: runs of word characters, and every other
   non-space character on its own) over the text of the prompt's user messages (``role ==
   "user"``, joined with a newline), case kept (``N`` and ``n`` are different tokens). This
-  reproduces issue 15's figures above.
+  reproduces the figures above.
 - Similarity: Jaccard of the two token sets, ``|A & B| / |A | B|`` (0.0 when both are empty).
 - Train pool: every race record (``race_c`` and ``race_fortran``, either language for either
   eval task) of the same split's ``train.jsonl``, in file order.

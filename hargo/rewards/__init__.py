@@ -14,7 +14,7 @@ mlperf         tiered 1 / 0.5 / 0.2 / 0.1   ``hargo.rewards.mlperf``
 plp            MiniLM cosine + format/len   ``hargo.rewards.plp``
 =============  ===========================  =============================================
 
-Hedging is never paid in full (issue 12 item 8): a completion that offers several answers earns
+Hedging is never paid in full: a completion that offers several answers earns
 less than the precise one. race: a completion with both "yes" and "no" has no answer and scores 0
 (``extract_yes_no``); mlperf: the tier is multiplied by the share of offered candidates that are
 reference values, 1/k for k candidates (``hargo.rewards.mlperf.extra_candidates``; the prompt's

@@ -50,7 +50,7 @@ or name.
 - Keywords (tier 3) are whole tokens: ``\\w+`` joined by ``. - + /`` and by a comma between
   digits, so the keyword ``2`` is not found in ``2.00GHz`` or ``3.0-2018``.
 
-Hedging (``extra_candidates``; issue 12 item 8): the reference must be *the* answer, not one of
+Hedging (``extra_candidates``): the reference must be *the* answer, not one of
 several offered. Whatever tier applies, the reward is multiplied by the share of the offered
 candidates that are reference values, ``found / (found + extra)``: ``found`` is the number of
 reference values found (1 for a single-value reference and for the keyword tiers), ``extra`` the

@@ -10,7 +10,7 @@ The answer is the yes/no word of the completion, found with word boundaries:
   ``"eyes"``, ``"yesterday"``, ``"yes_no"`` (``_`` is a word character);
 - a completion with both words, or with neither, has no answer (``None``) and scores 0.
 
-Hedging rule (issue 12 item 8): naming both labels is a hedge, not an answer, wherever the words
+Hedging rule: naming both labels is a hedge, not an answer, wherever the words
 stand (``"yes or no"``, ``"yes/no"``, ``"No. ... Yes."``, ``"Yes, no data race"``), so a hedge
 scores 0 against either label while the precise label scores 1. The flip side: a "yes" answer
 that also uses "no" as a determiner (``"Yes: no lock guards a[i]"``) counts as a hedge too.

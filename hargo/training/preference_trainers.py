@@ -1,4 +1,4 @@
-"""Preference baselines of the comparison (issue 7): DPO, KTO and SimPO with TRL 1.16's own
+"""Preference baselines of the comparison: DPO, KTO and SimPO with TRL 1.16's own
 trainers, from the SFT model on the pairs of the ``preferences`` stage
 (:mod:`hargo.compare.preferences`).
 

@@ -6,7 +6,7 @@ sampler object was iterated ``e`` times before. transformers resumes a run by bu
 sampler and starting at epoch ``global_step // steps_per_epoch`` *without* replaying the
 earlier epochs (``Trainer._inner_training_loop``), so a run resumed at or after an epoch
 boundary repeated the first epoch's prompt order, and its weights, EMA baseline and rewards
-drifted from the uninterrupted run's (issue 12). Resuming inside the first epoch was exact
+drifted from the uninterrupted run's. Resuming inside the first epoch was exact
 (transformers skips the trained batches of that epoch).
 
 :class:`EpochRepeatSampler` yields exactly TRL's order -- the same permutations, repeats and
