@@ -3,9 +3,7 @@
 Pure functions over metric dicts, no MLflow: the ``register`` stage (:mod:`hargo.registry`)
 reads the metrics and moves the ``champion`` alias when :func:`gate` passes.
 
-Rule: a candidate beats a reference when, on every metric of ``register.gate_metrics`` (all
-higher-is-better, from ``metrics/eval.json``), it is no worse than the reference minus
-``register.tolerance``, and on at least one it is strictly better.
+The rule is :func:`gate`'s; :func:`check_gate_params` checks the ``register`` params it reads.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Loading and checking ``params.yaml``: the one place the pipeline's knobs live.
 
 Both doors into the pipeline (``dvc repro`` through the CLI, and the Prefect flows) load params
-here, apply per-run overrides (``"rl.beta=0.04"`` style, as ``dvc exp run -S``) and validate
+here, apply per-run overrides (``"rl.hargo.beta=0.04"`` style, as ``dvc exp run -S``) and validate
 them *before* any work starts, so that a bad value fails fast with the parameter's dotted name.
 """
 from __future__ import annotations

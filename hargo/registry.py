@@ -10,10 +10,8 @@ key as tags; it is registered as a new version of ``register.model_name`` and ge
 ``candidate`` (with several methods the alias ends on the last one; every version keeps its
 ``hargo.method`` tag).
 
-The gate (:func:`hargo.gate.gate`): a candidate beats a reference when, on every metric of
-``register.gate_metrics`` (all higher-is-better, from ``metrics/eval.json``), it is no worse than
-the reference minus ``register.tolerance``, and on at least one it is strictly better. The
-reference is the current ``champion`` (its metrics are read from its version's
+The gate (:func:`hargo.gate.gate`, which states the rule) compares each candidate's
+``register.gate_metrics`` (from ``metrics/eval.json``) with a reference's. The reference is the current ``champion`` (its metrics are read from its version's
 ``hargo.metric.<name>`` tags); with no champion yet, the SFT model's metrics from the same
 ``metrics/eval.json`` (SFT's ``win_rate`` against itself is 0.5). Candidates are judged in
 ``rl.methods`` order, and a candidate that passes becomes the reference for the next: the

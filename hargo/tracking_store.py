@@ -30,11 +30,11 @@ HTTP_RETRY_DEFAULTS = {
 PROBE_TIMEOUT_S = 5.0   # the fail-fast probe of a store, seconds per attempt
 
 
-RETRY_LOGGER = "hargo.tracking.retry"
+RETRY_LOGGER = "hargo.tracking_store.retry"   # the logger name MLflow retries are relayed to
 
 
 def log_http_retries() -> None:
-    """Log each retry of an MLflow HTTP call as a WARNING on logger ``hargo.tracking.retry``.
+    """Log each retry of an MLflow HTTP call as a WARNING on logger ``hargo.tracking_store.retry``.
 
     urllib3 (which MLflow's REST client retries through) records a retry only at DEBUG level
     (``Incremented Retry for (url=...)`` on logger ``urllib3.util.retry``), so an outage that

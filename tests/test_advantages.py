@@ -16,10 +16,30 @@ from hypothesis.extra.numpy import arrays
 from hargo.advantages import (ESTIMATORS, EMABaseline, HargoConfig, discrimination_weights,
                               estimate, group_advantage, group_rewards, needs_reference)
 from hargo.losses import weighted_loss
+from hargo.vocab import GRPO_FAMILY
 
 pytestmark = pytest.mark.fast
 
-METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
+METHODS = GRPO_FAMILY   # hargo.vocab: the one list of the GRPO-family methods
+
+
+def test_the_estimator_registry_holds_exactly_the_grpo_family():
+    from hargo.advantages import ESTIMATORS
+
+    assert set(ESTIMATORS) == set(GRPO_FAMILY)
+
+
+def test_params_defaults_are_the_estimators_paper_constants():
+    """rl.hargo's documented defaults (hargo.method_config, shown in the CLI's help) and
+    HargoConfig's (the math) are the same paper values, so the two cannot drift apart."""
+    from dataclasses import fields
+
+    from hargo.advantages import HargoConfig
+    from hargo.method_config import HargoParams
+
+    config = {f.name: f.default for f in fields(HargoConfig)}
+    params = {f.name: f.default for f in fields(HargoParams) if f.name in config}
+    assert params == config == {"alpha": 0.3, "rho": 0.9, "eps": 1e-6, "eps_w": 1e-6}
 
 
 def _sigmoid(x: float) -> float:

@@ -358,7 +358,7 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
 
     # The weighted (HARGO) loss with uniform weights 1/G is TRL's grpo loss.
     in_e["response_weights"] = torch.full_like(in_e["response_weights"], 1 / G_FIXED)
-    loss_w = ext._weighted_compute_loss(ext.model, in_e)
+    loss_w = ext._hargo_weighted_loss(ext.model, in_e)
     assert abs(loss_w.item() - loss_s.item()) < 1e-6
 
     # The weight multiplies the KL term too: zero advantages leave beta * KL, weighted.
@@ -366,7 +366,7 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
     in_e["advantages"] = torch.zeros_like(in_e["advantages"])
     in_e["response_weights"] = w
     ext._capture_logps = True
-    loss_kl = ext._weighted_compute_loss(ext.model, in_e)
+    loss_kl = ext._hargo_weighted_loss(ext.model, in_e)
     ext._capture_logps = False
     logp = ext._captured_logps
     d = in_e["ref_per_token_logps"] - logp

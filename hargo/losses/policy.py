@@ -107,7 +107,7 @@ def clip_fraction(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float,
 
     Returns:
         ``(low, high, region)``: (B, T) bool each, padding not masked (average them with
-        :func:`masked_mean` / :func:`masked_token_mean`).
+        :func:`~hargo.losses.masked.masked_mean` / :func:`~hargo.losses.masked.masked_token_mean`).
 
     Raises:
         ValueError: ``advantages`` does not broadcast to ``ratio``.

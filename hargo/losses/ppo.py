@@ -30,7 +30,7 @@ def token_rewards(logps: torch.Tensor, ref_logps: torch.Tensor | None, scores: t
             ``beta == 0`` (no KL penalty).
         scores: (B,) sequence (task) rewards.
         mask: (B, T) nonzero/True on valid completion tokens (padding excluded).
-        beta: KL coefficient (``rl.beta``); 0 gives no KL term.
+        beta: KL coefficient (``rl.ppo.kl_coef``); 0 gives no KL term.
 
     Returns:
         (B, T) float32 rewards, 0 on masked positions. A row with no valid token gets no reward

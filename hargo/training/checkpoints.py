@@ -1,5 +1,6 @@
 """The RL trainers' checkpoint folders: transformers' ``checkpoint-N`` plus hargo's
-``method_state.json`` (written by ``HargoGRPOTrainer._save_checkpoint``, read back on resume),
+``method_state.json`` (written by
+:meth:`hargo.training.resume.ResumeMixin._save_checkpoint`, read back on resume),
 and the rule for resuming: ``checkpoints/rl/<method>/run_fingerprint.json`` records what the run
 was started with (:func:`run_fingerprint`); a stage resumes only a checkpoint of the same
 fingerprint that is short of ``rl.steps`` (:func:`resumable_checkpoint`), and otherwise starts
@@ -21,7 +22,7 @@ from typing import Mapping
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hargo.io import atomic_write_json
-from hargo.params import RL_METHODS
+from hargo.vocab import RL_METHODS
 
 __all__ = ["METHOD_STATE_NAME", "TRAINER_STATE_NAME", "FINGERPRINT_NAME", "is_complete_checkpoint",
            "last_checkpoint", "read_method_state", "checkpoint_step", "run_fingerprint", "resumable_checkpoint",

@@ -23,7 +23,8 @@ between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving t
     calls TRL's; keeps a detached copy of the policy log-probs of the loss forward for the per-task
     KL and clip-fraction diagnostics (no extra forward pass).
 ``_compute_loss``
-    ``grpo``/``dr_grpo``: TRL's own loss, untouched. HARGO family: the weighted loss (below).
+    ``grpo``/``dr_grpo``: TRL's own loss, untouched. HARGO family: the weighted loss,
+    ``_hargo_weighted_loss`` (below), which calls :func:`hargo.losses.weighted_loss`.
 ``_get_train_sampler`` / ``_run_epoch`` / ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
     exact resume (the prompt order of the right epoch, and ``method_state.json`` with the EMA
     baseline and the per-step history in every checkpoint): :class:`hargo.training.resume.
@@ -131,13 +132,13 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         self.recorder = recorder
         self.task_column = task_column
         self.timing = {"generation_s": 0.0, "scoring_s": 0.0}
-        self._weighted = method in HARGO_METHODS
+        self._hargo_loss = method in HARGO_METHODS
         self._needs_ref = method in HARGO_METHODS and needs_reference(method)
         self._capture_logps = False
         self._captured_logps: torch.Tensor | None = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
         super().__init__(*args, **kwargs)
-        if self._weighted:
+        if self._hargo_loss:
             self._check_weighted_loss_supported()
         if self._needs_ref and self.ref_model is None and not self._is_peft():
             # TRL builds no reference model when beta == 0; HARGO's confidence still needs one.
@@ -217,7 +218,7 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
             l_all = self.accelerator.gather(masked_mean(at_1, mask).float())  # (B_total,)
 
         conf_all, baseline = None, None
-        if self._weighted:
+        if self._hargo_loss:
             if torch.isnan(rewards).any():
                 raise ValueError(f"method {self.method}: a reward function returned None for some "
                                  "completions; HARGO needs a reward for every completion")
@@ -329,11 +330,11 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         """The loss of ``self.method`` on one micro-batch (a subclass with its own loss overrides
         this; the diagnostics around it stay in ``_compute_loss``)."""
         # Batches scored outside training (TRL's eval path) carry no group weights: TRL's loss.
-        if self._weighted and "response_weights" in inputs:
-            return self._weighted_compute_loss(model, inputs)
+        if self._hargo_loss and "response_weights" in inputs:
+            return self._hargo_weighted_loss(model, inputs)
         return super()._compute_loss(model, inputs)
 
-    def _weighted_compute_loss(self, model, inputs) -> torch.Tensor:
+    def _hargo_weighted_loss(self, model, inputs) -> torch.Tensor:
         """``docs/method.md`` step 6 on this process's micro-batch: ``(1/N_local) sum_i w_i L_i``.
 
         ``L_i`` is TRL 1.16's per-token loss for ``loss_type="grpo"`` (``clipped_surrogate`` with

@@ -48,7 +48,7 @@ VALUE_HEAD_NAME = "v_head"
 class HargoPPOTrainer(HargoGRPOTrainer):
     """PPO with a learned value head on TRL 1.16's GRPO machinery (method ``ppo``).
 
-    Rollouts, task rewards (``reward_funcs``), reference log-probs (when ``rl.beta != 0``),
+    Rollouts, task rewards (``reward_funcs``), reference log-probs (when ``rl.ppo.kl_coef != 0``),
     checkpoints and the per-task recorder diagnostics are those of
     :class:`~hargo.training.grpo.HargoGRPOTrainer`. At scoring time one extra no-grad forward of
     the policy gives the rollout log-probs and values; rewards per token
