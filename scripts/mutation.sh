@@ -49,13 +49,14 @@ for mod in "${MODULES[@]}"; do
   if [[ "${MUTATION_KEEP:-0}" != 1 ]]; then rm -rf "$dir"; fi
   mkdir -p "$dir"
   rm -rf "$dir/hargo" "$dir/tests" "$dir/benchmarks"
-  cp -r "$ROOT/hargo" "$ROOT/tests" "$ROOT/benchmarks" "$ROOT/params.yaml" "$dir/"
+  cp -r "$ROOT/hargo" "$ROOT/tests" "$ROOT/benchmarks" "$ROOT/params.yaml" "$ROOT/dvc.yaml" "$dir/"
+  mkdir -p "$dir/compare" && cp "$ROOT/compare/dvc.yaml" "$dir/compare/"   # read when tests collect
   cp "$ROOT/pyproject.toml" "$dir/pyproject.toml"
   cat >> "$dir/pyproject.toml" <<EOF
 
 [tool.mutmut]
 source_paths = ["hargo"]
-also_copy = ["params.yaml", "benchmarks"]
+also_copy = ["params.yaml", "benchmarks", "dvc.yaml", "compare"]
 only_mutate = ["${FILES[$mod]}"]
 pytest_add_cli_args = ["-m", "fast", "-p", "no:randomly", "-p", "no:cacheprovider", "-q"]
 pytest_add_cli_args_test_selection = ["tests/"]
