@@ -223,9 +223,10 @@ WR_A = ["longer", [{"role": "assistant", "content": "aaaa"}], "x", "same", "tie!
 WR_B = ["s", "bb", "much longer", "diff", "four"]
 
 
-@pytest.mark.parametrize("judge", [_LengthJudge(), _BatchLengthJudge()], ids=["compare", "batch"])
-def test_win_rate_counts_wins_ties_and_losses(judge):
+@pytest.mark.parametrize("make_judge", [_LengthJudge, _BatchLengthJudge], ids=["compare", "batch"])
+def test_win_rate_counts_wins_ties_and_losses(make_judge):
     """Verdicts by length: 1, 1, -1, 0, 0: (2 wins + 0.5 * 2 ties) / 5 = 0.6."""
+    judge = make_judge()
     out = win_rate(WR_SAMPLES, WR_A, WR_B, judge)
     assert out == {"win_rate": pytest.approx(0.6), "wins": 2, "ties": 2, "losses": 1, "n": 5,
                    "judge": judge.name}
