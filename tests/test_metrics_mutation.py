@@ -159,8 +159,8 @@ def test_compute_metrics_threshold_and_precomputed_rewards():
 
 
 def test_race_only_metrics_need_no_scorer():
-    """Race and mlperf samples never call the embedder (a TaskReward whose scorer is None would
-    load MiniLM on first use); the per-language F1 is computed on that language's rows."""
+    """Race and mlperf samples send no text to the embedder; the per-language F1 is computed
+    on that language's rows only."""
     class _NoScorer:
         def similarity(self, completions, references):
             assert not completions and not references, "the embedder was called"
