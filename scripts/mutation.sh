@@ -6,7 +6,8 @@
 #   gate is the registry gate (hargo/gate.py: gate() and check_gate_params()).
 #
 # Each module runs in its own scratch copy ($MUTATION_DIR/<module>, default
-# ${TMPDIR:-/tmp}/hargo-mutation) holding hargo/, tests/, benchmarks/, params.yaml and a
+# ${TMPDIR:-/tmp}/hargo-mutation) holding hargo/, tests/, benchmarks/, params.yaml, dvc.yaml,
+# compare/dvc.yaml (test_stage_deps reads both while collecting) and a
 # pyproject.toml with a generated [tool.mutmut] section, so the repository is never touched and
 # modules can be re-run one at a time. Prints, per module, killed/tested and the score (killed
 # and timed-out mutants over tested ones), then the surviving mutants; `mutmut show <name>` in
@@ -48,9 +49,9 @@ for mod in "${MODULES[@]}"; do
   dir="$WORK/$mod"
   if [[ "${MUTATION_KEEP:-0}" != 1 ]]; then rm -rf "$dir"; fi
   mkdir -p "$dir"
-  rm -rf "$dir/hargo" "$dir/tests" "$dir/benchmarks"
+  rm -rf "$dir/hargo" "$dir/tests" "$dir/benchmarks" "$dir/compare"
   cp -r "$ROOT/hargo" "$ROOT/tests" "$ROOT/benchmarks" "$ROOT/params.yaml" "$ROOT/dvc.yaml" "$dir/"
-  mkdir -p "$dir/compare" && cp "$ROOT/compare/dvc.yaml" "$dir/compare/"   # read when tests collect
+  mkdir -p "$dir/compare" && cp "$ROOT/compare/dvc.yaml" "$dir/compare/"
   cp "$ROOT/pyproject.toml" "$dir/pyproject.toml"
   cat >> "$dir/pyproject.toml" <<EOF
 

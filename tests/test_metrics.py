@@ -93,6 +93,7 @@ def test_score_samples_records(reward_fn):
     assert recs[13]["similarity"] == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.fast
 def test_precomputed_rewards_and_absent_tasks():
     race = [(s, c) for s, c in CRAFTED if s["task"].startswith("race")]
     samples, completions = [s for s, _ in race], [c for _, c in race]
@@ -104,6 +105,7 @@ def test_precomputed_rewards_and_absent_tasks():
     assert "n_plp" not in m and m["dr_f1"] == pytest.approx(8 / 11)
 
 
+@pytest.mark.fast
 def test_race_classification_against_hand_counts():
     labels = ["yes", "yes", "no", "no", "no", "yes"]
     preds = ["yes", None, "yes", "no", None, "no"]
@@ -117,6 +119,7 @@ def test_race_classification_against_hand_counts():
     assert race_classification([], [])["f1"] is None
 
 
+@pytest.mark.fast
 def test_metrics_that_a_prior_cannot_fool_and_the_always_yes_row():
     """tp=1, fn=1, fp=1, tn=2 by hand: MCC = (1*2 - 1*1) / sqrt(2*2*3*3) = 1/6, balanced
     accuracy = (1/2 + 2/3) / 2 = 7/12, accuracy 3/5, "yes" share 2/5. Always-yes on the same
@@ -138,6 +141,7 @@ def test_metrics_that_a_prior_cannot_fool_and_the_always_yes_row():
         pytest.approx(-1.0)
 
 
+@pytest.mark.fast
 def test_race_auc_by_hand_and_undefined_with_one_class():
     """3 "yes" scores (0.9, 0.4, 0.2) against 2 "no" scores (0.1, 0.4): of the 6 yes/no pairs
     the yes score is higher in 4 (0.9>0.1, 0.9>0.4, 0.4>0.1, 0.2>0.1), tied in 1 (0.4 = 0.4,
@@ -160,6 +164,7 @@ def test_race_auc_by_hand_and_undefined_with_one_class():
         race_auc(["yes", "no"], [None, 0.3])
 
 
+@pytest.mark.fast
 def test_bad_samples_are_named():
     with pytest.raises(ValueError, match=r"unknown task 'sql' \(sample id 'x-1'\)"):
         compute_metrics([{"id": "x-1", "task": "sql", "answer": "a"}], ["a"])
@@ -205,6 +210,7 @@ class _ScriptedJudge:
         return self.verdicts.pop(0)
 
 
+@pytest.mark.fast
 def test_win_rate_judge_without_batch_and_bad_verdict():
     s = SAMPLES[:4]
     out = win_rate(s, ["a"] * 4, ["b"] * 4, _ScriptedJudge([1, 0, 0, 0]))
@@ -303,6 +309,7 @@ def test_llm_judge_unreachable():
         judge.compare(SAMPLES[0], "a", "b")
 
 
+@pytest.mark.fast
 def test_make_judge():
     assert make_judge({"judge": "reward"}).name == "task-reward"
     j = make_judge({"judge": "llm", "judge_endpoint": "http://127.0.0.1:1/v1", "judge_model": "q"})
@@ -348,6 +355,7 @@ def test_metrics_follow_the_hedging_rule(reward_fn):
     assert judge.compare_batch(samples, precise, comps) == [0, 1, 1, 1, 0]
 
 
+@pytest.mark.fast
 def test_mlperf_em_and_accuracy_need_a_whole_number_token():
     """EM and accuracy follow the reward's token-boundary rule: a number reference inside a
     longer number or id ("2" in "2.00GHz", "0" in "3.0-2018") is no match; "2 GPUs" is."""

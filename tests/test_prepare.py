@@ -350,6 +350,7 @@ _records = st.lists(
                   for k, (t, q, v) in enumerate(xs)])
 
 
+@pytest.mark.fast
 @settings(max_examples=150, deadline=None)
 @given(records=_records, fraction=st.sampled_from([0.1, 0.2, 0.25, 0.5]), seed=st.integers(0, 2**31))
 def test_grouped_split_leaks_nothing(records, fraction, seed):
@@ -366,6 +367,7 @@ def test_grouped_split_leaks_nothing(records, fraction, seed):
     assert S.split_grouped(records, fraction, seed) == (train, eval_)  # seeded
 
 
+@pytest.mark.fast
 def test_normalise_text_folds_line_ends_whitespace_case_and_blanks():
     assert R.normalise_text("Is  X\r\nracy? ") == R.normalise_text("is x\nRACY?") == "is x racy?"
     assert R.normalise_text("a\rb\u00a0c\t") == "a b c"  # a lone CR and a no-break space
@@ -373,6 +375,7 @@ def test_normalise_text_folds_line_ends_whitespace_case_and_blanks():
     assert R.normalise_text("a b") != R.normalise_text("ab")  # whitespace is folded, not removed
 
 
+@pytest.mark.fast
 def test_crlf_and_trailing_space_copies_stay_in_one_split():
     # 20 instructions, each also as a CRLF + trailing-space copy: 40 records, eval target 20
     recs = []
@@ -414,6 +417,7 @@ def test_prepare_merges_near_duplicate_instructions(tmp_path):
         assert stats["near_duplicates"]["race_fortran"] == {"groups": 0, "records": 0}
 
 
+@pytest.mark.fast
 def test_grouped_split_by_custom_key_keeps_groups_whole():
     # 5 instructions x 10 records: the eval target floor(50 * 0.2) = 10 holds exactly one group
     recs = [{"id": f"r{k}", "task": "plp", "prompt": [{"role": "user", "content": f"p{k}"}],
@@ -428,6 +432,7 @@ def test_grouped_split_by_custom_key_keeps_groups_whole():
     assert len(chosen) > 1  # the seed matters
 
 
+@pytest.mark.fast
 def test_eval_size_is_floor_robust_to_float_error():
     assert [S.eval_size(n, 0.1) for n in (1858, 1576, 1820, 603, 9)] == [185, 157, 182, 60, 0]
     assert S.eval_size(100, 0.29) == 29  # 100 * 0.29 = 28.999999999999996

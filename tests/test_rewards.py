@@ -24,6 +24,7 @@ def scorer():
 
 # ------------------------------------------------------------------------------------- race
 
+@pytest.mark.fast
 @pytest.mark.parametrize("text,expected", [
     ("yes", "yes"), ("no", "no"), ("Yes", "yes"), ("NO", "no"),
     ("   \n\tyes", "yes"), ("Yes.", "yes"), ("no!", "no"), ("**Yes**", "yes"), ("(no)", "no"),
@@ -39,6 +40,7 @@ def test_extract_yes_no(text, expected):
     assert extract_yes_no(text) == expected
 
 
+@pytest.mark.fast
 def test_race_reward():
     assert race_reward("Yes, there is a data race", "yes") == 1.0
     assert race_reward("No data race", "yes") == 0.0
@@ -51,6 +53,7 @@ def test_race_reward():
 
 # ------------------------------------------------------------------------------------ mlperf
 
+@pytest.mark.fast
 def test_normalise_number_and_tokens():
     assert normalise_number("1,024") == normalise_number("1024.0") == normalise_number("01024") == "1024"
     assert normalise_number("1.50") == "1.5" and normalise_number("0.0") == "0"
@@ -59,6 +62,7 @@ def test_normalise_number_and_tokens():
         "3.0-2087", "1024", "2"]
 
 
+@pytest.mark.fast
 def test_exact_tier():
     assert exact_match("The ID is 3.0-2087.", "3.0-2087")
     assert exact_match("  habana GAUDI2  ", "Habana Gaudi2")
@@ -71,6 +75,7 @@ def test_exact_tier():
     assert mlperf_reward("The submitter is Dell.", "Dell") == 1.0
 
 
+@pytest.mark.fast
 def test_numeric_tier():
     assert numeric_match("There are 1024 accelerators", "1,024")
     assert numeric_match("1,024", "1024.0")
@@ -81,6 +86,7 @@ def test_numeric_tier():
     assert mlperf_reward("1,024 GPUs", "1024.0") == 1.0
 
 
+@pytest.mark.fast
 def test_multi_value_tiers():
     ans = "Habana Gaudi2, 8"
     assert split_values(ans) == ["habana gaudi2", "8"]
@@ -95,6 +101,7 @@ def test_multi_value_tiers():
     assert mlperf_reward("Habana Gaudi2", ans, cfg) == 0.25
 
 
+@pytest.mark.fast
 def test_keyword_tiers():
     ref = "The submitter is GIGABYTE and the number of processors is 2."
     assert keywords(ref) == {"submitter", "gigabyte", "number", "processors", "2"}
@@ -113,6 +120,7 @@ def test_keyword_tiers():
 
 # --------------------------------------------------------------------------------------- plp
 
+@pytest.mark.fast
 def test_is_repetitive():
     assert not is_repetitive("CodeBERT is a bimodal model pre-trained on code and text.")
     assert not is_repetitive("a b a b")                              # 2 of 2 trigrams distinct
@@ -149,6 +157,7 @@ def test_plp_reward_values(scorer):
     assert batch == pytest.approx([1.1, sim + 0.1, 0.0], abs=1e-5)
 
 
+@pytest.mark.fast
 def test_plp_config_from_params():
     cfg = PLPConfig.from_params({"format_bonus": 0.2, "length_budget": 100, "batch_size": 8,
                                  "unknown": 1})
@@ -158,6 +167,7 @@ def test_plp_config_from_params():
     assert rc.plp.length_penalty == 0.01 and rc.mlperf.partial == 0.3
 
 
+@pytest.mark.fast
 def test_scorer_is_lazy_and_cached():
     from hargo.rewards.plp import PLPScorer
     s = PLPScorer()
@@ -168,6 +178,7 @@ def test_scorer_is_lazy_and_cached():
 
 # -------------------------------------------------------------------------------- dispatcher
 
+@pytest.mark.fast
 def test_completion_text():
     assert completion_text("hi") == "hi"
     assert completion_text([{"role": "assistant", "content": "yes"}]) == "yes"
@@ -200,6 +211,7 @@ def test_task_reward_dispatch(scorer):
         fn(completions=["x"], task=["mlperf"], answer=[None])
 
 
+@pytest.mark.fast
 def test_no_plp_no_model():
     from hargo.rewards.plp import PLPScorer
     s = PLPScorer()
@@ -249,6 +261,7 @@ def test_megabyte_and_junk_completions(scorer, task):
         assert out == [0.0] * (n - 1) + [1.0]
 
 
+@pytest.mark.fast
 def test_reward_config_from_committed_params(committed_params):
     rc = RewardConfig.from_params(committed_params["rewards"])
     assert rc.plp == PLPConfig.from_params(committed_params["rewards"]["plp"])
@@ -281,6 +294,7 @@ _PLP_REFS = [
 ]
 
 
+@pytest.mark.fast
 def test_issue_hedges_fixed_values():
     """The two cases of the issue: 1/k of the tier for k candidates, and not an exact match."""
     hedge = "0 1 2 4 8 16 32 64 128"
@@ -293,6 +307,7 @@ def test_issue_hedges_fixed_values():
     assert not mlperf_em(six, "Dell")
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("completion,answer,question", [
     ("8", "8", ""), ("8 GPUs", "8", ""), ("There are 8 accelerators.", "8", ""),
     ("ID 3.0-2020 has 8 accelerators", "8", ""),                      # an id is not a count
@@ -317,6 +332,7 @@ def test_precise_answers_keep_full_credit(completion, answer, question):
     assert mlperf_reward(completion, answer, question=question) == 1.0
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("completion,answer,question,expected", [
     ("The submitter is Dell or HPE", "Dell", "", 1 / 2),
     ("It could be Dell, or it could be HPE", "Dell", "", 1 / 2),
@@ -337,6 +353,7 @@ def test_hedged_answers_values(completion, answer, question, expected):
                                                        and exact_match(completion, answer))
 
 
+@pytest.mark.fast
 def test_segments_and_number_tokens():
     assert segments("Dell, or HPE") == [("Dell", False), ("HPE", True)]
     assert segments("A or B and C, D") == [("A", False), ("B", True), ("C", True), ("D", False)]
@@ -346,6 +363,7 @@ def test_segments_and_number_tokens():
     assert numeric_tokens("It is 8.") == ["8"] and numeric_tokens("1.2.3") == []
 
 
+@pytest.mark.fast
 @settings(max_examples=60, deadline=None)
 @given(ref=st.integers(0, 4096), others=st.sets(st.integers(0, 4096), min_size=1, max_size=8),
        join=st.sampled_from(_JOINS + [" "]), unit=st.sampled_from(["", " GPUs"]),
@@ -366,6 +384,7 @@ def test_mlperf_number_hedges_pay_one_over_k(ref, others, join, unit, data):
     assert mlperf_reward(hedge, str(ref), question=question) == 1.0
 
 
+@pytest.mark.fast
 @settings(max_examples=60, deadline=None)
 @given(names=st.lists(st.sampled_from(_VENDORS), min_size=2, max_size=8, unique=True),
        join=st.sampled_from(_JOINS), prefix=st.sampled_from(["", "The submitter is "]),
@@ -384,6 +403,7 @@ def test_mlperf_name_hedges_pay_one_over_k(names, join, prefix, question):
     assert mlperf_em(prefix + ref, ref, question)
 
 
+@pytest.mark.fast
 @settings(max_examples=40, deadline=None)
 @given(values=st.lists(st.sampled_from(_VENDORS), min_size=2, max_size=3, unique=True),
        extra=st.lists(st.sampled_from(_VENDORS), min_size=1, max_size=4, unique=True),
@@ -402,6 +422,7 @@ _RACE_HEDGES = ["{a} or {b}", "{a}/{b}", "{a}. Actually, {b}.", "{A}, or {b}, th
                 "Answer: {a}\nAnswer: {b}", "{A} -- {b} -- it depends on the schedule."]
 
 
+@pytest.mark.fast
 @settings(max_examples=60, deadline=None)
 @given(label=st.sampled_from(["yes", "no"]), first=st.sampled_from(["yes", "no"]),
        template=st.sampled_from(_RACE_HEDGES),
@@ -435,6 +456,7 @@ def test_plp_hedges_score_below_the_reference(scorer, i, k, data, pad):
     assert precise == pytest.approx(1.1, abs=1e-5) and padding
 
 
+@pytest.mark.fast
 def test_task_reward_excuses_the_prompt():
     """TaskReward reads the question from the prompts TRL passes (string or conversation)."""
     fn = TaskReward(RewardConfig())
@@ -490,6 +512,7 @@ def test_real_alternative_numbers_are_hedges(real_raw_dir):
 _SENTENCE = "The submitter is Dell and the number of processors is 2."
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("completion,answer,found", [
     # the bug: a digit run inside a clock speed, a decimal, an id
     ("2.00GHz", "2", False),
@@ -527,6 +550,7 @@ def test_number_reference_token_boundary(completion, answer, found):
         assert mlperf_reward(completion, answer) < 1.0 and not mlperf_em(completion, answer)
 
 
+@pytest.mark.fast
 def test_number_tokens_follow_the_boundary():
     """The completion's numbers (numeric_match, the hedging count) are cut by the same rule."""
     assert numeric_tokens("v3.0-2018 DGX-2 1,024GB 0,1,2 2.00GHz H100 80GB") == []
@@ -555,6 +579,7 @@ _EMBED = {  # how a longer number, id or name holds the reference number n
 }
 
 
+@pytest.mark.fast
 @settings(max_examples=300, deadline=None)
 @given(n=_NUMBERS, d=_DIGITS, kind=st.sampled_from(sorted(_EMBED)),
        unit=st.sampled_from(["", " GPUs", "GHz", "x", "-GPU", "%"]),
