@@ -147,10 +147,13 @@ def reroot(root: str | Path = ".", quiet: bool = False) -> dict[str, int]:
 
     MLflow stores artifact locations as absolute ``file://`` URIs (a relative
     ``artifact_location`` is resolved to an absolute one when the experiment is created), so a
-    moved or copied project would look for its artifacts in the old clone. This rewrites
-    every URI that starts with the old ``.../mlruns/artifacts`` (read from the experiments'
-    artifact locations) to ``<root>/mlruns/artifacts``, in experiments, runs, logged models
-    and model versions. Idempotent; does nothing without a store.
+    moved or copied project would look for its artifacts in the old clone. This finds the old
+    store folder ``<old>/mlruns`` from hargo's experiment (artifact location
+    ``<old>/mlruns/artifacts``, a ``file:`` URI or an absolute path) and rewrites every URI or
+    path under it to the same place under ``<root>/mlruns``, in experiments (MLflow's
+    ``Default`` one too, when it was created in the project: ``<old>/mlruns/0``), runs, logged
+    models and model versions. Locations elsewhere (another folder, a remote artifact store) are
+    left alone. Idempotent; does nothing without a store.
 
     Returns:
         ``{"<table>.<column>": rows changed}`` (empty when nothing moved).
@@ -159,7 +162,7 @@ def reroot(root: str | Path = ".", quiet: bool = False) -> dict[str, int]:
     from urllib.parse import unquote, urlparse
 
     db = Path(root).resolve() / "mlruns" / "mlflow.db"
-    new = (Path(root).resolve() / "mlruns" / "artifacts").as_uri()
+    new = (Path(root).resolve() / "mlruns").as_uri()
     if not db.is_file():
         return {}
     changed: dict[str, int] = {}
@@ -169,8 +172,11 @@ def reroot(root: str | Path = ".", quiet: bool = False) -> dict[str, int]:
             rows = con.execute("SELECT artifact_location FROM experiments").fetchall()
         except sqlite3.OperationalError:        # a new, empty store: MLflow creates the tables
             return {}
-        olds = {loc.split("/mlruns/artifacts")[0] + "/mlruns/artifacts"
-                for (loc,) in rows if loc and "/mlruns/artifacts" in loc}
+        # the old store folder, from hargo's experiment(s) (".../mlruns/artifacts"); local
+        # locations only (a file: URI or an absolute path), never a remote artifact store's
+        olds = {loc.split("/mlruns/artifacts")[0] + "/mlruns"
+                for (loc,) in rows if loc and "/mlruns/artifacts" in loc
+                and (loc.startswith("file:") or loc.startswith("/"))}
         olds.discard(new)
         for old in sorted(olds):
             for variant in {old, urlparse(old).path, unquote(urlparse(old).path)}:

@@ -174,6 +174,35 @@ def test_moved_project_reads_its_own_artifacts(how, tmp_path, monkeypatch, commi
     assert tracking_store.reroot(b) == {}                     # idempotent
 
 
+def test_reroot_moves_every_location_under_the_old_store_and_nothing_else(tmp_path, monkeypatch,
+                                                                         committed_params):
+    """MLflow's Default experiment lands under the project's mlruns/ when the store is created
+    there (`dvc repro` runs in the project): it moves with the store; an experiment whose
+    artifacts live elsewhere (a team's shared folder, a remote store) stays."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
+    a, b = tmp_path / "clone-a", tmp_path / "moved" / "clone-b"
+    a.mkdir()
+    monkeypatch.chdir(a)                      # as under dvc repro: the store is created here
+    tracking.setup(committed_params, a)
+    client = MlflowClient(tracking.tracking_uri(a))
+    default_before = client.get_experiment("0").artifact_location
+    assert default_before.replace("file://", "").startswith(str(a / "mlruns"))
+    shared = client.create_experiment("shared", artifact_location=(tmp_path / "team").as_uri())
+    remote = client.create_experiment("remote", artifact_location="s3://bucket/x/mlruns/artifacts")
+    b.parent.mkdir()
+    shutil.move(str(a), str(b))
+    monkeypatch.chdir(b)
+    changed = tracking_store.reroot(b, quiet=True)
+    assert changed == {"experiments.artifact_location": 2}      # hargo's and Default
+    client = MlflowClient(f"sqlite:///{b / 'mlruns' / 'mlflow.db'}")
+    assert client.get_experiment("0").artifact_location.replace("file://", "") \
+        == str(b / "mlruns" / "0")
+    assert client.get_experiment(shared).artifact_location == (tmp_path / "team").as_uri()
+    assert client.get_experiment(remote).artifact_location == "s3://bucket/x/mlruns/artifacts"
+    assert tracking_store.reroot(b) == {}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
