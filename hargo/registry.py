@@ -5,19 +5,21 @@ For each method of ``rl.methods`` (in that order) the merged model folder
 ``rl.out_dir/<method>`` is logged to the stage's MLflow run as a transformers model
 (``mlflow.transformers.log_model`` from the folder path, task ``text-generation``, explicit
 ``pip_requirements`` so MLflow skips its ~9 s requirement inference), with the method's eval
-metrics (linked to the logged model), the params, and the data version, git commit and pipeline
-key as tags; it is registered as a new version of ``register.model_name`` and gets the alias
-``candidate`` (with several methods the alias ends on the last one; every version keeps its
-``hargo.method`` tag).
+metrics linked to the logged model (MLflow 3: the model page lists them), the params, and the
+common run tags; it is registered as a new version of ``register.model_name`` with a handful of
+tags (``hargo.method``, ``hargo.seed``, ``hargo.data_version``, ``hargo.git_commit``,
+``hargo.gate``) and the gate's reason as its description, and gets the alias ``candidate`` (with
+several methods the alias ends on the last one).
 
 The gate (:func:`hargo.gate.gate`, which states the rule) compares each candidate's
-``register.gate_metrics`` (from ``metrics/eval.json``) with a reference's. The reference is the current ``champion`` (its metrics are read from its version's
-``hargo.metric.<name>`` tags); with no champion yet, the SFT model's metrics from the same
+``register.gate_metrics`` (from ``metrics/eval.json``) with a reference's. The reference is the current ``champion`` (its metrics are those linked to its logged model;
+for a version registered by an older hargo, its ``hargo.metric.<name>`` tags); with no champion
+yet, the SFT model's metrics from the same
 ``metrics/eval.json`` (SFT's ``win_rate`` against itself is 0.5). Candidates are judged in
 ``rl.methods`` order, and a candidate that passes becomes the reference for the next: the
-champion ends on the last one that beat everything before it. The decision and its reason are
-set as tags on each version (``hargo.gate``, ``hargo.gate_reason``, ``hargo.gate_reference``),
-on the run, and written to ``metrics/register.json``.
+champion ends on the last one that beat everything before it. The decision is each version's
+``hargo.gate`` tag, the reason and the reference its description; all of it is on the run and in
+``metrics/register.json``.
 
 Failure handling: every check (metrics present for SFT and each method, gate metrics known and
 numeric, model folders complete, the store usable, the current champion's metrics readable)
@@ -32,7 +34,7 @@ import json
 import math
 from importlib import metadata
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from hargo.gate import check_gate_params, gate
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
@@ -44,7 +46,9 @@ REGISTER_FILE = "metrics/register.json"
 EVAL_FILE = "metrics/eval.json"
 CANDIDATE = "candidate"
 CHAMPION = "champion"
-METRIC_TAG = "hargo.metric."
+METRIC_TAG = "hargo.metric."   # where hargo before MLflow 3 logged models kept a version's metrics
+#: the common run tags a registered version also carries (beside hargo.method and hargo.gate)
+VERSION_TAGS = ("hargo.seed", "hargo.data_version", "hargo.git_commit")
 SFT = "sft"
 SFT_WIN_RATE = 0.5  # SFT against itself: all ties
 
@@ -115,22 +119,41 @@ def _champion(client, name: str, alias: str = CHAMPION):
         raise RuntimeError(f"MLflow registry: cannot read {name}@{alias}: {e}") from e
 
 
-def _version_metrics(mv, gate_metrics: Sequence[str], name: str) -> dict[str, float]:
+def _logged_model_id(mv) -> str | None:
+    """The MLflow 3 logged model a version was registered from: ``mv.model_id``, else the id in
+    its ``models:/<model_id>`` source (the SQLite store leaves ``model_id`` empty)."""
+    if getattr(mv, "model_id", None):
+        return mv.model_id
+    src = str(getattr(mv, "source", "") or "")
+    return src[len("models:/"):].split("/")[0] if src.startswith("models:/m-") else None
+
+
+def _version_metrics(client, mv, gate_metrics: Sequence[str], name: str) -> dict[str, float]:
+    """The champion's gate metrics: the evaluation metrics linked to its logged model (MLflow 3,
+    ``mlflow.log_metrics(model_id=...)``), else -- a version registered by an older hargo -- its
+    ``hargo.metric.<name>`` tags.
+
+    Raises:
+        RuntimeError: a gate metric is recorded neither way (names it and the way out).
+    """
+    linked: dict[str, float] = {}
+    model_id = _logged_model_id(mv)
+    if model_id is not None:
+        try:
+            linked = {m.key: float(m.value) for m in client.get_logged_model(model_id).metrics or []}
+        except Exception:  # noqa: BLE001 - a missing logged model: fall back to the tags
+            linked = {}
     out = {}
     for g in gate_metrics:
-        v = mv.tags.get(METRIC_TAG + g)
+        v = linked.get(g, mv.tags.get(METRIC_TAG + g))
         try:
             out[g] = float(v)
         except (TypeError, ValueError):
-            raise RuntimeError(f"{name} version {mv.version} ({CHAMPION}) has no recorded "
-                               f"{METRIC_TAG}{g} tag, so the gate cannot compare with it; "
-                               "remove the gate metric or move the champion alias by hand") \
-                from None
+            raise RuntimeError(f"{name} version {mv.version} ({CHAMPION}) has no {g} linked to "
+                               f"its logged model (nor a {METRIC_TAG}{g} tag), so the gate cannot "
+                               "compare with it; remove the gate metric or move the champion "
+                               "alias by hand") from None
     return out
-
-
-def _metric_tags(entry: Mapping) -> dict[str, str]:
-    return {METRIC_TAG + k: repr(float(v)) for k, v in entry.items() if _numeric(v)}
 
 
 def run(params: dict, root: str | Path = ".") -> dict:
@@ -176,12 +199,11 @@ def run(params: dict, root: str | Path = ".") -> dict:
     old = _champion(client, name)
     old_candidate = _champion(client, name, CANDIDATE)
     if old is not None:
-        reference, ref_label = _version_metrics(old, gates, name), \
+        reference, ref_label = _version_metrics(client, old, gates, name), \
             f"{CHAMPION} v{old.version} ({old.tags.get('hargo.method', '?')})"
     else:
         reference, ref_label = {g: metrics[SFT][g] for g in gates}, SFT
     common = tracking.common_tags(params, root)
-    key = tracking.pipeline_key(params, root)
     judge = _eval_judge(root / EVAL_FILE)
 
     with tracking.stage_run("register", params, root) as mlrun:
@@ -211,8 +233,9 @@ def run(params: dict, root: str | Path = ".") -> dict:
                     tags={"hargo.method": m, **common})
                 mlflow.log_metrics({k: float(v) for k, v in entry.items() if _numeric(v)},
                                    model_id=info.model_id)
-                tags = {"hargo.method": m, "hargo.run_id": run_id, "hargo.pipeline_key": key,
-                        "hargo.judge": judge, **common, **_metric_tags(entry)}
+                # a handful of tags; the metrics are linked to the logged model (above), the
+                # run id, pipeline key, judge and door are on the version's run
+                tags = {"hargo.method": m, **{k: common[k] for k in VERSION_TAGS if k in common}}
                 mv = mlflow.register_model(info.model_uri, name, tags=tags)
                 created.append((m, mv))
 
@@ -224,9 +247,11 @@ def run(params: dict, root: str | Path = ".") -> dict:
                                  "gate": "passed" if passed else "failed",
                                  "reference": ref_now, "reason": reason,
                                  "metrics": {g: metrics[m][g] for g in gates}})
-                for k, v in (("hargo.gate", "passed" if passed else "failed"),
-                             ("hargo.gate_reason", reason), ("hargo.gate_reference", ref_now)):
-                    client.set_model_version_tag(name, mv.version, k, v)
+                client.set_model_version_tag(name, mv.version, "hargo.gate",
+                                             "passed" if passed else "failed")
+                client.update_model_version(
+                    name, mv.version, description=f"gate {'passed' if passed else 'failed'} "
+                    f"against {ref_now}: {reason}")
                 if passed:
                     ref, new_champ = {g: float(metrics[m][g]) for g in gates}, (m, mv)
                     ref_now = f"candidate v{mv.version} ({m})"

@@ -198,12 +198,16 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
     assert json.loads((reg_root / "metrics" / "register.json").read_text()) == doc
     assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
 
-    mv = _client(mlflow_uri).get_model_version("hargo-hpc", "1")
-    assert mv.tags["hargo.method"] == "grpo"
-    assert float(mv.tags["hargo.metric.dr_f1"]) == 0.70
-    assert float(mv.tags["hargo.metric.win_rate"]) == 0.5
-    assert mv.tags["hargo.gate"] == "passed" and "better on dr_f1" in mv.tags["hargo.gate_reason"]
-    assert {"hargo.git_commit", "hargo.data_version", "hargo.judge", "hargo.run_id"} <= set(mv.tags)
+    client = _client(mlflow_uri)
+    mv = client.get_model_version("hargo-hpc", "1")
+    # a handful of tags; the reason in the description; the metrics linked to the logged model
+    assert set(mv.tags) == {"hargo.method", "hargo.seed", "hargo.data_version",
+                            "hargo.git_commit", "hargo.gate"}
+    assert mv.tags["hargo.method"] == "grpo" and mv.tags["hargo.gate"] == "passed"
+    assert mv.description.startswith("gate passed against sft: better on dr_f1")
+    linked = {m.key: m.value for m in client.get_logged_model(mv.source.split("/")[-1]).metrics}
+    assert linked["dr_f1"] == 0.70 and linked["win_rate"] == 0.5
+    assert linked["plp_similarity"] == 0.40 and linked["mlperf_em"] == 0.10
     run_ = _client(mlflow_uri).get_run(doc["run_id"])
     assert run_.data.tags["hargo.stage"] == "register"
     assert run_.data.params["register.model_name"] == "hargo-hpc"
@@ -220,6 +224,32 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
     with pytest.raises(LookupError, match=r"no version holds the alias @best \(aliases: "
                                           r"@candidate -> v1, @champion -> v1\)"):
         load_registered("hargo-hpc", "best", root=reg_root)
+
+
+def test_a_champion_registered_by_an_older_hargo_is_read_from_its_metric_tags(
+        reg_root, committed_params, mlflow_uri, tiny_model_dir):
+    """Before MLflow 3 logged models, a version kept its metrics as hargo.metric.* tags and had
+    no logged model: the gate still compares with it."""
+    from hargo.registry import run
+
+    client = _client(mlflow_uri)
+    client.create_registered_model("hargo-hpc")
+    old = client.create_model_version(
+        "hargo-hpc", source=str(tiny_model_dir),
+        tags={"hargo.method": "hargo", "hargo.metric.dr_f1": "0.8",
+              "hargo.metric.plp_similarity": "0.5"})
+    client.set_registered_model_alias("hargo-hpc", "champion", old.version)
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.85, "plp_similarity": 0.49}))
+    doc = run(reg_params(committed_params), root=reg_root)
+    v = doc["versions"][0]
+    assert v["gate"] == "failed" and v["reference"] == "champion v1 (hargo)"
+    assert "dr_f1 0.8500 vs 0.8000" in v["reason"] and "plp_similarity 0.4900 vs 0.5000" in v["reason"]
+    # without the tags either, the gate cannot compare: a clear error, nothing registered
+    client.delete_model_version_tag("hargo-hpc", old.version, "hargo.metric.plp_similarity")
+    with pytest.raises(RuntimeError, match=r"version 1 \(champion\) has no plp_similarity linked "
+                                           r"to its logged model \(nor a hargo\.metric\."):
+        run(reg_params(committed_params), root=reg_root)
+    assert _aliases(mlflow_uri) == {"champion": "1", "candidate": "2"}
 
 
 def test_champion_stays_when_the_gate_fails_then_moves_when_it_passes(
