@@ -4,13 +4,17 @@ Pure functions over metric dicts, no MLflow: the ``register`` stage (:mod:`hargo
 reads the metrics and moves the ``champion`` alias when :func:`gate` passes.
 
 The rule is :func:`gate`'s; :func:`check_gate_params` checks the ``register`` params it reads.
+A champion is compared with a candidate only when their evaluations are the same one
+(:func:`eval_identity`: prompts, decoding, judge and scoring code); otherwise
+:func:`identity_mismatch` says what differs and the gate refuses.
 """
 from __future__ import annotations
 
 import math
 from typing import Mapping, Sequence
 
-__all__ = ["GATE_METRICS", "gate", "check_gate_params"]
+__all__ = ["GATE_METRICS", "IDENTITY_FIELDS", "gate", "check_gate_params", "eval_identity",
+           "identity_mismatch"]
 
 # Metrics of metrics/eval.json that can gate the champion: all are higher-is-better.
 GATE_METRICS = ("dr_f1", "dr_precision", "dr_recall", "dr_f1_race_c", "dr_f1_race_fortran",
@@ -71,3 +75,41 @@ def check_gate_params(params_register: Mapping) -> tuple[str, list[str], float]:
             or tol < 0:
         raise ValueError(f"register.tolerance: expected a finite number >= 0, got {tol!r}")
     return name, list(gates), float(tol)
+
+
+#: What makes two evaluations comparable (:func:`eval_identity`), in the order a refusal names them.
+IDENTITY_FIELDS = ("prompts", "n_prompts", "max_new_tokens", "temperature", "max_prompt_tokens",
+                   "backend", "dtype", "judge", "metric_code")
+
+
+def eval_identity(run: Mapping, prompt_ids: Sequence[str], metric_code: str) -> dict:
+    """The identity of an evaluation: which prompts, how answers were decoded and scored.
+
+    Args:
+        run: ``metrics/eval.json``'s ``run`` block (``max_new_tokens``, ``temperature``,
+            ``max_prompt_tokens``, ``backend``, ``dtype``, ``judge``); a missing key is None.
+        prompt_ids: the evaluated prompt ids (``data/eval/prompts.json``), any order.
+        metric_code: a digest of the code that scores answers (rewards, metrics, judges).
+
+    Returns:
+        ``{field: value}`` for :data:`IDENTITY_FIELDS`; ``prompts`` is the first 16 hex digits of
+        the SHA-256 of the sorted ids joined by newlines.
+    """
+    import hashlib
+
+    ids = sorted(str(i) for i in prompt_ids)
+    out = {"prompts": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16],
+           "n_prompts": len(ids), "metric_code": metric_code}
+    for k in IDENTITY_FIELDS:
+        out.setdefault(k, run.get(k))
+    return out
+
+
+def identity_mismatch(candidate: Mapping, reference: Mapping | None) -> list[str]:
+    """Why two evaluations cannot be compared: ``["field: candidate vs reference", ...]`` for
+    each field of :data:`IDENTITY_FIELDS` that differs; ``["the reference has no recorded
+    evaluation identity"]`` when ``reference`` is None; ``[]`` when comparable."""
+    if reference is None:
+        return ["the reference has no recorded evaluation identity"]
+    return [f"{k}: {candidate.get(k)!r} vs {reference.get(k)!r}" for k in IDENTITY_FIELDS
+            if candidate.get(k) != reference.get(k)]

@@ -36,19 +36,23 @@ from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
-from hargo.gate import check_gate_params, gate
+from hargo.gate import check_gate_params, eval_identity, gate, identity_mismatch
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
 
-__all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "METRIC_TAG", "read_eval_metrics", "run",
+__all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_metrics",
+           "read_eval_identity", "metric_code_digest", "run",
            "load_registered", "ask"]
 
 REGISTER_FILE = "metrics/register.json"
 EVAL_FILE = "metrics/eval.json"
+PROMPTS_FILE = "data/eval/prompts.json"      # the evaluate stage's chosen prompt ids
+IDENTITY_TAG = "hargo.eval_identity"
 CANDIDATE = "candidate"
 CHAMPION = "champion"
-METRIC_TAG = "hargo.metric."   # where hargo before MLflow 3 logged models kept a version's metrics
 #: the common run tags a registered version also carries (beside hargo.method and hargo.gate)
 VERSION_TAGS = ("hargo.seed", "hargo.data_version", "hargo.git_commit")
+#: the code that scores answers (part of an evaluation's identity), relative to the hargo package
+METRIC_CODE = ("metrics.py", "judges.py", "rewards")
 SFT = "sft"
 SFT_WIN_RATE = 0.5  # SFT against itself: all ties
 
@@ -92,6 +96,44 @@ def read_eval_metrics(path: str | Path, models: Sequence[str], gate_metrics: Seq
     return out
 
 
+def metric_code_digest() -> str:
+    """First 16 hex digits of the SHA-256 of the scoring code (:data:`METRIC_CODE`: the rewards,
+    metrics and judges modules), file names and contents in path order."""
+    import hashlib
+
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for rel in METRIC_CODE:
+        for f in sorted((pkg / rel).rglob("*.py")) if (pkg / rel).is_dir() else [pkg / rel]:
+            h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def read_eval_identity(root: Path) -> dict:
+    """This evaluation's identity (:func:`hargo.gate.eval_identity`) from ``metrics/eval.json``'s
+    ``run`` block, ``data/eval/prompts.json`` and the installed scoring code.
+
+    Raises:
+        FileNotFoundError: no ``data/eval/prompts.json`` (run the evaluate stage).
+        HargoInputError: the file is not JSON or has no ``ids`` list.
+    """
+    path = root / PROMPTS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run the evaluate stage first (hargo evaluate)")
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8"))["ids"]
+        if not isinstance(ids, list):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise HargoInputError(path, "expected a JSON object with an 'ids' list", field="ids") \
+            from None
+    try:
+        run = json.loads((root / EVAL_FILE).read_text(encoding="utf-8")).get("run") or {}
+    except (OSError, ValueError, AttributeError):
+        run = {}
+    return eval_identity(run, ids, metric_code_digest())
+
+
 def _pip_requirements() -> list[str]:
     reqs = []
     for pkg in ("transformers", "torch", "accelerate", "safetensors"):
@@ -130,11 +172,12 @@ def _logged_model_id(mv) -> str | None:
 
 def _version_metrics(client, mv, gate_metrics: Sequence[str], name: str) -> dict[str, float]:
     """The champion's gate metrics: the evaluation metrics linked to its logged model (MLflow 3,
-    ``mlflow.log_metrics(model_id=...)``), else -- a version registered by an older hargo -- its
-    ``hargo.metric.<name>`` tags.
+    ``mlflow.log_metrics(model_id=...)``). (A version an older hargo registered kept them as
+    ``hargo.metric.<name>`` tags; it has no evaluation identity, so the gate refuses before
+    reading them.)
 
     Raises:
-        RuntimeError: a gate metric is recorded neither way (names it and the way out).
+        RuntimeError: a gate metric is not linked to the logged model (names it and the way out).
     """
     linked: dict[str, float] = {}
     model_id = _logged_model_id(mv)
@@ -145,14 +188,13 @@ def _version_metrics(client, mv, gate_metrics: Sequence[str], name: str) -> dict
             linked = {}
     out = {}
     for g in gate_metrics:
-        v = linked.get(g, mv.tags.get(METRIC_TAG + g))
+        v = linked.get(g)
         try:
             out[g] = float(v)
         except (TypeError, ValueError):
             raise RuntimeError(f"{name} version {mv.version} ({CHAMPION}) has no {g} linked to "
-                               f"its logged model (nor a {METRIC_TAG}{g} tag), so the gate cannot "
-                               "compare with it; remove the gate metric or move the champion "
-                               "alias by hand") from None
+                               "its logged model, so the gate cannot compare with it; remove the "
+                               "gate metric or move the champion alias by hand") from None
     return out
 
 
@@ -185,6 +227,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
     name, gates, tol = check_gate_params(params["register"])
     methods = list(params["rl"]["methods"])
     metrics = read_eval_metrics(root / EVAL_FILE, [SFT, *methods], gates)
+    identity = read_eval_identity(root)
     dirs = {m: require_complete_dir(root / params["rl"]["out_dir"] / m, f"model folder of '{m}'")
             for m in methods}
     uri = tracking.tracking_uri(root)
@@ -198,9 +241,15 @@ def run(params: dict, root: str | Path = ".") -> dict:
     client = MlflowClient()
     old = _champion(client, name)
     old_candidate = _champion(client, name, CANDIDATE)
+    not_comparable: list[str] = []
     if old is not None:
-        reference, ref_label = _version_metrics(client, old, gates, name), \
-            f"{CHAMPION} v{old.version} ({old.tags.get('hargo.method', '?')})"
+        ref_label = f"{CHAMPION} v{old.version} ({old.tags.get('hargo.method', '?')})"
+        try:
+            old_identity = json.loads(old.tags[IDENTITY_TAG])
+        except (KeyError, ValueError):
+            old_identity = None
+        not_comparable = identity_mismatch(identity, old_identity)
+        reference = {} if not_comparable else _version_metrics(client, old, gates, name)
     else:
         reference, ref_label = {g: metrics[SFT][g] for g in gates}, SFT
     common = tracking.common_tags(params, root)
@@ -235,14 +284,21 @@ def run(params: dict, root: str | Path = ".") -> dict:
                                    model_id=info.model_id)
                 # a handful of tags; the metrics are linked to the logged model (above), the
                 # run id, pipeline key, judge and door are on the version's run
-                tags = {"hargo.method": m, **{k: common[k] for k in VERSION_TAGS if k in common}}
+                tags = {"hargo.method": m, **{k: common[k] for k in VERSION_TAGS if k in common},
+                        IDENTITY_TAG: json.dumps(identity, sort_keys=True)}
                 mv = mlflow.register_model(info.model_uri, name, tags=tags)
                 created.append((m, mv))
 
             versions, ref, new_champ = [], dict(reference), None
             ref_now = ref_label
             for m, mv in created:
-                passed, reason = gate(metrics[m], ref, gates, tol)
+                if not_comparable and new_champ is None:    # the reference is the champion
+                    passed, reason = False, (
+                        f"not comparable with {ref_label}'s evaluation, so the gate cannot "
+                        f"decide ({'; '.join(not_comparable)}); evaluate the candidates as the "
+                        "champion was, or move the alias by hand")
+                else:
+                    passed, reason = gate(metrics[m], ref, gates, tol)
                 versions.append({"method": m, "version": str(mv.version),
                                  "gate": "passed" if passed else "failed",
                                  "reference": ref_now, "reason": reason,
@@ -270,7 +326,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
             last_m, last_mv = created[-1]
             doc = {
                 "model_name": name, "gate_metrics": gates, "tolerance": tol,
-                "run_id": run_id, "judge": judge,
+                "run_id": run_id, "judge": judge, "eval_identity": identity,
                 "previous_champion": None if old is None else
                 {"version": str(old.version), "method": old.tags.get("hargo.method")},
                 "versions": versions,

@@ -25,9 +25,16 @@ def eval_doc(**models) -> dict:
     return doc
 
 
-def write_eval(root: Path, doc: dict) -> None:
+IDS = [f"race_c-{i:05d}" for i in range(8)]
+
+
+def write_eval(root: Path, doc: dict, ids=IDS) -> None:
+    """metrics/eval.json, and data/eval/prompts.json with the evaluated prompt ids (the
+    evaluation's identity is read from both)."""
     (root / "metrics").mkdir(parents=True, exist_ok=True)
     (root / "metrics" / "eval.json").write_text(json.dumps(doc))
+    (root / "data" / "eval").mkdir(parents=True, exist_ok=True)
+    (root / "data" / "eval" / "prompts.json").write_text(json.dumps({"ids": list(ids)}))
 
 
 @pytest.fixture()
@@ -124,6 +131,45 @@ def test_gate_tolerance_boundary_passes():
 
 
 @pytest.mark.fast
+def test_eval_identity_and_what_makes_two_evaluations_incomparable():
+    import hashlib
+
+    from hargo.gate import IDENTITY_FIELDS, eval_identity, identity_mismatch
+
+    run_ = {"max_new_tokens": 8, "temperature": 0.0, "max_prompt_tokens": 1536,
+            "backend": "vllm", "dtype": "bfloat16", "judge": "task-reward", "n_race_c": 2}
+    a = eval_identity(run_, ["race_c-2", "plp-1"], "c0de")
+    assert a == {"prompts": hashlib.sha256(b"plp-1\nrace_c-2").hexdigest()[:16], "n_prompts": 2,
+                 "max_new_tokens": 8, "temperature": 0.0, "max_prompt_tokens": 1536,
+                 "backend": "vllm", "dtype": "bfloat16", "judge": "task-reward",
+                 "metric_code": "c0de"}
+    assert list(a) == ["prompts", "n_prompts", "metric_code", *IDENTITY_FIELDS[2:8]]
+    assert eval_identity(run_, ["plp-1", "race_c-2"], "c0de") == a          # order-free
+    assert eval_identity({}, [], "x")["max_new_tokens"] is None
+    assert identity_mismatch(a, dict(a)) == []
+    assert identity_mismatch(a, None) == ["the reference has no recorded evaluation identity"]
+    b = {**a, "judge": "llm", "max_new_tokens": 16}
+    assert identity_mismatch(a, b) == ["max_new_tokens: 8 vs 16", "judge: 'task-reward' vs 'llm'"]
+    assert identity_mismatch(a, {**a, "metric_code": "beef"}) == ["metric_code: 'c0de' vs 'beef'"]
+
+
+@pytest.mark.fast
+def test_the_metric_code_digest_follows_the_scoring_code(tmp_path, monkeypatch):
+    from hargo import registry
+
+    d = registry.metric_code_digest()
+    assert len(d) == 16 and d == registry.metric_code_digest()
+    pkg = tmp_path / "hargo"
+    (pkg / "rewards").mkdir(parents=True)
+    for f in ("metrics.py", "judges.py", "rewards/race.py"):
+        (pkg / f).write_text("x = 1\n")
+    monkeypatch.setattr(registry, "__file__", str(pkg / "registry.py"))
+    before = registry.metric_code_digest()
+    (pkg / "rewards" / "race.py").write_text("x = 2\n")
+    assert registry.metric_code_digest() != before
+
+
+@pytest.mark.fast
 def test_gate_params_refuse_a_bad_tolerance_and_bad_metrics():
     from hargo.gate import GATE_METRICS, check_gate_params
 
@@ -202,7 +248,10 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
     mv = client.get_model_version("hargo-hpc", "1")
     # a handful of tags; the reason in the description; the metrics linked to the logged model
     assert set(mv.tags) == {"hargo.method", "hargo.seed", "hargo.data_version",
-                            "hargo.git_commit", "hargo.gate"}
+                            "hargo.git_commit", "hargo.gate", "hargo.eval_identity"}
+    identity = json.loads(mv.tags["hargo.eval_identity"])
+    assert identity == doc["eval_identity"] and identity["n_prompts"] == 8
+    assert identity["judge"] == "task-reward" and len(identity["prompts"]) == 16
     assert mv.tags["hargo.method"] == "grpo" and mv.tags["hargo.gate"] == "passed"
     assert mv.description.startswith("gate passed against sft: better on dr_f1")
     linked = {m.key: m.value for m in client.get_logged_model(mv.source.split("/")[-1]).metrics}
@@ -226,30 +275,61 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
         load_registered("hargo-hpc", "best", root=reg_root)
 
 
-def test_a_champion_registered_by_an_older_hargo_is_read_from_its_metric_tags(
+def test_a_champion_registered_by_an_older_hargo_is_not_comparable(
         reg_root, committed_params, mlflow_uri, tiny_model_dir):
-    """Before MLflow 3 logged models, a version kept its metrics as hargo.metric.* tags and had
-    no logged model: the gate still compares with it."""
+    """A version an older hargo registered (metrics as hargo.metric.* tags, no evaluation
+    identity): nothing says its evaluation matches this one, so the gate refuses and says why."""
     from hargo.registry import run
 
     client = _client(mlflow_uri)
     client.create_registered_model("hargo-hpc")
     old = client.create_model_version(
         "hargo-hpc", source=str(tiny_model_dir),
-        tags={"hargo.method": "hargo", "hargo.metric.dr_f1": "0.8",
-              "hargo.metric.plp_similarity": "0.5"})
+        tags={"hargo.method": "hargo", "hargo.metric.dr_f1": "0.1",
+              "hargo.metric.plp_similarity": "0.1"})
     client.set_registered_model_alias("hargo-hpc", "champion", old.version)
     write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.85, "plp_similarity": 0.49}))
     doc = run(reg_params(committed_params), root=reg_root)
     v = doc["versions"][0]
     assert v["gate"] == "failed" and v["reference"] == "champion v1 (hargo)"
-    assert "dr_f1 0.8500 vs 0.8000" in v["reason"] and "plp_similarity 0.4900 vs 0.5000" in v["reason"]
-    # without the tags either, the gate cannot compare: a clear error, nothing registered
-    client.delete_model_version_tag("hargo-hpc", old.version, "hargo.metric.plp_similarity")
-    with pytest.raises(RuntimeError, match=r"version 1 \(champion\) has no plp_similarity linked "
-                                           r"to its logged model \(nor a hargo\.metric\."):
-        run(reg_params(committed_params), root=reg_root)
+    assert v["reason"].startswith("not comparable with champion v1 (hargo)'s evaluation, so the "
+                                  "gate cannot decide (the reference has no recorded evaluation "
+                                  "identity)")
+    assert doc["decision"] == "champion stays v1 (hargo)"
     assert _aliases(mlflow_uri) == {"champion": "1", "candidate": "2"}
+
+
+def test_an_evaluation_that_is_not_the_champions_cannot_move_it(reg_root, committed_params,
+                                                                  mlflow_uri):
+    """The issue's case: a second register after an evaluation on other prompts (fewer, or
+    decoded with another budget) compared metrics that cannot be compared. Now it refuses and
+    names what differs; on the champion's own evaluation the same candidate passes."""
+    from hargo.registry import run
+
+    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70, "plp_similarity": 0.40}))
+    run(reg_params(committed_params), root=reg_root)
+    assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
+
+    better = eval_doc(grpo={"dr_f1": 0.95, "plp_similarity": 0.60})
+    write_eval(reg_root, better, ids=IDS[:4])                       # 4 prompts instead of 8
+    doc = run(reg_params(committed_params), root=reg_root)
+    v = doc["versions"][0]
+    assert v["gate"] == "failed" and "n_prompts: 4 vs 8" in v["reason"]
+    assert "prompts: '" in v["reason"] and doc["champion"]["moved"] is False
+    assert _aliases(mlflow_uri) == {"candidate": "2", "champion": "1"}
+
+    better["run"]["max_new_tokens"] = 64                             # same prompts, other budget
+    write_eval(reg_root, better)
+    doc = run(reg_params(committed_params), root=reg_root)
+    assert "max_new_tokens: 64 vs None" in doc["versions"][0]["reason"]
+    assert "n_prompts" not in doc["versions"][0]["reason"]
+    assert _aliases(mlflow_uri)["champion"] == "1"
+
+    del better["run"]["max_new_tokens"]                              # the champion's evaluation
+    write_eval(reg_root, better)
+    doc = run(reg_params(committed_params), root=reg_root)
+    assert doc["versions"][0]["gate"] == "passed"
+    assert _aliases(mlflow_uri) == {"candidate": "4", "champion": "4"}
 
 
 def test_champion_stays_when_the_gate_fails_then_moves_when_it_passes(
