@@ -41,6 +41,7 @@ def test_stage_runs_share_one_parent_and_carry_tags(mlflow_uri, committed_params
     assert a.info.experiment_id == b.info.experiment_id
 
 
+@pytest.mark.fast
 def test_data_version_is_the_roots_dvc_pointer(tmp_path, monkeypatch):
     """Read from the given root, never the working directory; ``unknown`` without a pointer."""
     import yaml
