@@ -593,5 +593,12 @@ def test_benchmark_script_runs(capsys, monkeypatch):
     assert out[0] == "64 groups x G=4 (256 responses), 1 thread(s), median of 3 runs"
     # hargo: 15 ms, 2.50 x grpo's 6 ms, 15 ms of a 100 s step = 0.015 %
     assert out[2 + list(base).index("hargo")].split() == ["hargo", "15.000", "2.50", "0.01500%"]
+    # one table row per estimator, in order, each parsing to (ms, x grpo, % of a 100 s step)
+    assert out[1].split()[:2] == ["estimator", "ms"] and out[2 + len(base)] == ""
+    table = [line.split() for line in out[2:2 + len(base)]]
+    assert [r[0] for r in table] == list(base)
+    for (m, ms, ratio, pct), (_, b) in zip(table, base.items()):
+        assert (float(ms), float(ratio), float(pct.rstrip("%"))) == pytest.approx(
+            (3 * b, b / base["grpo"], 3 * b / 1e3 / 100 * 100), abs=5e-3), m
     assert out[-1] == "slowest estimator: 18.00 ms = 1.8e-04 of one ~100 s RL step on this CPU " \
                       "(negligible)."

@@ -102,17 +102,48 @@ def _read_jsonl(p: Path) -> list[dict]:
 # the stage, vLLM backend
 
 
+class _Engines:
+    def __init__(self):
+        self.refs, self.alive_at_start = [], []
+
+
+def _track_vllm_engines(monkeypatch) -> _Engines:
+    """Wrap ``vllm.LLM``: a weak reference to every engine, and which earlier engines were still
+    alive when each one was constructed (no garbage collection here: the code must free them)."""
+    import weakref
+
+    from hargo.evaluation.generate import import_vllm
+
+    vllm = import_vllm()
+    real, seen = vllm.LLM, _Engines()
+
+    def tracked(*args, **kwargs):
+        seen.alive_at_start.append([ref() is not None for ref in seen.refs])
+        llm = real(*args, **kwargs)
+        seen.refs.append(weakref.ref(llm))
+        return llm
+
+    monkeypatch.setattr(vllm, "LLM", tracked)
+    return seen
+
+
 @pytest.mark.vllm
 def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, committed_params,
-                                                                   mlflow_uri):
+                                                                   mlflow_uri, monkeypatch):
     import mlflow
     from mlflow.tracking import MlflowClient
 
     from hargo.evaluation import evaluate
 
-    # a 0.5 GiB KV cache: were the first engine not freed, the second would add >= 512 MiB
     params = eval_params(committed_params, **{"evaluate.kv_cache_gib": 0.5})
+    engines = _track_vllm_engines(monkeypatch)
     out = evaluate.run(params, root=eval_root)
+    # engines are freed between models: when each engine starts, every earlier one (its KV cache
+    # and weights) is already gone, and none outlives the stage. An object count, not a memory
+    # figure: resident-set growth depends on the allocator and on whether vLLM keeps its KV cache
+    # in this process, so no byte bound holds on every machine.
+    assert engines.alive_at_start == [[], [False], [False, False]]
+    assert [ref() is None for ref in engines.refs] == [True, True, True]
 
     assert out["models"] == ["base", "sft", "grpo"]
     assert out["baselines"] == ["always-yes", "nearest-train"]
@@ -211,8 +242,7 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
     assert r.data.metrics["grpo/win_rate"] == pytest.approx(g["win_rate"])
     assert r.data.metrics["grpo/dr_confusion_tp"] == g["dr_confusion"]["tp"]
     assert r.data.metrics["nearest-train/dr_mcc"] == 1.0
-    # engines are freed between models: resident memory does not grow by a KV cache per model
-    assert r.data.metrics["grpo/rss_mib_after"] - r.data.metrics["sft/rss_mib_after"] < 384
+    assert {"base/rss_mib_after", "sft/rss_mib_after", "grpo/rss_mib_after"} <= set(r.data.metrics)
     arts = {a.path for a in client.list_artifacts(out["run_id"], "eval")}
     assert {"eval/generations.json", "eval/plots", "eval/eval.json"} <= arts
     table = mlflow.artifacts.load_dict(f"runs:/{out['run_id']}/eval/generations.json")

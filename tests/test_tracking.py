@@ -15,11 +15,18 @@ from mlflow.tracking import MlflowClient
 from hargo import tracking, tracking_store
 
 
-def test_stage_runs_share_one_parent_and_carry_tags(mlflow_uri, committed_params, monkeypatch):
+def test_stage_runs_share_one_parent_and_carry_tags(mlflow_uri, committed_params, monkeypatch,
+                                                    tmp_path):
+    """The project root is passed, not taken from the working directory: the data version is
+    that root's DVC pointer (data/raw/hpc-gpt.dvc) wherever pytest runs from."""
     monkeypatch.setenv("HARGO_DOOR", "prefect")
-    with tracking.stage_run("prepare", committed_params) as r1:
+    pointer = tmp_path / "data" / "raw" / "hpc-gpt.dvc"
+    pointer.parent.mkdir(parents=True)
+    pointer.write_text("outs:\n- md5: 0123456789abcdef0123456789abcdef.dir\n  size: 10\n"
+                       "  nfiles: 4\n  hash: md5\n  path: hpc-gpt\n")
+    with tracking.stage_run("prepare", committed_params, tmp_path) as r1:
         mlflow.log_metric("n", 3)
-    with tracking.stage_run("sft", committed_params) as r2:
+    with tracking.stage_run("sft", committed_params, tmp_path) as r2:
         pass
     client = MlflowClient(mlflow_uri)
     a, b = client.get_run(r1.info.run_id), client.get_run(r2.info.run_id)
@@ -27,10 +34,23 @@ def test_stage_runs_share_one_parent_and_carry_tags(mlflow_uri, committed_params
     assert parent == b.data.tags["mlflow.parentRunId"]
     assert client.get_run(parent).data.tags["hargo.kind"] == "pipeline"
     assert a.data.tags["hargo.door"] == "prefect"
-    assert a.data.tags["hargo.data_version"] == "d4b8976c107bec18a39c09fdbc1f0999.dir"
+    assert a.data.tags["hargo.data_version"] == "0123456789abcdef0123456789abcdef.dir"
+    assert b.data.tags["hargo.data_version"] == "0123456789abcdef0123456789abcdef.dir"
     assert a.data.params["rl.hargo.beta"] == "0.02"
     assert a.data.metrics["n"] == 3
     assert a.info.experiment_id == b.info.experiment_id
+
+
+@pytest.mark.fast
+def test_data_version_is_the_roots_dvc_pointer(tmp_path, monkeypatch):
+    """Read from the given root, never the working directory; ``unknown`` without a pointer."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    want = yaml.safe_load((root / "data" / "raw" / "hpc-gpt.dvc").read_text())["outs"][0]["md5"]
+    monkeypatch.chdir(tmp_path)
+    assert tracking.data_version(root) == want
+    assert tracking.data_version() == tracking.data_version(tmp_path) == "unknown"
 
 
 def test_changed_params_get_a_new_parent(mlflow_uri, committed_params):

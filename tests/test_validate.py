@@ -4,6 +4,7 @@ label "maybe", an empty answer); under the paper split the leak is measured, not
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -170,14 +171,46 @@ def test_paper_split_measures_the_leak_without_failing(tmp_path):
     assert (label["failing"], label["ids"], label["enforced"]) == (1, ["race_c-00022"], False)
 
 
-def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path):
-    p = params(real_raw_dir, tmp_path, task_counts={"race_c": [1500, 2000], "race_fortran": [1300, 1700],
-                                                    "mlperf": [400, 2000], "plp": [400, 700]},
-               yes_fraction=[0.35, 0.65])
+def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path, committed_params):
+    """The real files pass params.yaml's own validate bounds (read from it, not copied here), and
+    every count is derived from the inputs rather than a snapshot of the output: raw = the
+    records of the four raw files; train and eval = the lines of the prepared files; per task,
+    what was kept = raw minus what stats.json says was removed (exact duplicates, merged
+    conflict records, dropped conflict records, quarantined records); eval holds
+    data.split.eval_fraction of each task up to the split's granularity (whole instruction
+    groups; 1% of the task)."""
+    from hargo.data.raw import TASK_FILES
+
+    committed = committed_params["validate"]
+    p = params(real_raw_dir, tmp_path, task_counts=committed["task_counts"],
+               yes_fraction=committed["yes_fraction"], prompt_chars=committed["prompt_chars"],
+               answer_chars=committed["answer_chars"])
+    p["data"]["split"] = dict(committed_params["data"]["split"])
+    assert p["data"]["split"]["strategy"] == "grouped"
     P.run(p)
     summary = V.run(p)
     assert summary["success"] and summary["leaked_rows"] == 0
-    assert summary["rows"] == {"raw": 5857, "train": 4493, "eval": 497}
+
+    raw = {t: len(json.loads((real_raw_dir / name).read_text(encoding="utf-8")))
+           for t, name in TASK_FILES.items()}
+    out = tmp_path / "prepared"
+    split = {n: [json.loads(x) for x in (out / f"{n}.jsonl").read_text().splitlines()]
+             for n in ("train", "eval")}
+    assert summary["rows"] == {"raw": sum(raw.values()), "train": len(split["train"]),
+                               "eval": len(split["eval"])}
+    handling = json.loads((out / "stats.json").read_text())["handling"]
+    f = p["data"]["split"]["eval_fraction"]
+    for t in TASKS:
+        h = handling[t]
+        assert h["raw"] == raw[t], t
+        kept = (raw[t] - h["exact_duplicates"] - h["merged_duplicates"] - h["conflict_merged"]
+                - h["conflict_dropped"] - sum(h["quarantined"].values()))
+        n = {s: sum(r["task"] == t for r in recs) for s, recs in split.items()}
+        assert n["train"] + n["eval"] == kept == h["kept"], t
+        lo, hi = committed["task_counts"][t]
+        assert lo <= kept <= hi, t
+        assert abs(n["eval"] - f * kept) <= 0.01 * kept, (t, n)
+        assert n["eval"] <= math.floor(round(f * kept, 9)), (t, n)   # never above the target
 
 
 def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):
