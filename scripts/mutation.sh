@@ -6,8 +6,9 @@
 #   gate is the registry gate (hargo/gate.py: gate() and check_gate_params()).
 #
 # Each module runs in its own scratch copy ($MUTATION_DIR/<module>, default
-# ${TMPDIR:-/tmp}/hargo-mutation) holding hargo/, tests/, benchmarks/, params.yaml, dvc.yaml,
-# compare/dvc.yaml (test_stage_deps reads both while collecting) and a
+# ${TMPDIR:-/tmp}/hargo-mutation) holding hargo/, tests/, benchmarks/, scripts/, params.yaml,
+# dvc.yaml, compare/dvc.yaml, data/raw/hpc-gpt.dvc (tests read these while collecting or running)
+# and a
 # pyproject.toml with a generated [tool.mutmut] section, so the repository is never touched and
 # modules can be re-run one at a time. Prints, per module, killed/tested and the score (killed
 # and timed-out mutants over tested ones), then the surviving mutants; `mutmut show <name>` in
@@ -49,15 +50,17 @@ for mod in "${MODULES[@]}"; do
   dir="$WORK/$mod"
   if [[ "${MUTATION_KEEP:-0}" != 1 ]]; then rm -rf "$dir"; fi
   mkdir -p "$dir"
-  rm -rf "$dir/hargo" "$dir/tests" "$dir/benchmarks" "$dir/compare"
-  cp -r "$ROOT/hargo" "$ROOT/tests" "$ROOT/benchmarks" "$ROOT/params.yaml" "$ROOT/dvc.yaml" "$dir/"
+  rm -rf "$dir/hargo" "$dir/tests" "$dir/benchmarks" "$dir/scripts" "$dir/compare" "$dir/data"
+  cp -r "$ROOT/hargo" "$ROOT/tests" "$ROOT/benchmarks" "$ROOT/scripts" "$ROOT/params.yaml" "$ROOT/dvc.yaml" "$dir/"
   mkdir -p "$dir/compare" && cp "$ROOT/compare/dvc.yaml" "$dir/compare/"
+  # the data's DVC pointer (a fast test reads the data version from it), not the data
+  mkdir -p "$dir/data/raw" && cp "$ROOT/data/raw/hpc-gpt.dvc" "$dir/data/raw/"
   cp "$ROOT/pyproject.toml" "$dir/pyproject.toml"
   cat >> "$dir/pyproject.toml" <<EOF
 
 [tool.mutmut]
 source_paths = ["hargo"]
-also_copy = ["params.yaml", "benchmarks", "dvc.yaml", "compare"]
+also_copy = ["params.yaml", "benchmarks", "scripts", "dvc.yaml", "compare", "data"]
 only_mutate = ["${FILES[$mod]}"]
 pytest_add_cli_args = ["-m", "fast", "-p", "no:randomly", "-p", "no:cacheprovider", "-q"]
 pytest_add_cli_args_test_selection = ["tests/"]
