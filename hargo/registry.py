@@ -36,23 +36,21 @@ from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
-from hargo.gate import check_gate_params, eval_identity, gate, identity_mismatch
+from hargo.evaluation.identity import read_eval_identity
+from hargo.gate import check_gate_params, gate, identity_mismatch
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
 
-__all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_metrics",
-           "read_eval_identity", "metric_code_digest", "run",
+__all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_metrics", "run",
            "load_registered", "ask"]
 
 REGISTER_FILE = "metrics/register.json"
 EVAL_FILE = "metrics/eval.json"
-PROMPTS_FILE = "data/eval/prompts.json"      # the evaluate stage's chosen prompt ids
 IDENTITY_TAG = "hargo.eval_identity"
 CANDIDATE = "candidate"
 CHAMPION = "champion"
 #: the common run tags a registered version also carries (beside hargo.method and hargo.gate)
 VERSION_TAGS = ("hargo.seed", "hargo.data_version", "hargo.git_commit")
-#: the code that scores answers (part of an evaluation's identity), relative to the hargo package
-METRIC_CODE = ("metrics.py", "judges.py", "rewards")
+
 SFT = "sft"
 SFT_WIN_RATE = 0.5  # SFT against itself: all ties
 
@@ -94,44 +92,6 @@ def read_eval_metrics(path: str | Path, models: Sequence[str], gate_metrics: Seq
                                       f"(got {entry.get(g)!r})", field=f"{m}.{g}")
         out[m] = entry
     return out
-
-
-def metric_code_digest() -> str:
-    """First 16 hex digits of the SHA-256 of the scoring code (:data:`METRIC_CODE`: the rewards,
-    metrics and judges modules), file names and contents in path order."""
-    import hashlib
-
-    pkg = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for rel in METRIC_CODE:
-        for f in sorted((pkg / rel).rglob("*.py")) if (pkg / rel).is_dir() else [pkg / rel]:
-            h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def read_eval_identity(root: Path) -> dict:
-    """This evaluation's identity (:func:`hargo.gate.eval_identity`) from ``metrics/eval.json``'s
-    ``run`` block, ``data/eval/prompts.json`` and the installed scoring code.
-
-    Raises:
-        FileNotFoundError: no ``data/eval/prompts.json`` (run the evaluate stage).
-        HargoInputError: the file is not JSON or has no ``ids`` list.
-    """
-    path = root / PROMPTS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run the evaluate stage first (hargo evaluate)")
-    try:
-        ids = json.loads(path.read_text(encoding="utf-8"))["ids"]
-        if not isinstance(ids, list):
-            raise TypeError
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise HargoInputError(path, "expected a JSON object with an 'ids' list", field="ids") \
-            from None
-    try:
-        run = json.loads((root / EVAL_FILE).read_text(encoding="utf-8")).get("run") or {}
-    except (OSError, ValueError, AttributeError):
-        run = {}
-    return eval_identity(run, ids, metric_code_digest())
 
 
 def _pip_requirements() -> list[str]:

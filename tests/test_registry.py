@@ -155,18 +155,22 @@ def test_eval_identity_and_what_makes_two_evaluations_incomparable():
 
 @pytest.mark.fast
 def test_the_metric_code_digest_follows_the_scoring_code(tmp_path, monkeypatch):
-    from hargo import registry
+    from hargo.evaluation import identity
 
-    d = registry.metric_code_digest()
-    assert len(d) == 16 and d == registry.metric_code_digest()
+    d = identity.metric_code_digest()
+    assert len(d) == 16 and d == identity.metric_code_digest()
     pkg = tmp_path / "hargo"
     (pkg / "rewards").mkdir(parents=True)
     for f in ("metrics.py", "judges.py", "rewards/race.py"):
         (pkg / f).write_text("x = 1\n")
-    monkeypatch.setattr(registry, "__file__", str(pkg / "registry.py"))
-    before = registry.metric_code_digest()
+    monkeypatch.setattr(identity, "PACKAGE_DIR", pkg)
+    before = identity.metric_code_digest()
     (pkg / "rewards" / "race.py").write_text("x = 2\n")
-    assert registry.metric_code_digest() != before
+    assert identity.metric_code_digest() != before
+    (pkg / "rewards" / "race.py").write_text("x = 1\n")
+    assert identity.metric_code_digest() == before
+    (pkg / "training.py").write_text("y = 1\n")                # not scoring code
+    assert identity.metric_code_digest() == before
 
 
 @pytest.mark.fast
