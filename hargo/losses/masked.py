@@ -7,18 +7,24 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["Reduce", "masked_mean", "masked_token_mean"]
+__all__ = ["Reduce", "no_reduce", "check_bt", "masked_totals", "masked_mean", "masked_token_mean"]
 
 #: Sums a statistics tensor over processes (e.g. ``lambda t: accelerator.reduce(t, "sum")``), so
 #: several processes get the statistics of the whole batch; None stands for one process.
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 
 
-def _identity(t: torch.Tensor) -> torch.Tensor:
+def no_reduce(t: torch.Tensor) -> torch.Tensor:
+    """The :data:`Reduce` of a single process: ``t`` unchanged."""
     return t
 
 
-def _check_bt(name: str, x: torch.Tensor, mask: torch.Tensor) -> None:
+def check_bt(name: str, x: torch.Tensor, mask: torch.Tensor) -> None:
+    """Check that ``x`` and ``mask`` are (B, T) tensors of one shape.
+
+    Raises:
+        ValueError: naming ``name`` and both shapes.
+    """
     if x.dim() != 2 or x.shape != mask.shape:
         raise ValueError(f"{name}: expected (B, T) tensors of one shape, got {tuple(x.shape)} and "
                          f"mask {tuple(mask.shape)}")
@@ -53,13 +59,13 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return xs.sum(dim=1) / n.clamp(min=1.0)
 
 
-def _masked_totals(x: torch.Tensor, mask: torch.Tensor, reduce: Reduce | None
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def masked_totals(x: torch.Tensor, mask: torch.Tensor, reduce: Reduce | None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(x with padding zeroed, bool mask, reduce([sum of x, token count]))`` in ``_acc_dtype``."""
     dtype = _acc_dtype(x)
     m = mask.to(torch.bool)
     xs = torch.where(m, x.to(dtype), torch.zeros((), dtype=dtype, device=x.device))
-    totals = (reduce or _identity)(torch.stack([xs.sum(), m.sum().to(dtype)]))
+    totals = (reduce or no_reduce)(torch.stack([xs.sum(), m.sum().to(dtype)]))
     return xs, m, totals
 
 
@@ -80,6 +86,6 @@ def masked_token_mean(x: torch.Tensor, mask: torch.Tensor,
     Raises:
         ValueError: ``x`` and ``mask`` are not the same (B, T) shape.
     """
-    _check_bt("masked_token_mean", x, mask)
-    _, _, totals = _masked_totals(x, mask, reduce)
+    check_bt("masked_token_mean", x, mask)
+    _, _, totals = masked_totals(x, mask, reduce)
     return totals[0] / totals[1].clamp(min=1.0)

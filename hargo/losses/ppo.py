@@ -6,7 +6,7 @@ import torch
 
 from hargo.losses.aggregation import aggregate
 from hargo.losses.kl import kl_penalty
-from hargo.losses.masked import Reduce, _check_bt, _identity, _masked_totals, masked_token_mean
+from hargo.losses.masked import Reduce, check_bt, masked_token_mean, masked_totals, no_reduce
 from hargo.losses.policy import clip_fraction, clipped_surrogate
 
 __all__ = ["WHITEN_EPS", "token_rewards", "gae_advantages", "whiten", "clipped_policy_loss",
@@ -39,7 +39,7 @@ def token_rewards(logps: torch.Tensor, ref_logps: torch.Tensor | None, scores: t
     Raises:
         ValueError: shapes disagree, or ``beta != 0`` without ``ref_logps``.
     """
-    _check_bt("token_rewards", logps, mask)
+    check_bt("token_rewards", logps, mask)
     if scores.shape != (logps.size(0),):
         raise ValueError(f"token_rewards: scores {tuple(scores.shape)} must be ({logps.size(0)},)")
     m = mask.to(torch.bool)
@@ -47,7 +47,7 @@ def token_rewards(logps: torch.Tensor, ref_logps: torch.Tensor | None, scores: t
     if beta != 0.0:
         if ref_logps is None:
             raise ValueError("token_rewards: beta != 0 needs the reference log-probs")
-        _check_bt("token_rewards", ref_logps, mask)
+        check_bt("token_rewards", ref_logps, mask)
         kl = kl_penalty(logps.float(), ref_logps.float(), "k1")
         rewards = torch.where(m, -beta * kl, rewards)
     T = logps.size(1)
@@ -83,8 +83,8 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tens
     Raises:
         ValueError: shapes disagree.
     """
-    _check_bt("gae_advantages", rewards, mask)
-    _check_bt("gae_advantages", values, mask)
+    check_bt("gae_advantages", rewards, mask)
+    check_bt("gae_advantages", values, mask)
     r, v, m = rewards.float(), values.float(), mask.to(torch.bool)
     B, T = r.shape
     adv = torch.zeros_like(v)
@@ -120,14 +120,14 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
     Raises:
         ValueError: shapes disagree, or fewer than 2 valid tokens (no variance).
     """
-    _check_bt("whiten", x, mask)
-    xs, m, totals = _masked_totals(x.float(), mask, reduce)
+    check_bt("whiten", x, mask)
+    xs, m, totals = masked_totals(x.float(), mask, reduce)
     n = float(totals[1])
     if n < 2:
         raise ValueError(f"whiten: needs at least 2 valid tokens, got {n:g}")
     mean = totals[0] / totals[1]
     centered = torch.where(m, xs - mean, torch.zeros((), device=x.device))
-    var = (reduce or _identity)((centered ** 2).sum().reshape(1))[0] / (totals[1] - 1)
+    var = (reduce or no_reduce)((centered ** 2).sum().reshape(1))[0] / (totals[1] - 1)
     out = centered * torch.rsqrt(var + WHITEN_EPS)
     if not shift_mean:
         out = out + mean
@@ -160,7 +160,7 @@ def clipped_policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages
     Raises:
         ValueError: shapes disagree.
     """
-    _check_bt("clipped_policy_loss", logps, mask)
+    check_bt("clipped_policy_loss", logps, mask)
     clip_high = clip_low if clip_high is None else clip_high
     per_token, ratio = clipped_surrogate(logps, old_logps, advantages, clip_low, clip_high)
     if token_weights is not None:
@@ -191,7 +191,7 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     Raises:
         ValueError: shapes disagree.
     """
-    _check_bt("clipped_value_loss", values, mask)
+    check_bt("clipped_value_loss", values, mask)
     clipped = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)
     loss1 = (values - returns) ** 2
     loss2 = (clipped - returns) ** 2
@@ -215,8 +215,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     Raises:
         ValueError: shapes disagree.
     """
-    _check_bt("explained_variance", values, mask)
-    reduce = reduce or _identity
+    check_bt("explained_variance", values, mask)
+    reduce = reduce or no_reduce
     m = mask.to(torch.bool)
     z = torch.zeros((), device=values.device)
     r = torch.where(m, returns.float(), z)
