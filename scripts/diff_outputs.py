@@ -25,9 +25,10 @@ import re
 import sys
 from pathlib import Path
 
-#: keys whose values differ between any two runs
-IGNORED = re.compile(r"(_s$|_ms$|seconds|time|wall|run_id|commit|path|dir$|^started|^ended|uri|"
-                     r"timestamp|date|host|python|version|rss|threads)", re.I)
+#: keys whose values differ between any two runs (whole keys: "versions" or "candidate" are
+#: results, not timings)
+IGNORED = re.compile(r"^(.*_s|.*_ms|.*_seconds|time|time/.*|wall.*|run_id|git_commit|.*_path|"
+                     r".*_dir|started.*|ended.*|.*_uri|timestamp|peak_rss.*|rss.*|threads)$", re.I)
 
 
 def leaves(x, prefix: str = ""):

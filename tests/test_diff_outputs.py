@@ -32,6 +32,25 @@ def test_timings_and_ids_differ_results_agree(tmp_path):
 
 
 @pytest.mark.fast
+def test_the_registry_decisions_are_results_not_timings(tmp_path):
+    """Keys like "versions" and "candidate" hold the gate's decisions: compared, though they
+    contain "version" and "date"."""
+    a = _project(tmp_path / "a", 0.5, 12.0, "yes")
+    b = _project(tmp_path / "b", 0.5, 12.0, "yes")
+    reg = {"versions": [{"version": "1", "gate": "failed"}], "candidate": {"method": "hargo"},
+           "run_id": "x", "wall_s": 3.0, "time/step_s": 1.0}
+    (a / "metrics" / "register.json").write_text(json.dumps(reg))
+    (b / "metrics" / "register.json").write_text(json.dumps(
+        {**reg, "run_id": "y", "wall_s": 4.0, "time/step_s": 2.0}))
+    assert diff_outputs.diff(a, b) == []
+    for changed in ({"versions": [{"version": "1", "gate": "passed"}]},
+                    {"versions": [{"version": "2", "gate": "failed"}]},
+                    {"candidate": {"method": "grpo"}}):
+        (b / "metrics" / "register.json").write_text(json.dumps({**reg, **changed}))
+        assert [line.split(":")[0] for line in diff_outputs.diff(a, b)] == ["metrics/register.json"]
+
+
+@pytest.mark.fast
 def test_a_changed_metric_a_changed_completion_and_a_missing_file_are_reported(tmp_path):
     a = _project(tmp_path / "a", 0.5, 12.0, "yes")
     b = _project(tmp_path / "b", 0.5000001, 12.0, "no")
