@@ -374,8 +374,12 @@ def load_registered(model_name: str = "hargo-hpc", alias: str = CHAMPION,
     from mlflow.exceptions import MlflowException
 
     from hargo.tracking import tracking_uri
+    from hargo.tracking_store import is_local_store, reroot
 
-    mlflow.set_tracking_uri(tracking_uri(root))
+    uri = tracking_uri(root)
+    mlflow.set_tracking_uri(uri)
+    if is_local_store(uri, root):       # a moved or copied project loads its own artifacts
+        reroot(root, quiet=True)
     client = mlflow.MlflowClient()
     try:
         client.get_model_version_by_alias(model_name, alias)

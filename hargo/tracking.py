@@ -33,8 +33,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, check_store, local_uri,
-                                  log_http_retries, reroot, sqlite_path)
+from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, check_store,
+                                  is_local_store, local_uri, log_http_retries, reroot,
+                                  sqlite_path)
 
 DOOR_ENV = "HARGO_DOOR"            # "dvc" (default) or "prefect"
 PARENT_ENV = "HARGO_PARENT_RUN_ID"
@@ -124,7 +125,7 @@ def setup(params: Mapping, root: str | Path = ".") -> str:
     check_store(uri)
     try:
         mlflow.set_tracking_uri(uri)
-        if uri == local_uri(root):
+        if is_local_store(uri, root):      # however MLFLOW_TRACKING_URI spells it
             reroot(root, quiet=True)
         exp = mlflow.get_experiment_by_name(name)
         if exp is None:

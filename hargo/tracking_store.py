@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 __all__ = ["HTTP_RETRY_DEFAULTS", "PROBE_TIMEOUT_S", "RETRY_LOGGER", "log_http_retries",
-           "sqlite_path", "check_store", "local_uri", "reroot"]
+           "sqlite_path", "check_store", "local_uri", "is_local_store", "reroot"]
 
 
 # MLflow's HTTP retry settings (mlflow/environment_variables.py) that hargo sets unless the
@@ -140,6 +140,16 @@ def local_uri(root: str | Path = ".") -> str:
 _URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
                 ("logged_models", "artifact_location"), ("model_versions", "source"),
                 ("model_versions", "storage_location"))
+
+
+def is_local_store(uri: str, root: str | Path = ".") -> bool:
+    """Is ``uri`` the project's own store ``<root>/mlruns/mlflow.db``, however it is spelled
+    (``sqlite:///mlruns/mlflow.db`` relative to the working directory, as MLflow reads it, or
+    an absolute path with ``.`` or ``..`` in it)?"""
+    db = sqlite_path(uri)
+    if db is None:
+        return False
+    return os.path.realpath(db) == os.path.realpath(Path(root) / "mlruns" / "mlflow.db")
 
 
 def reroot(root: str | Path = ".", quiet: bool = False) -> dict[str, int]:

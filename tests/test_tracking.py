@@ -223,6 +223,46 @@ def test_reroot_moves_every_location_under_the_old_store_and_nothing_else(tmp_pa
     assert tracking_store.reroot(b) == {}
 
 
+@pytest.mark.fast
+def test_the_local_store_is_recognised_however_its_uri_is_spelled(tmp_path, monkeypatch):
+    from hargo.tracking_store import is_local_store
+
+    root = tmp_path / "proj"
+    (root / "mlruns").mkdir(parents=True)
+    monkeypatch.chdir(root)
+    for uri in (f"sqlite:///{root}/mlruns/mlflow.db", "sqlite:///mlruns/mlflow.db",
+                f"sqlite:///{root}/./mlruns/mlflow.db", f"sqlite:///{root}/../proj/mlruns/mlflow.db"):
+        assert is_local_store(uri, root), uri
+    for uri in (f"sqlite:///{tmp_path}/other/mlruns/mlflow.db", "http://127.0.0.1:5000",
+                "sqlite:///mlruns/other.db", "databricks"):
+        assert not is_local_store(uri, root), uri
+
+
+def test_a_copied_project_reroots_through_a_relative_uri_and_before_loading_a_model(
+        tmp_path, monkeypatch, committed_params):
+    """MLFLOW_TRACKING_URI=sqlite:///mlruns/mlflow.db (the README's spelling) in a copied clone,
+    and hargo.registry.load_registered / ask: both re-root before MLflow reads an artifact."""
+    from hargo.registry import load_registered
+
+    monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    a.mkdir()
+    monkeypatch.chdir(a)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlruns/mlflow.db")
+    exp_id = tracking.setup(committed_params, a)
+    shutil.copytree(a, b)
+    shutil.copytree(a, c)
+    monkeypatch.chdir(b)
+    tracking.setup(committed_params, b)
+    assert MlflowClient(f"sqlite:///{b}/mlruns/mlflow.db").get_experiment(exp_id) \
+        .artifact_location == (b / "mlruns" / "artifacts").as_uri()
+    monkeypatch.chdir(c)
+    with pytest.raises(Exception):          # nothing is registered there; the store moved first
+        load_registered("hargo-hpc", root=c)
+    assert MlflowClient(f"sqlite:///{c}/mlruns/mlflow.db").get_experiment(exp_id) \
+        .artifact_location == (c / "mlruns" / "artifacts").as_uri()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
