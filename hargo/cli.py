@@ -5,6 +5,7 @@ Heavy libraries are imported inside the commands, so ``hargo --help`` starts fas
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -41,12 +42,16 @@ def _run(fn, *args, **kwargs):
 
 
 @app.command("check-params")
-def check_params(params: str = ParamsOpt):
+def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Validate params.yaml -> reports/params-valid.txt (the first stage: a bad value stops
-    `dvc repro` / `dvc exp run -S` before any stage's outputs are touched)."""
+    `dvc repro` / `dvc exp run -S` before any stage's outputs are touched). With -S: check the
+    file with those overrides applied and write nothing (try a value before an experiment)."""
     from hargo.params import write_checked_stamp
 
-    _params(params, None)   # a bad value: one-line error naming the key, exit 2
+    _params(params, set_)   # a bad value: one-line error naming the key, exit 2
+    if set_:
+        typer.echo(f"{params} with {', '.join(set_)}: valid (nothing written)")
+        return
     _run(write_checked_stamp, params)
 
 
@@ -167,7 +172,10 @@ def tracking_reroot(root: str = typer.Option(".", "--root", help="the project fo
     from hargo import tracking_store
 
     changed = _run(tracking_store.reroot, root, quiet=True)
-    typer.echo(f"re-rooted: {changed}" if changed else "nothing to re-root: the store is here")
+    db = Path(root) / "mlruns" / "mlflow.db"
+    typer.echo(f"re-rooted: {changed}" if changed
+               else f"nothing to re-root: {db} already points here" if db.is_file()
+               else f"nothing to re-root: no store at {db} (a stage creates it)")
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -192,3 +192,21 @@ def test_every_script_override_passes_dvcs_writer_and_the_validation(tmp_path, s
     p = load_params(target)
     assert p["sft"]["learning_rate"] == 2e-5
     assert p["rl"]["hargo"]["alpha"] == 0.3
+
+
+def test_check_params_with_overrides_checks_them_and_writes_nothing(tmp_path, monkeypatch):
+    """`hargo check-params -S key=value`: the value is checked as `dvc exp run -S` would set it,
+    and no stamp is written (the stamp says params.yaml itself is valid)."""
+    from typer.testing import CliRunner
+
+    from hargo.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    bad = CliRunner().invoke(app, ["check-params", "-S", "register.tolerance=.inf"])
+    assert bad.exit_code == 2 and "register.tolerance" in bad.output
+    ok = CliRunner().invoke(app, ["check-params", "-S", "register.tolerance=0.02"])
+    assert ok.exit_code == 0 and "valid (nothing written)" in ok.output
+    assert not (tmp_path / "reports").exists()
+    stamp = CliRunner().invoke(app, ["check-params"])
+    assert stamp.exit_code == 0 and (tmp_path / "reports" / "params-valid.txt").is_file()
