@@ -1,7 +1,11 @@
-"""The registry gate: does a candidate model beat the reference (the champion, else SFT)?
+"""The registry gate: does a candidate model beat the reference (the champion, else SFT), on
+evidence rather than on a point difference?
 
-Pure functions over metric dicts, no MLflow: the ``register`` stage (:mod:`hargo.registry`)
-reads the metrics and moves the ``champion`` alias when :func:`gate` passes.
+Pure functions over per-prompt evaluation rows, no MLflow: the ``register`` stage
+(:mod:`hargo.registry`) reads the rows (``data/eval/<model>.jsonl``, the champion's from its
+registered run) and moves the ``champion`` alias when :func:`gate` passes. The gate resamples
+prompts (a paired bootstrap), so a gain the size of one prompt's answer on 24 prompts per task
+does not move the champion.
 
 The rule is :func:`gate`'s; :func:`check_gate_params` checks the ``register`` params it reads.
 A champion is compared with a candidate only when their evaluations are the same one
@@ -11,54 +15,183 @@ A champion is compared with a candidate only when their evaluations are the same
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
-__all__ = ["GATE_METRICS", "IDENTITY_FIELDS", "gate", "check_gate_params", "eval_identity",
-           "identity_mismatch"]
+import numpy as np
+
+from hargo.io import HargoInputError
+from hargo.stats import (f1_statistic, mean_statistic, paired_bootstrap_ci, precision_statistic,
+                         race_f1_records, recall_statistic)
+from hargo.vocab import RACE_TASKS, TASKS
+
+__all__ = ["GATE_METRICS", "IDENTITY_FIELDS", "GateParams", "metric_values", "gate", "check_rows_match_metrics",
+           "check_gate_params", "eval_identity", "identity_mismatch"]
 
 # Metrics of metrics/eval.json that can gate the champion: all are higher-is-better.
 GATE_METRICS = ("dr_f1", "dr_precision", "dr_recall", "dr_f1_race_c", "dr_f1_race_fortran",
                 "plp_similarity", "mlperf_em", "avg_score", "win_rate", "accuracy_race_c",
                 "accuracy_race_fortran", "accuracy_mlperf", "accuracy_plp")
 
-def gate(candidate: Mapping[str, float], reference: Mapping[str, float],
-         gate_metrics: Sequence[str], tolerance: float) -> tuple[bool, str]:
-    """Does ``candidate`` beat ``reference``?
+#: Per-prompt form of each gate metric: (tasks whose rows count, None for all; the row field;
+#: the statistic over the per-prompt values). Race metrics use ``(label is yes, predicted yes)``
+#: records (:func:`hargo.stats.race_f1_records`); ``win_rate`` uses ``(win + 1) / 2`` with the
+#: judge's verdict ``win`` in {1, 0, -1} against SFT (SFT's own rows: 0, a tie).
+_RACE = tuple(RACE_TASKS)
+_METRIC_FORMS = {
+    "dr_f1": (_RACE, "race", f1_statistic),
+    "dr_precision": (_RACE, "race", precision_statistic),
+    "dr_recall": (_RACE, "race", recall_statistic),
+    "dr_f1_race_c": (("race_c",), "race", f1_statistic),
+    "dr_f1_race_fortran": (("race_fortran",), "race", f1_statistic),
+    "plp_similarity": (("plp",), "similarity", mean_statistic),
+    "mlperf_em": (("mlperf",), "em", mean_statistic),
+    "avg_score": (None, "reward", mean_statistic),
+    "win_rate": (None, "win", mean_statistic),
+    **{f"accuracy_{t}": ((t,), "correct", mean_statistic) for t in TASKS},
+}
 
-    Rule: ``candidate[g] >= reference[g] - tolerance`` for every ``g`` in ``gate_metrics``, and
-    ``candidate[g] > reference[g]`` for at least one ``g``.
+
+def metric_values(rows: Sequence[Mapping], metric: str) -> tuple[np.ndarray, Callable]:
+    """The per-prompt values of gate ``metric`` over one model's evaluation rows
+    (``data/eval/<model>.jsonl``), and the statistic that turns them into the metric.
+
+    Args:
+        rows: per-prompt rows (``id``, ``task``, and the fields the metric reads: ``label`` and
+            ``prediction`` for race, ``similarity``, ``em``, ``reward``, ``correct``, ``win``).
+        metric: one of :data:`GATE_METRICS`.
 
     Returns:
-        ``(passed, reason)``; the reason lists each metric as ``name cand vs ref (+delta)`` and
-        says which rule decided.
+        ``(values, statistic)``: ``values`` has one entry per counted prompt in row order, shape
+        ``(n, 2)`` int records for race metrics, ``(n,)`` floats otherwise;
+        ``statistic(values)`` is the metric as ``metrics/eval.json`` reports it.
 
     Raises:
-        KeyError: a gate metric is missing from either mapping (callers check first).
+        ValueError: no row of the metric's tasks, or a row lacks the field (names the prompt id).
     """
-    worse, better, parts = [], [], []
+    tasks, field, statistic = _METRIC_FORMS[metric]
+    chosen = [r for r in rows if tasks is None or r["task"] in tasks]
+    if not chosen:
+        raise ValueError(f"gate metric {metric}: no evaluated prompt of task(s) {', '.join(tasks)}")
+    need = ("label",) if field == "race" else (field,)
+    for r in chosen:
+        missing = [k for k in need if k not in r]
+        if missing:
+            raise ValueError(f"gate metric {metric}: prompt {r.get('id')!r} has no {missing[0]!r} "
+                             "(evaluated by an older hargo? re-run hargo evaluate)")
+    if field == "race":
+        return race_f1_records([r["label"] for r in chosen],
+                               [r.get("prediction") for r in chosen]), statistic
+    if field == "win":
+        return np.array([(float(r["win"]) + 1.0) / 2.0 for r in chosen]), statistic
+    return np.array([float(r[field]) for r in chosen]), statistic
+
+
+def gate(candidate: Sequence[Mapping], reference: Sequence[Mapping], gate_metrics: Sequence[str],
+         tolerance: float, resamples: int = 2000, confidence: float = 0.95,
+         seed: int = 0) -> tuple[bool, str, dict]:
+    """Does ``candidate`` beat ``reference``, on evidence?
+
+    Both are per-prompt evaluation rows of the same prompts (paired by ``id``). For each gate
+    metric a paired percentile bootstrap over prompts (:func:`hargo.stats.paired_bootstrap_ci`;
+    Efron & Tibshirani 1993, ch. 13) gives the difference ``candidate - reference`` and its
+    ``confidence`` interval ``[low, high]``. Rule: the candidate passes iff no metric's
+    difference is below ``-tolerance`` and at least one metric's interval lies above zero
+    (``low > 0``). A point gain whose interval reaches zero is noise and does not count.
+
+    Args:
+        candidate, reference: rows as :func:`metric_values` reads them.
+        gate_metrics: names from :data:`GATE_METRICS`.
+        tolerance: the largest loss (point difference) allowed on any gate metric, >= 0.
+        resamples, confidence, seed: of the bootstrap (the same seed draws the same prompts for
+            every metric).
+
+    Returns:
+        ``(passed, reason, intervals)``; ``intervals`` is ``{metric: {"candidate", "reference",
+        "diff", "low", "high"}}``; the reason lists each metric as
+        ``name cand vs ref (+diff, 95% CI [low, high])`` and says which rule decided.
+
+    Raises:
+        ValueError: the two row sets are not the same prompts (names the first ids that differ),
+            or a metric has no prompts (:func:`metric_values`).
+    """
+    by_id = {r["id"]: r for r in reference}
+    ids = [r["id"] for r in candidate]
+    if len(by_id) != len(reference) or len(set(ids)) != len(ids) or set(ids) != set(by_id):
+        only_c = sorted(set(ids) - set(by_id), key=str)[:3]
+        only_r = sorted(set(by_id) - set(ids), key=str)[:3]
+        raise ValueError(f"the gate pairs prompts: candidate and reference rows must hold the same "
+                         f"unique prompt ids (only in candidate: {only_c}, only in reference: "
+                         f"{only_r}, {len(ids)} vs {len(reference)} rows)")
+    paired = [by_id[i] for i in ids]
+    worse, better, parts, intervals = [], [], [], {}
+    pct = f"{100 * confidence:g}%"
     for g in gate_metrics:
-        c, r = float(candidate[g]), float(reference[g])
-        d = c - r
-        parts.append(f"{g} {c:.4f} vs {r:.4f} ({d:+.4f})")
-        if c < r - tolerance:
+        a, stat = metric_values(candidate, g)
+        b, _ = metric_values(paired, g)
+        ci = paired_bootstrap_ci(a, b, stat, resamples=resamples, confidence=confidence,
+                                 seed=seed)
+        c, r = stat(a), stat(b)
+        intervals[g] = {"candidate": c, "reference": r, "diff": ci["diff"], "low": ci["low"],
+                        "high": ci["high"]}
+        parts.append(f"{g} {c:.4f} vs {r:.4f} ({ci['diff']:+.4f}, {pct} CI "
+                     f"[{ci['low']:+.4f}, {ci['high']:+.4f}])")
+        if ci["diff"] < -tolerance:
             worse.append(g)
-        elif c > r:
+        elif ci["low"] > 0:
             better.append(g)
     detail = "; ".join(parts)
+    n = f"{len(ids)} paired prompts, {resamples} bootstrap resamples"
     if worse:
         return False, (f"worse than the reference by more than the tolerance {tolerance:g} on "
-                       f"{', '.join(worse)}: {detail}")
+                       f"{', '.join(worse)}: {detail} ({n})"), intervals
     if not better:
-        return False, f"not strictly better on any gate metric: {detail}"
-    return True, f"better on {', '.join(better)}, none worse beyond {tolerance:g}: {detail}"
+        return False, (f"no gate metric better with its {pct} interval above zero: {detail} "
+                       f"({n})"), intervals
+    return True, (f"better on {', '.join(better)} ({pct} interval above zero), none worse beyond "
+                  f"{tolerance:g}: {detail} ({n})"), intervals
 
 
-def check_gate_params(params_register: Mapping) -> tuple[str, list[str], float]:
-    """``(model_name, gate_metrics, tolerance)`` from params.yaml ``register``.
+def check_rows_match_metrics(rows: Mapping[str, Sequence[Mapping]], metrics: Mapping[str, Mapping],
+                             gates: Sequence[str], path) -> None:
+    """The per-prompt rows (``{model: rows}``) must give the metrics ``metrics/eval.json`` (at
+    ``path``) reports (``{model: {metric: value}}``): the gate resamples the rows, so a mismatch
+    means the two files come from different evaluations.
+
+    Raises:
+        HargoInputError: a gate metric computed from ``data/eval/<model>.jsonl`` differs from
+            ``metrics/eval.json`` by more than 1e-6, or the rows cannot give it (names both).
+    """
+    for m, rs in rows.items():
+        for g in gates:
+            try:
+                values, stat = metric_values(rs, g)
+            except ValueError as e:
+                raise HargoInputError(path, str(e), field=f"{m}.{g}") from None
+            got = stat(values)
+            if not math.isclose(got, float(metrics[m][g]), abs_tol=1e-6):
+                raise HargoInputError(path, f"{g} of {m} is {metrics[m][g]!r} but its per-prompt "
+                                      f"rows give {got!r}: data/eval and metrics/eval.json come "
+                                      "from different evaluations; re-run hargo evaluate",
+                                      field=f"{m}.{g}")
+
+
+class GateParams(NamedTuple):
+    """The ``register`` params the gate reads (:func:`check_gate_params`)."""
+    model_name: str
+    gate_metrics: list[str]
+    tolerance: float
+    resamples: int
+    confidence: float
+
+
+def check_gate_params(params_register: Mapping) -> GateParams:
+    """:class:`GateParams` from params.yaml ``register`` (``tolerance`` defaults to 0,
+    ``resamples`` to 2000, ``confidence`` to 0.95).
 
     Raises:
         ValueError: empty model name, unknown gate metric (names it and the valid ones), a
-            negative or non-numeric tolerance.
+            negative or non-numeric tolerance, ``resamples`` not an integer >= 100,
+            ``confidence`` outside (0, 1).
     """
     name = params_register.get("model_name")
     if not isinstance(name, str) or not name.strip():
@@ -74,7 +207,14 @@ def check_gate_params(params_register: Mapping) -> tuple[str, list[str], float]:
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) \
             or tol < 0:
         raise ValueError(f"register.tolerance: expected a finite number >= 0, got {tol!r}")
-    return name, list(gates), float(tol)
+    res = params_register.get("resamples", 2000)
+    if isinstance(res, bool) or not isinstance(res, int) or res < 100:
+        raise ValueError(f"register.resamples: expected an integer >= 100 (bootstrap "
+                         f"resamples), got {res!r}")
+    conf = params_register.get("confidence", 0.95)
+    if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0.0 < conf < 1.0:
+        raise ValueError(f"register.confidence: expected a number in (0, 1), got {conf!r}")
+    return GateParams(name, list(gates), float(tol), int(res), float(conf))
 
 
 #: What makes two evaluations comparable (:func:`eval_identity`), in the order a refusal names them.

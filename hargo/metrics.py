@@ -106,8 +106,9 @@ def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward 
                "reward": float(rewards[i]), "chars": len(text)}
         if s["task"] in RACE_TASKS:
             pred = extract_yes_no(text)
+            rec["label"] = canonical_label(s["label"])
             rec["prediction"] = pred
-            rec["correct"] = pred == canonical_label(s["label"])
+            rec["correct"] = pred == rec["label"]
         elif s["task"] == "mlperf":
             rec["em"] = mlperf_em(text, s["answer"], question_text(s.get("prompt")))
             rec["correct"] = float(rewards[i]) >= 1.0
@@ -272,7 +273,8 @@ def win_rate(samples: list[dict], completions: list, baseline_completions: list,
     ``win_rate = (wins + 0.5 * ties) / n``. Uses ``judge.compare_batch`` when the judge has it.
 
     Returns:
-        ``{"win_rate": float | None (n = 0), "wins", "ties", "losses", "n", "judge": judge.name}``.
+        ``{"win_rate": float | None (n = 0), "wins", "ties", "losses", "n", "judge": judge.name,
+        "verdicts": [1 | 0 | -1 per sample]}``.
 
     Raises:
         ValueError: the three lists differ in length, or a judge verdict is not 1, 0 or -1.
@@ -290,4 +292,4 @@ def win_rate(samples: list[dict], completions: list, baseline_completions: list,
     wins, ties, losses = verdicts.count(1), verdicts.count(0), verdicts.count(-1)
     n = len(verdicts)
     return {"win_rate": (wins + 0.5 * ties) / n if n else None, "wins": wins, "ties": ties,
-            "losses": losses, "n": n, "judge": judge.name}
+            "losses": losses, "n": n, "judge": judge.name, "verdicts": verdicts}

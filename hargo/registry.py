@@ -11,18 +11,21 @@ tags (``hargo.method``, ``hargo.seed``, ``hargo.data_version``, ``hargo.git_comm
 ``hargo.gate``) and the gate's reason as its description, and gets the alias ``candidate`` (with
 several methods the alias ends on the last one).
 
-The gate (:func:`hargo.gate.gate`, which states the rule) compares each candidate's
-``register.gate_metrics`` (from ``metrics/eval.json``) with a reference's. The reference is the current ``champion`` (its metrics are those linked to its logged model;
-for a version registered by an older hargo, its ``hargo.metric.<name>`` tags); with no champion
-yet, the SFT model's metrics from the same
-``metrics/eval.json`` (SFT's ``win_rate`` against itself is 0.5). Candidates are judged in
-``rl.methods`` order, and a candidate that passes becomes the reference for the next: the
-champion ends on the last one that beat everything before it. The decision is each version's
-``hargo.gate`` tag, the reason and the reference its description; all of it is on the run and in
-``metrics/register.json``.
+The gate (:func:`hargo.gate.gate`, which states the rule) pairs each candidate's per-prompt
+evaluation rows (``data/eval/<method>.jsonl``) with a reference's and decides on a paired
+bootstrap interval per ``register.gate_metrics`` metric (``register.resamples``,
+``register.confidence``, seeded by ``seed``): the candidate must be better on one with the
+interval above zero and worse on none beyond ``register.tolerance``. The reference is the
+current ``champion`` (its rows are an artifact of the run that registered it,
+:data:`ROWS_ARTIFACT`), compared only when its evaluation identity equals this one; with no
+champion yet, SFT's rows from the same evaluation (SFT's ``win`` against itself is a tie).
+Candidates are judged in ``rl.methods`` order, and a candidate that passes becomes the reference
+for the next: the champion ends on the last one that beat everything before it. The decision is
+each version's ``hargo.gate`` tag, the reason (with the intervals) its description; all of it is
+on the run and in ``metrics/register.json``.
 
 Failure handling: every check (metrics present for SFT and each method, gate metrics known and
-numeric, model folders complete, the store usable, the current champion's metrics readable)
+numeric, model folders complete, per-prompt rows matching the metrics, the store usable)
 runs before anything is registered. If logging, registering or moving an alias fails midway,
 the champion and candidate aliases are put back and the versions created by this run are
 deleted (and the registered model too when this run created it): nothing partial stays
@@ -36,8 +39,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
-from hargo.evaluation.identity import read_eval_identity
-from hargo.gate import check_gate_params, gate, identity_mismatch
+from hargo.evaluation.identity import read_eval_identity, read_eval_rows
+from hargo.gate import check_gate_params, check_rows_match_metrics, gate, identity_mismatch
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
 
 __all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_metrics", "run",
@@ -46,6 +49,8 @@ __all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_
 REGISTER_FILE = "metrics/register.json"
 EVAL_FILE = "metrics/eval.json"
 IDENTITY_TAG = "hargo.eval_identity"
+#: where the register run keeps each version's per-prompt evaluation rows (the gate's evidence)
+ROWS_ARTIFACT = "eval/{method}.per_prompt.json"
 CANDIDATE = "candidate"
 CHAMPION = "champion"
 #: the common run tags a registered version also carries (beside hargo.method and hargo.gate)
@@ -121,41 +126,20 @@ def _champion(client, name: str, alias: str = CHAMPION):
         raise RuntimeError(f"MLflow registry: cannot read {name}@{alias}: {e}") from e
 
 
-def _logged_model_id(mv) -> str | None:
-    """The MLflow 3 logged model a version was registered from: ``mv.model_id``, else the id in
-    its ``models:/<model_id>`` source (the SQLite store leaves ``model_id`` empty)."""
-    if getattr(mv, "model_id", None):
-        return mv.model_id
-    src = str(getattr(mv, "source", "") or "")
-    return src[len("models:/"):].split("/")[0] if src.startswith("models:/m-") else None
+def _version_rows(mv) -> list[dict] | None:
+    """The per-prompt evaluation rows a registered version was gated with (the artifact
+    :data:`ROWS_ARTIFACT` of the run that registered it), or None when it has none (a version
+    an older hargo registered)."""
+    import mlflow
 
-
-def _version_metrics(client, mv, gate_metrics: Sequence[str], name: str) -> dict[str, float]:
-    """The champion's gate metrics: the evaluation metrics linked to its logged model (MLflow 3,
-    ``mlflow.log_metrics(model_id=...)``). (A version an older hargo registered kept them as
-    ``hargo.metric.<name>`` tags; it has no evaluation identity, so the gate refuses before
-    reading them.)
-
-    Raises:
-        RuntimeError: a gate metric is not linked to the logged model (names it and the way out).
-    """
-    linked: dict[str, float] = {}
-    model_id = _logged_model_id(mv)
-    if model_id is not None:
-        try:
-            linked = {m.key: float(m.value) for m in client.get_logged_model(model_id).metrics or []}
-        except Exception:  # noqa: BLE001 - a missing logged model: fall back to the tags
-            linked = {}
-    out = {}
-    for g in gate_metrics:
-        v = linked.get(g)
-        try:
-            out[g] = float(v)
-        except (TypeError, ValueError):
-            raise RuntimeError(f"{name} version {mv.version} ({CHAMPION}) has no {g} linked to "
-                               "its logged model, so the gate cannot compare with it; remove the "
-                               "gate metric or move the champion alias by hand") from None
-    return out
+    method = (mv.tags or {}).get("hargo.method")
+    if not method or not mv.run_id:
+        return None
+    try:
+        doc = mlflow.artifacts.load_dict(f"runs:/{mv.run_id}/{ROWS_ARTIFACT.format(method=method)}")
+    except Exception:  # noqa: BLE001 - no such artifact: an older version
+        return None
+    return doc.get("rows") if isinstance(doc, dict) else None
 
 
 def run(params: dict, root: str | Path = ".") -> dict:
@@ -168,7 +152,8 @@ def run(params: dict, root: str | Path = ".") -> dict:
 
     Returns:
         The ``metrics/register.json`` document: ``model_name``, ``gate_metrics``, ``tolerance``,
-        ``previous_champion``, ``versions`` (per method: version, gate, reason, reference),
+        ``resamples``, ``confidence``, ``previous_champion``, ``versions`` (per method: version,
+        gate, reason, reference, metrics, intervals),
         ``candidate``, ``champion`` (``moved``), ``decision``, ``run_id``.
 
     Raises:
@@ -184,10 +169,13 @@ def run(params: dict, root: str | Path = ".") -> dict:
     from hargo import tracking
 
     root = Path(root)
-    name, gates, tol = check_gate_params(params["register"])
+    gp = check_gate_params(params["register"])
+    name, gates, tol = gp.model_name, gp.gate_metrics, gp.tolerance
     methods = list(params["rl"]["methods"])
     metrics = read_eval_metrics(root / EVAL_FILE, [SFT, *methods], gates)
     identity = read_eval_identity(root)
+    rows = read_eval_rows(root, [SFT, *methods])
+    check_rows_match_metrics(rows, metrics, gates, root / EVAL_FILE)
     dirs = {m: require_complete_dir(root / params["rl"]["out_dir"] / m, f"model folder of '{m}'")
             for m in methods}
     uri = tracking.tracking_uri(root)
@@ -209,9 +197,12 @@ def run(params: dict, root: str | Path = ".") -> dict:
         except (KeyError, ValueError):
             old_identity = None
         not_comparable = identity_mismatch(identity, old_identity)
-        reference = {} if not_comparable else _version_metrics(client, old, gates, name)
+        reference = [] if not_comparable else _version_rows(old)
+        if reference is None:
+            reference, not_comparable = [], ["the champion has no per-prompt evaluation "
+                                             f"recorded ({ROWS_ARTIFACT.format(method='<method>')})"]
     else:
-        reference, ref_label = {g: metrics[SFT][g] for g in gates}, SFT
+        reference, ref_label = rows[SFT], SFT
     common = tracking.common_tags(params, root)
     judge = _eval_judge(root / EVAL_FILE)
 
@@ -246,30 +237,34 @@ def run(params: dict, root: str | Path = ".") -> dict:
                 # run id, pipeline key, judge and door are on the version's run
                 tags = {"hargo.method": m, **{k: common[k] for k in VERSION_TAGS if k in common},
                         IDENTITY_TAG: json.dumps(identity, sort_keys=True)}
+                # the per-prompt rows: a later register pairs its candidates with them
+                mlflow.log_dict({"rows": rows[m]}, ROWS_ARTIFACT.format(method=m))
                 mv = mlflow.register_model(info.model_uri, name, tags=tags)
                 created.append((m, mv))
 
-            versions, ref, new_champ = [], dict(reference), None
+            versions, ref, new_champ = [], reference, None
             ref_now = ref_label
             for m, mv in created:
                 if not_comparable and new_champ is None:    # the reference is the champion
-                    passed, reason = False, (
+                    passed, intervals, reason = False, {}, (
                         f"not comparable with {ref_label}'s evaluation, so the gate cannot "
                         f"decide ({'; '.join(not_comparable)}); evaluate the candidates as the "
                         "champion was, or move the alias by hand")
                 else:
-                    passed, reason = gate(metrics[m], ref, gates, tol)
+                    passed, reason, intervals = gate(rows[m], ref, gates, tol, gp.resamples,
+                                                     gp.confidence, int(params.get("seed", 0)))
                 versions.append({"method": m, "version": str(mv.version),
                                  "gate": "passed" if passed else "failed",
                                  "reference": ref_now, "reason": reason,
-                                 "metrics": {g: metrics[m][g] for g in gates}})
+                                 "metrics": {g: metrics[m][g] for g in gates},
+                                 "intervals": intervals})
                 client.set_model_version_tag(name, mv.version, "hargo.gate",
                                              "passed" if passed else "failed")
                 client.update_model_version(
                     name, mv.version, description=f"gate {'passed' if passed else 'failed'} "
                     f"against {ref_now}: {reason}")
                 if passed:
-                    ref, new_champ = {g: float(metrics[m][g]) for g in gates}, (m, mv)
+                    ref, new_champ = rows[m], (m, mv)
                     ref_now = f"candidate v{mv.version} ({m})"
             for m, mv in created:
                 moved_candidate = True
@@ -286,6 +281,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
             last_m, last_mv = created[-1]
             doc = {
                 "model_name": name, "gate_metrics": gates, "tolerance": tol,
+                "resamples": gp.resamples, "confidence": gp.confidence,
                 "run_id": run_id, "judge": judge, "eval_identity": identity,
                 "previous_champion": None if old is None else
                 {"version": str(old.version), "method": old.tags.get("hargo.method")},

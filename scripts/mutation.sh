@@ -31,7 +31,7 @@ unset PYTHONPATH  # the scratch copy's mutated hargo must be the one imported
 
 declare -A FILES=(
   [advantages]="hargo/advantages.py"
-  [stats]="hargo/compare/stats.py"
+  [stats]="hargo/stats.py"
   [gate]="hargo/gate.py"
   [split]="hargo/data/split.py"
   [metrics]="hargo/metrics.py"

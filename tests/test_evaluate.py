@@ -168,7 +168,13 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
         assert {r["id"] for r in rows} == {r["id"] for r in RECORDS} - {"race_c-long",
                                                                          "race_c-huge"}
         for r in rows:
-            assert set(r) >= {"id", "task", "completion", "reward", "correct"}
+            assert set(r) >= {"id", "task", "completion", "reward", "correct", "win"}
+            assert r["win"] in (1, 0, -1) and (model != "sft" or r["win"] == 0)
+            if r["task"] in ("race_c", "race_fortran"):
+                assert r["label"] == labels[r["id"]]
+        if model != "sft":   # the per-prompt verdicts add up to the counts (the gate reads them)
+            assert [sum(r["win"] == v for r in rows) for v in (1, 0, -1)] == [
+                m["win_wins"], m["win_ties"], m["win_losses"]]
         # metrics recomputed by hand from the written generations
         assert m["n"] == 8
         assert m["avg_score"] == pytest.approx(sum(r["reward"] for r in rows) / 8)

@@ -87,7 +87,7 @@ def test_score_samples_records(reward_fn):
     recs = score_samples(SAMPLES, COMPLETIONS, reward_fn)
     assert [r["id"] for r in recs] == [s["id"] for s in SAMPLES]
     assert recs[3] == {"id": "race_c-4", "task": "race_c", "completion": "maybe", "reward": 0.0,
-                       "correct": False, "chars": 5, "prediction": None}
+                       "correct": False, "chars": 5, "prediction": None, "label": "yes"}
     assert recs[8]["completion"] == "yes" and recs[8]["correct"] is True
     assert recs[10]["em"] is False and recs[10]["correct"] is True and recs[10]["reward"] == 1.0
     assert recs[13]["similarity"] == pytest.approx(1.0, abs=1e-5)
@@ -195,7 +195,8 @@ def test_win_rate_reward_judge(reward_fn):
     assert judge.compare(samples[0], "yes", "no") == 1
     out = win_rate(samples, a, b, judge)
     assert out == {"win_rate": pytest.approx((3 + 0.5 * 2) / 7), "wins": 3, "ties": 2,
-                   "losses": 2, "n": 7, "judge": "task-reward"}
+                   "losses": 2, "n": 7, "judge": "task-reward",
+                   "verdicts": [p[3] for p in pairs]}
     assert win_rate(samples, b, a, judge)["win_rate"] == pytest.approx((2 + 1) / 7)
     assert win_rate([], [], [], judge)["win_rate"] is None
 

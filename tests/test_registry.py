@@ -15,26 +15,61 @@ from hargo.params import apply_overrides
 
 pytestmark = pytest.mark.timeout(600)
 
-SFT = {"dr_f1": 0.60, "plp_similarity": 0.40, "mlperf_em": 0.10, "avg_score": 0.35}
+LABELS = ["yes", "no"] * 4          # 8 race_c prompts, 4 racy
+RACE_IDS = [f"race_c-{i:05d}" for i in range(8)]
+PLP_IDS = [f"plp-{i:05d}" for i in range(8)]
+IDS = RACE_IDS + PLP_IDS
 
 
-def eval_doc(**models) -> dict:
-    doc = {"sft": dict(SFT), "run": {"judge": "task-reward", "n_prompts": 8}}
-    for name, over in models.items():
-        doc[name] = {**SFT, "win_rate": 0.5, **over}
-    return doc
+def model_rows(race: str = "yyyyyyyy", plp=0.40, win=0, ids=IDS) -> list[dict]:
+    """Per-prompt rows as the evaluate stage writes them (data/eval/<model>.jsonl): ``race`` the
+    predictions on the 8 race prompts (y/n, ``?`` unparseable), ``plp`` the similarity on the 8
+    PLP prompts (one value or one per prompt), ``win`` the verdicts against SFT (one or 16)."""
+    sims = [plp] * 8 if isinstance(plp, (int, float)) else list(plp)
+    wins = [win] * 16 if isinstance(win, int) else list(win)
+    rows = []
+    for i, (rid, lab, p) in enumerate(zip(RACE_IDS, LABELS, race)):
+        pred = {"y": "yes", "n": "no"}.get(p)
+        rows.append({"id": rid, "task": "race_c", "label": lab, "prediction": pred,
+                     "correct": pred == lab, "reward": float(pred == lab), "win": wins[i]})
+    for i, (rid, sim) in enumerate(zip(PLP_IDS, sims)):
+        rows.append({"id": rid, "task": "plp", "similarity": sim, "reward": sim,
+                     "correct": sim >= 0.5, "win": wins[8 + i]})
+    return [r for r in rows if r["id"] in ids]
 
 
-IDS = [f"race_c-{i:05d}" for i in range(8)]
+SFT_ROWS = model_rows()   # all "yes": DR-F1 2*4/(2*4+4) = 2/3; PLP 0.40
 
 
-def write_eval(root: Path, doc: dict, ids=IDS) -> None:
-    """metrics/eval.json, and data/eval/prompts.json with the evaluated prompt ids (the
-    evaluation's identity is read from both)."""
+def metrics_of(rows) -> dict:
+    """metrics/eval.json's entry for ``rows``, by hand: F1 = 2TP / (2TP + FP + FN)."""
+    race = [r for r in rows if r["task"] == "race_c"]
+    tp = sum(r["label"] == "yes" and r["prediction"] == "yes" for r in race)
+    fp = sum(r["label"] == "no" and r["prediction"] == "yes" for r in race)
+    fn = sum(r["label"] == "yes" and r["prediction"] != "yes" for r in race)
+    plp = [r["similarity"] for r in rows if r["task"] == "plp"]
+    return {"dr_f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0,
+            "plp_similarity": sum(plp) / len(plp),
+            "avg_score": sum(r["reward"] for r in rows) / len(rows),
+            "win_rate": sum((r["win"] + 1) / 2 for r in rows) / len(rows)}
+
+
+def write_eval(root: Path, models: dict, ids=IDS, run=None) -> dict:
+    """data/eval/<model>.jsonl (SFT's all-"yes" rows unless given), metrics/eval.json with the
+    metrics those rows give, data/eval/prompts.json with the evaluated ids (the evaluation's
+    identity is read from both). Returns the eval.json document."""
+    models = {"sft": SFT_ROWS, **models}
+    doc = {"run": {"judge": "task-reward", "n_prompts": len(ids), **(run or {})}}
+    (root / "data" / "eval").mkdir(parents=True, exist_ok=True)
+    for name, rows in models.items():
+        rows = [r for r in rows if r["id"] in ids]
+        (root / "data" / "eval" / f"{name}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows))
+        doc[name] = metrics_of(rows)
     (root / "metrics").mkdir(parents=True, exist_ok=True)
     (root / "metrics" / "eval.json").write_text(json.dumps(doc))
-    (root / "data" / "eval").mkdir(parents=True, exist_ok=True)
     (root / "data" / "eval" / "prompts.json").write_text(json.dumps({"ids": list(ids)}))
+    return doc
 
 
 @pytest.fixture()
@@ -73,61 +108,95 @@ def _registered_names(uri) -> list[str]:
 # the gate, by hand
 
 
-def test_gate_rule_by_hand():
+@pytest.mark.fast
+def test_gate_passes_on_a_gain_on_every_prompt_with_its_exact_interval():
+    """PLP +0.05 on each of the 8 PLP prompts: every resample's difference is 0.05, so the
+    interval is [0.05, 0.05]; DR-F1 is equal (2/3 both), not worse."""
     from hargo.gate import gate
 
-    ref = {"dr_f1": 0.80, "plp_similarity": 0.50}
-    ok, why = gate({"dr_f1": 0.85, "plp_similarity": 0.50}, ref, ["dr_f1", "plp_similarity"], 0.0)
-    assert ok and "better on dr_f1" in why and "dr_f1 0.8500 vs 0.8000 (+0.0500)" in why
-    ok, why = gate(dict(ref), ref, ["dr_f1", "plp_similarity"], 0.0)
-    assert not ok and "not strictly better" in why
-    worse = {"dr_f1": 0.90, "plp_similarity": 0.49}
-    ok, why = gate(worse, ref, ["dr_f1", "plp_similarity"], 0.0)
-    assert not ok and "by more than the tolerance 0 on plp_similarity" in why
-    ok, why = gate(worse, ref, ["dr_f1", "plp_similarity"], 0.02)  # -0.01 is within 0.02
-    assert ok
-    ok, _ = gate(worse, ref, ["dr_f1", "plp_similarity"], 0.005)
-    assert not ok
-    # tolerance never makes an equal-or-worse candidate pass
-    ok, _ = gate({"dr_f1": 0.79, "plp_similarity": 0.49}, ref, ["dr_f1", "plp_similarity"], 0.5)
-    assert not ok
+    ok, why, ci = gate(model_rows(plp=0.45), SFT_ROWS, ["dr_f1", "plp_similarity"], 0.0)
+    assert ok, why
+    assert why == ("better on plp_similarity (95% interval above zero), none worse beyond 0: "
+                   "dr_f1 0.6667 vs 0.6667 (+0.0000, 95% CI [+0.0000, +0.0000]); "
+                   "plp_similarity 0.4500 vs 0.4000 (+0.0500, 95% CI [+0.0500, +0.0500]) "
+                   "(16 paired prompts, 2000 bootstrap resamples)")
+    assert ci["plp_similarity"] == pytest.approx(
+        {"candidate": 0.45, "reference": 0.40, "diff": 0.05, "low": 0.05, "high": 0.05})
+    assert ci["dr_f1"] == pytest.approx({"candidate": 2 / 3, "reference": 2 / 3, "diff": 0.0,
+                                         "low": 0.0, "high": 0.0})
+    # rows are paired by id, not by position
+    ok2, why2, _ = gate(model_rows(plp=0.45)[::-1], SFT_ROWS, ["dr_f1", "plp_similarity"], 0.0)
+    assert (ok2, why2) == (ok, why)
 
 
 @pytest.mark.fast
-def test_gate_tolerance_boundary_passes():
-    """The rule is ``candidate >= reference - tolerance``: a candidate exactly ``tolerance`` below
-    on one metric (0.25 = 0.5 - 0.25, all exact in binary) is within it and passes when it is
-    strictly better elsewhere; one ulp further below fails."""
+def test_gate_refuses_a_point_gain_that_is_noise():
+    """The issue's case in small: a better mean from one prompt. One PLP prompt +0.4 (mean
+    +0.05, as above) but (7/8)^8 = 34% of resamples miss that prompt and differ by 0, so the
+    2.5% quantile is 0: the interval is not above zero and the champion stays."""
     from hargo.gate import gate
 
-    ref = {"dr_f1": 0.5, "plp_similarity": 0.5}
+    one = model_rows(plp=[0.8] + [0.4] * 7)
+    ok, why, ci = gate(one, SFT_ROWS, ["dr_f1", "plp_similarity"], 0.0)
+    assert not ok
+    assert why.startswith("no gate metric better with its 95% interval above zero: ")
+    assert ci["plp_similarity"]["diff"] == pytest.approx(0.05)
+    assert ci["plp_similarity"]["low"] == 0.0 and ci["plp_similarity"]["high"] > 0.05
+    # the same gain on every prompt is evidence
+    assert gate(model_rows(plp=0.45), SFT_ROWS, ["plp_similarity"], 0.0)[0]
+    # identical rows: nothing better
+    ok, why, _ = gate(SFT_ROWS, SFT_ROWS, ["dr_f1", "plp_similarity"], 0.0)
+    assert not ok and "no gate metric better" in why
+
+
+@pytest.mark.fast
+def test_gate_tolerance_boundary_and_the_race_interval():
+    """Worse on a metric: the point difference against ``-tolerance`` (0.25 = 0.5 - 0.25, exact
+    in binary, is within a tolerance of 0.25; one ulp further is not). Race: the perfect
+    predictor against all-"yes" has F1 1 vs 2/3; the interval is the bootstrap's own, above 0."""
+    from hargo.gate import gate, metric_values
+    from hargo.stats import f1_statistic, paired_bootstrap_ci
+
     gates = ["dr_f1", "plp_similarity"]
-    ok, why = gate({"dr_f1": 0.75, "plp_similarity": 0.25}, ref, gates, 0.25)
+    ref = model_rows(plp=0.5)
+    cand = model_rows(race="ynynynyn", plp=0.25)
+    ok, why, ci = gate(cand, ref, gates, 0.25)
     assert ok, why
-    assert why == ("better on dr_f1, none worse beyond 0.25: dr_f1 0.7500 vs 0.5000 (+0.2500); "
-                   "plp_similarity 0.2500 vs 0.5000 (-0.2500)")
-    below = math.nextafter(0.25, 0.0)
-    ok, why = gate({"dr_f1": 0.75, "plp_similarity": below}, ref, gates, 0.25)
-    assert not ok and why.startswith("worse than the reference by more than the tolerance 0.25 "
-                                     "on plp_similarity: ")
-    # tolerance 0: equal is not worse, and exactly equal everywhere is not strictly better
-    ok, why = gate({"dr_f1": 0.5, "plp_similarity": 0.5}, ref, gates, 0.0)
-    assert not ok and why.startswith("not strictly better on any gate metric: ")
-    ok, _ = gate({"dr_f1": 0.5, "plp_similarity": math.nextafter(0.5, 1.0)}, ref, gates, 0.0)
-    assert ok
-    # only the listed gate metrics count: a worse metric outside them does not block
-    ok, _ = gate({"dr_f1": 0.6, "plp_similarity": 0.0}, ref, ["dr_f1"], 0.0)
-    assert ok
-    with pytest.raises(KeyError):
-        gate({"dr_f1": 0.6}, ref, gates, 0.0)
-    # several metrics deciding: listed in gate_metrics order, comma-separated
-    three = ["dr_f1", "plp_similarity", "mlperf_em"]
-    ref3 = {**ref, "mlperf_em": 0.5}
-    ok, why = gate({"dr_f1": 0.75, "plp_similarity": 0.75, "mlperf_em": 0.5}, ref3, three, 0.0)
-    assert ok and why.startswith("better on dr_f1, plp_similarity, none worse beyond 0: ")
-    ok, why = gate({"dr_f1": 0.25, "plp_similarity": 0.75, "mlperf_em": 0.0}, ref3, three, 0.0)
-    assert not ok and why.startswith("worse than the reference by more than the tolerance 0 on "
-                                     "dr_f1, mlperf_em: ")
+    assert why.startswith("better on dr_f1 (95% interval above zero), none worse beyond 0.25: "
+                          "dr_f1 1.0000 vs 0.6667 (+0.3333, 95% CI [")
+    a, stat = metric_values(cand, "dr_f1")
+    assert stat is f1_statistic and a.tolist() == [[1, 1], [0, 0]] * 4
+    want = paired_bootstrap_ci(a, metric_values(ref, "dr_f1")[0], f1_statistic, 2000, 0.95, 0)
+    assert ci["dr_f1"]["low"] == want["low"] > 0 and ci["dr_f1"]["high"] == want["high"]
+    tighter = math.nextafter(0.25, 0.0)                   # one ulp less tolerance
+    ok, why, _ = gate(cand, ref, gates, tighter)
+    assert not ok and why.startswith(f"worse than the reference by more than the tolerance "
+                                     f"{tighter:g} on plp_similarity: ")
+    # tolerance never makes an equal-or-worse candidate pass
+    assert not gate(model_rows(plp=0.3), ref, gates, 0.5)[0]
+    # only the listed gate metrics count
+    assert gate(cand, ref, ["dr_f1"], 0.0)[0]
+    assert not gate(cand, ref, gates, 0.0)[0]
+    # another seed draws other prompts: the interval is reproducible per seed
+    assert gate(cand, ref, gates, 0.25, seed=7)[2] == gate(cand, ref, gates, 0.25, seed=7)[2]
+
+
+@pytest.mark.fast
+def test_gate_refuses_rows_that_are_not_the_same_prompts_or_lack_a_field():
+    from hargo.gate import gate, metric_values
+
+    with pytest.raises(ValueError, match=r"only in candidate: \[\], only in reference: "
+                                         r"\['race_c-00007'\], 15 vs 16 rows"):
+        gate(model_rows()[:7] + model_rows()[8:], SFT_ROWS, ["dr_f1"], 0.0)
+    old = [{k: v for k, v in r.items() if k != "label"} for r in SFT_ROWS]
+    with pytest.raises(ValueError, match=r"gate metric dr_f1: prompt 'race_c-00000' has no "
+                                         r"'label' \(evaluated by an older hargo"):
+        gate(old, SFT_ROWS, ["dr_f1"], 0.0)
+    with pytest.raises(ValueError, match=r"gate metric mlperf_em: no evaluated prompt of task"):
+        metric_values(SFT_ROWS, "mlperf_em")
+    # every gate metric has a per-prompt form
+    from hargo.gate import GATE_METRICS, _METRIC_FORMS
+    assert set(_METRIC_FORMS) == set(GATE_METRICS)
 
 
 @pytest.mark.fast
@@ -178,10 +247,19 @@ def test_gate_params_refuse_a_bad_tolerance_and_bad_metrics():
     from hargo.gate import GATE_METRICS, check_gate_params
 
     ok = {"model_name": "hargo-hpc", "gate_metrics": ["dr_f1", "win_rate"]}
-    assert check_gate_params(ok) == ("hargo-hpc", ["dr_f1", "win_rate"], 0.0)  # default 0
-    assert check_gate_params({**ok, "tolerance": 0}) == ("hargo-hpc", ["dr_f1", "win_rate"], 0.0)
-    name, gates, tol = check_gate_params({**ok, "tolerance": 0.02})
+    default = ("hargo-hpc", ["dr_f1", "win_rate"], 0.0, 2000, 0.95)   # the documented defaults
+    assert check_gate_params(ok) == default
+    assert check_gate_params({**ok, "tolerance": 0}) == default
+    tol = check_gate_params({**ok, "tolerance": 0.02}).tolerance
     assert tol == 0.02 and isinstance(tol, float)
+    got = check_gate_params({**ok, "resamples": 500, "confidence": 0.9})
+    assert (got.resamples, got.confidence) == (500, 0.9)
+    for bad in (99, 0, 2000.0, True, "2000", None):
+        with pytest.raises(ValueError, match=r"register\.resamples: expected an integer >= 100"):
+            check_gate_params({**ok, "resamples": bad})
+    for bad in (0, 1, 1.5, -0.1, True, "0.95", None):
+        with pytest.raises(ValueError, match=r"register\.confidence: expected a number in \(0, 1\)"):
+            check_gate_params({**ok, "confidence": bad})
     # infinity would let every candidate through the "not worse beyond the tolerance" rule
     for bad in (-0.01, -1, float("nan"), float("inf"), "0.02", None, True, [0.1]):
         with pytest.raises(ValueError,
@@ -199,31 +277,27 @@ def test_gate_params_refuse_a_bad_tolerance_and_bad_metrics():
 
 
 @pytest.mark.fast
-def test_sft_default_win_rate_half_is_a_gate_metric(tmp_path):
-    """SFT's ``win_rate`` against itself is 0.5 when eval.json has none; as a gate metric a
-    candidate at 0.5 (all ties with SFT) is not better on it, one above is."""
+def test_win_rate_gate_reads_the_judges_verdicts(tmp_path):
+    """SFT's rows carry ``win`` 0 (a tie with itself): WinRate 0.5. A candidate tying on every
+    prompt (0.5) is not better; one winning every prompt (1.0) is, with interval [0.5, 0.5]; a
+    candidate without ``win_rate`` in eval.json is refused, naming the field."""
     from hargo.gate import gate
     from hargo.registry import read_eval_metrics
 
-    write_eval(tmp_path, eval_doc(grpo={"win_rate": 0.5}, hargo={"win_rate": 0.625}))
-    got = read_eval_metrics(tmp_path / "metrics" / "eval.json", ["sft", "grpo", "hargo"],
-                            ["dr_f1", "win_rate"])
-    assert got["sft"] == {**SFT, "win_rate": 0.5}
     gates = ["dr_f1", "win_rate"]
-    ok, why = gate(got["grpo"], got["sft"], gates, 0.0)
-    assert not ok and "win_rate 0.5000 vs 0.5000 (+0.0000)" in why
-    ok, why = gate(got["hargo"], got["sft"], gates, 0.0)
-    assert ok and why.startswith("better on win_rate, none worse beyond 0: ")
-    # an SFT win_rate written by the evaluate stage is kept, not overwritten
-    doc = eval_doc(grpo={})
-    doc["sft"]["win_rate"] = 0.25
-    write_eval(tmp_path, doc)
-    got = read_eval_metrics(tmp_path / "metrics" / "eval.json", ["sft", "grpo"], ["win_rate"])
-    assert got["sft"]["win_rate"] == 0.25
-    # a candidate without win_rate is refused, naming the field
-    doc = eval_doc(grpo={})
+    ok, why, _ = gate(model_rows(win=0), SFT_ROWS, gates, 0.0)
+    assert not ok and "win_rate 0.5000 vs 0.5000 (+0.0000, 95% CI [+0.0000, +0.0000])" in why
+    ok, why, ci = gate(model_rows(win=1), SFT_ROWS, gates, 0.0)
+    assert ok and why.startswith("better on win_rate (95% interval above zero), none worse")
+    assert ci["win_rate"] == pytest.approx({"candidate": 1.0, "reference": 0.5, "diff": 0.5,
+                                            "low": 0.5, "high": 0.5})
+    doc = write_eval(tmp_path, {"grpo": model_rows(win=1)})
+    del doc["sft"]["win_rate"]
+    (tmp_path / "metrics" / "eval.json").write_text(json.dumps(doc))
+    got = read_eval_metrics(tmp_path / "metrics" / "eval.json", ["sft", "grpo"], gates)
+    assert got["sft"]["win_rate"] == 0.5 and got["grpo"]["win_rate"] == 1.0
     del doc["grpo"]["win_rate"]
-    write_eval(tmp_path, doc)
+    (tmp_path / "metrics" / "eval.json").write_text(json.dumps(doc))
     with pytest.raises(HargoInputError, match=r"field 'grpo\.win_rate'"):
         read_eval_metrics(tmp_path / "metrics" / "eval.json", ["sft", "grpo"], ["win_rate"])
 
@@ -237,10 +311,13 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
     from hargo.evaluation.generate import generate
     from hargo.registry import ask, load_registered, run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70, "plp_similarity": 0.40}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     doc = run(reg_params(committed_params), root=reg_root)
 
     assert doc["previous_champion"] is None
+    assert doc["versions"][0]["intervals"]["plp_similarity"] == pytest.approx(
+        {"candidate": 0.45, "reference": 0.40, "diff": 0.05, "low": 0.05, "high": 0.05})
+    assert (doc["resamples"], doc["confidence"]) == (2000, 0.95)
     assert doc["versions"][0]["gate"] == "passed" and doc["versions"][0]["reference"] == "sft"
     assert doc["champion"] == {"version": "1", "method": "grpo", "moved": True}
     assert doc["candidate"] == {"version": "1", "method": "grpo"}
@@ -254,13 +331,19 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
     assert set(mv.tags) == {"hargo.method", "hargo.seed", "hargo.data_version",
                             "hargo.git_commit", "hargo.gate", "hargo.eval_identity"}
     identity = json.loads(mv.tags["hargo.eval_identity"])
-    assert identity == doc["eval_identity"] and identity["n_prompts"] == 8
+    assert identity == doc["eval_identity"] and identity["n_prompts"] == 16
     assert identity["judge"] == "task-reward" and len(identity["prompts"]) == 16
     assert mv.tags["hargo.method"] == "grpo" and mv.tags["hargo.gate"] == "passed"
-    assert mv.description.startswith("gate passed against sft: better on dr_f1")
+    assert mv.description.startswith("gate passed against sft: better on plp_similarity (95% "
+                                      "interval above zero)")
+    assert "plp_similarity 0.4500 vs 0.4000 (+0.0500, 95% CI [+0.0500, +0.0500])" in mv.description
     linked = {m.key: m.value for m in client.get_logged_model(mv.source.split("/")[-1]).metrics}
-    assert linked["dr_f1"] == 0.70 and linked["win_rate"] == 0.5
-    assert linked["plp_similarity"] == 0.40 and linked["mlperf_em"] == 0.10
+    assert linked["dr_f1"] == pytest.approx(2 / 3) and linked["win_rate"] == 0.5
+    assert linked["plp_similarity"] == pytest.approx(0.45)
+    # the gate's evidence is kept with the version: a later register pairs its rows
+    import mlflow
+    kept = mlflow.artifacts.load_dict(f"runs:/{mv.run_id}/eval/grpo.per_prompt.json")
+    assert kept == {"rows": model_rows(plp=0.45)}
     run_ = _client(mlflow_uri).get_run(doc["run_id"])
     assert run_.data.tags["hargo.stage"] == "register"
     assert run_.data.params["register.model_name"] == "hargo-hpc"
@@ -292,7 +375,7 @@ def test_a_champion_registered_by_an_older_hargo_is_not_comparable(
         tags={"hargo.method": "hargo", "hargo.metric.dr_f1": "0.1",
               "hargo.metric.plp_similarity": "0.1"})
     client.set_registered_model_alias("hargo-hpc", "champion", old.version)
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.85, "plp_similarity": 0.49}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     doc = run(reg_params(committed_params), root=reg_root)
     v = doc["versions"][0]
     assert v["gate"] == "failed" and v["reference"] == "champion v1 (hargo)"
@@ -303,6 +386,29 @@ def test_a_champion_registered_by_an_older_hargo_is_not_comparable(
     assert _aliases(mlflow_uri) == {"champion": "1", "candidate": "2"}
 
 
+def test_a_champion_without_per_prompt_rows_is_not_comparable(
+        reg_root, committed_params, mlflow_uri, tiny_model_dir):
+    """Same evaluation identity, but no per-prompt rows recorded with the champion: the gate has
+    no evidence to pair, so it refuses and says why."""
+    from hargo.evaluation.identity import read_eval_identity
+    from hargo.registry import run
+
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
+    client = _client(mlflow_uri)
+    client.create_registered_model("hargo-hpc")
+    old = client.create_model_version(
+        "hargo-hpc", source=str(tiny_model_dir),
+        tags={"hargo.method": "hargo",
+              "hargo.eval_identity": json.dumps(read_eval_identity(reg_root), sort_keys=True)})
+    client.set_registered_model_alias("hargo-hpc", "champion", old.version)
+    doc = run(reg_params(committed_params), root=reg_root)
+    v = doc["versions"][0]
+    assert v["gate"] == "failed" and v["intervals"] == {}
+    assert "(the champion has no per-prompt evaluation recorded (eval/<method>.per_prompt.json))" \
+        in v["reason"]
+    assert _aliases(mlflow_uri) == {"champion": "1", "candidate": "2"}
+
+
 def test_an_evaluation_that_is_not_the_champions_cannot_move_it(reg_root, committed_params,
                                                                   mlflow_uri):
     """The issue's case: a second register after an evaluation on other prompts (fewer, or
@@ -310,27 +416,26 @@ def test_an_evaluation_that_is_not_the_champions_cannot_move_it(reg_root, commit
     names what differs; on the champion's own evaluation the same candidate passes."""
     from hargo.registry import run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70, "plp_similarity": 0.40}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     run(reg_params(committed_params), root=reg_root)
     assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
 
-    better = eval_doc(grpo={"dr_f1": 0.95, "plp_similarity": 0.60})
-    write_eval(reg_root, better, ids=IDS[:4])                       # 4 prompts instead of 8
+    better = {"grpo": model_rows(plp=0.60)}
+    fewer = RACE_IDS[:4] + PLP_IDS[:4]
+    write_eval(reg_root, better, ids=fewer)                         # 8 prompts instead of 16
     doc = run(reg_params(committed_params), root=reg_root)
     v = doc["versions"][0]
-    assert v["gate"] == "failed" and "n_prompts: 4 vs 8" in v["reason"]
+    assert v["gate"] == "failed" and "n_prompts: 8 vs 16" in v["reason"]
     assert "prompts: '" in v["reason"] and doc["champion"]["moved"] is False
     assert _aliases(mlflow_uri) == {"candidate": "2", "champion": "1"}
 
-    better["run"]["max_new_tokens"] = 64                             # same prompts, other budget
-    write_eval(reg_root, better)
+    write_eval(reg_root, better, run={"max_new_tokens": 64})         # same prompts, other budget
     doc = run(reg_params(committed_params), root=reg_root)
     assert "max_new_tokens: 64 vs None" in doc["versions"][0]["reason"]
     assert "n_prompts" not in doc["versions"][0]["reason"]
     assert _aliases(mlflow_uri)["champion"] == "1"
 
-    del better["run"]["max_new_tokens"]                              # the champion's evaluation
-    write_eval(reg_root, better)
+    write_eval(reg_root, better)                                     # the champion's evaluation
     doc = run(reg_params(committed_params), root=reg_root)
     assert doc["versions"][0]["gate"] == "passed"
     assert _aliases(mlflow_uri) == {"candidate": "4", "champion": "4"}
@@ -340,12 +445,12 @@ def test_champion_stays_when_the_gate_fails_then_moves_when_it_passes(
         reg_root, committed_params, mlflow_uri):
     from hargo.registry import run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70, "plp_similarity": 0.45}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     run(reg_params(committed_params), root=reg_root)
     assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
 
-    # better DR-F1 but worse PLP than the champion (0.45): candidate only
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.90, "plp_similarity": 0.44}))
+    # better DR-F1 (1 vs 2/3, interval above 0) but worse PLP than the champion: candidate only
+    write_eval(reg_root, {"grpo": model_rows(race="ynynynyn", plp=0.44)})
     doc = run(reg_params(committed_params), root=reg_root)
     assert _aliases(mlflow_uri) == {"candidate": "2", "champion": "1"}
     v = doc["versions"][0]
@@ -367,14 +472,14 @@ def test_no_champion_when_no_candidate_beats_sft_and_two_methods_are_judged_in_o
         reg_root, committed_params, mlflow_uri):
     from hargo.registry import run
 
-    # grpo ties SFT (not strictly better): no champion; hargo beats SFT: champion
-    write_eval(reg_root, eval_doc(grpo={}, hargo={"plp_similarity": 0.41}))
+    # grpo ties SFT (nothing better): no champion; hargo beats SFT on every PLP prompt: champion
+    write_eval(reg_root, {"grpo": model_rows(), "hargo": model_rows(plp=0.41)})
     doc = run(reg_params(committed_params, methods=("grpo", "hargo")), root=reg_root)
     assert [(v["method"], v["version"], v["gate"]) for v in doc["versions"]] == [
         ("grpo", "1", "failed"), ("hargo", "2", "passed")]
     assert _aliases(mlflow_uri) == {"candidate": "2", "champion": "2"}
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.59}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.40)})              # below the champion's 0.41
     doc = run(reg_params(committed_params, methods=("grpo",)), root=reg_root)
     assert doc["versions"][0]["reference"] == "champion v2 (hargo)"
     assert _aliases(mlflow_uri) == {"candidate": "3", "champion": "2"}
@@ -383,7 +488,7 @@ def test_no_champion_when_no_candidate_beats_sft_and_two_methods_are_judged_in_o
 def test_no_candidate_beats_sft_leaves_champion_unset(reg_root, committed_params, mlflow_uri):
     from hargo.registry import run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.5}))
+    write_eval(reg_root, {"grpo": model_rows(race="nnnnnnnn")})      # DR-F1 0
     doc = run(reg_params(committed_params), root=reg_root)
     assert doc["champion"] is None
     assert doc["decision"] == "champion stays unset (no candidate beat sft)"
@@ -397,13 +502,23 @@ def test_no_candidate_beats_sft_leaves_champion_unset(reg_root, committed_params
 def test_missing_metrics_for_a_model_is_a_clear_error(reg_root, committed_params, mlflow_uri):
     from hargo.registry import run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}))
+    doc = write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     with pytest.raises(HargoInputError, match=r"eval.json, field 'hargo': no metrics for model"):
         run(reg_params(committed_params, methods=("grpo", "hargo")), root=reg_root)
-    doc = eval_doc(grpo={"dr_f1": 0.7})
     doc["grpo"]["plp_similarity"] = None
-    write_eval(reg_root, doc)
+    (reg_root / "metrics" / "eval.json").write_text(json.dumps(doc))
     with pytest.raises(HargoInputError, match=r"field 'grpo.plp_similarity'"):
+        run(reg_params(committed_params), root=reg_root)
+    # rows from another evaluation than eval.json's: the gate would resample the wrong rows
+    doc = write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
+    doc["grpo"]["plp_similarity"] = 0.5
+    (reg_root / "metrics" / "eval.json").write_text(json.dumps(doc))
+    with pytest.raises(HargoInputError, match=r"field 'grpo.plp_similarity': plp_similarity of "
+                       r"grpo is 0.5 but its per-prompt rows give 0.45"):
+        run(reg_params(committed_params), root=reg_root)
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
+    (reg_root / "data" / "eval" / "grpo.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match=r"grpo.jsonl not found: run the evaluate stage"):
         run(reg_params(committed_params), root=reg_root)
     (reg_root / "metrics" / "eval.json").unlink()
     with pytest.raises(FileNotFoundError, match="hargo evaluate"):
@@ -414,7 +529,7 @@ def test_missing_metrics_for_a_model_is_a_clear_error(reg_root, committed_params
 def test_unknown_gate_metric_is_a_clear_error(reg_root, committed_params, mlflow_uri):
     from hargo.registry import run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     with pytest.raises(ValueError, match=r"unknown gate metric 'mean_completion_chars_plp'"):
         run(reg_params(committed_params,
                        **{"register.gate_metrics": ["dr_f1", "mean_completion_chars_plp"]}),
@@ -426,7 +541,7 @@ def test_unknown_gate_metric_is_a_clear_error(reg_root, committed_params, mlflow
 def test_missing_or_half_written_model_folder(reg_root, committed_params, mlflow_uri, damage):
     from hargo.registry import run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}, hargo={"dr_f1": 0.8}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45), "hargo": model_rows(plp=0.5)})
     folder = reg_root / "models" / "rl" / "hargo"
     if damage == "missing":
         shutil.rmtree(folder)
@@ -441,7 +556,7 @@ def test_missing_or_half_written_model_folder(reg_root, committed_params, mlflow
 def test_store_that_cannot_be_opened_is_a_clear_error(reg_root, committed_params, monkeypatch):
     from hargo.registry import run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     blocker = reg_root / "not-a-folder"
     blocker.write_text("x")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{blocker}/mlflow.db")
@@ -455,14 +570,14 @@ def test_unwritable_artifact_store_keeps_the_champion_and_registers_nothing(
         reg_root, committed_params, mlflow_uri):
     from hargo.registry import run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     first = run(reg_params(committed_params), root=reg_root)
     before = (reg_root / "metrics" / "register.json").read_text()
     # the artifact store becomes unwritable: its folder is replaced by a file
     artifacts = reg_root / "mlruns" / "artifacts"
     shutil.rmtree(artifacts)
     artifacts.write_text("not a folder")
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.95}))  # would win the gate
+    write_eval(reg_root, {"grpo": model_rows(plp=0.60)})  # would win the gate
     with pytest.raises(RuntimeError, match="nothing was registered and no alias moved"):
         run(reg_params(committed_params), root=reg_root)
     assert _versions(mlflow_uri) == ["1"]
@@ -476,7 +591,7 @@ def test_failure_midway_deletes_the_versions_already_created(reg_root, committed
 
     from hargo.registry import run
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.7}, hargo={"dr_f1": 0.8}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45), "hargo": model_rows(plp=0.5)})
     real = mlflow.register_model
     calls = []
 
@@ -501,12 +616,12 @@ def test_failure_after_the_champion_moved_puts_the_champion_back(reg_root, commi
     version it held."""
     from hargo import registry
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     registry.run(reg_params(committed_params), root=reg_root)
     assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
     before = (reg_root / "metrics" / "register.json").read_text()
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.95}))   # wins the gate: the champion moves
+    write_eval(reg_root, {"grpo": model_rows(plp=0.60)})   # wins the gate: the champion moves
     seen = []
 
     def fail_after_alias(path, doc):
@@ -528,7 +643,7 @@ def test_failure_after_the_first_champion_was_set_removes_it(reg_root, committed
     """No champion before, the gate passes, then a failure: no champion, no model left."""
     from hargo import registry
 
-    write_eval(reg_root, eval_doc(grpo={"dr_f1": 0.70}))
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
     monkeypatch.setattr(registry, "atomic_write_json",
                         lambda path, doc: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(RuntimeError, match="OSError: disk full"):

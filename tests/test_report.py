@@ -1,4 +1,4 @@
-"""The comparison report (hargo.compare.stats, .aggregate, .report) on hand-computed fixtures."""
+"""The comparison report (hargo.stats, .aggregate, .report) on hand-computed fixtures."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from hargo.compare import aggregate, report
-from hargo.compare.stats import (f1_statistic, mean_std, paired_bootstrap_ci,
+from hargo.stats import (f1_statistic, mean_std, paired_bootstrap_ci,
                                  paired_bootstrap_ci_seeds, race_f1_records)
 
 ROOT = Path(__file__).resolve().parents[1]

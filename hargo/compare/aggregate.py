@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from hargo.compare.layout import run_name  # re-exported
-from hargo.compare.stats import (f1_statistic, mean_statistic, mean_std,
+from hargo.stats import (f1_statistic, mean_statistic, mean_std,
                                  paired_bootstrap_ci_seeds, race_f1_records)
 from hargo.rewards import RACE_TASKS, TASKS, completion_text
 
@@ -294,7 +294,7 @@ def bootstrap_cis(per_prompt: Mapping[str, Mapping[str, np.ndarray]], methods: S
                   seeds: Sequence[int], resamples: int, confidence: float,
                   seed: int) -> tuple[dict[str, dict], list[str]]:
     """Paired bootstrap intervals of HARGO minus every other compared method, GRPO first
-    (``hargo.compare.stats.paired_bootstrap_ci_seeds``; DR-F1 with the F1 statistic, the others
+    (``hargo.stats.paired_bootstrap_ci_seeds``; DR-F1 with the F1 statistic, the others
     with the mean).
 
     Args:

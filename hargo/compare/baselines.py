@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from hargo.compare.stats import mean_std
+from hargo.stats import mean_std
 from hargo.rewards import RACE_TASKS
 
 __all__ = ["RACE_KEYS", "run_race_metrics", "race_table"]

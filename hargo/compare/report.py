@@ -37,7 +37,7 @@ Outputs (each whole or not at all; ``hargo.io``), rendered by ``hargo.compare.re
 
 Contents: the paper-style table as mean +- std over seeds (sample std, ddof=1; SFT one row), the
 paper's own figures beside ours (method.md), 95% paired-bootstrap CIs of HARGO minus each other
-method (headline: HARGO - GRPO; ``hargo.compare.stats``), the race baselines (always-yes,
+method (headline: HARGO - GRPO; ``hargo.stats``), the race baselines (always-yes,
 nearest-train, base when evaluated) beside SFT and each method in DR-F1, MCC, AUC and the "yes"
 share (``hargo.compare.baselines``), the confusion matrices, training
 curves, answer lengths, the judge, budget, seeds, data version and git commit.

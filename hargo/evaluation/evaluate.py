@@ -38,7 +38,8 @@ Outputs, each whole or not at all:
   ``completion_tokens`` and ``gen_tokens_per_s``. Per baseline (``"baseline": true``): race
   metrics only (:func:`race_entry`).
 - ``data/eval/<model>.jsonl``: per prompt ``id``, ``task``, ``completion``, ``reward``,
-  ``correct`` (and ``prediction`` / ``em`` / ``similarity``, ``chars``; race prompts also
+  ``correct``, ``win`` (the judge's verdict against SFT: 1, 0, -1; SFT's own rows 0) (and
+  ``label`` / ``prediction`` / ``em`` / ``similarity``, ``chars``; race prompts also
   ``log_p_yes``, ``log_p_no``, ``yes_no_score``); ``data/eval/baselines.jsonl``: per race prompt
   ``id``, ``task``, ``label``, the nearest-train ``prediction``, ``neighbour`` (train id),
   ``similarity`` and ``score``; ``data/eval/prompts.json``: the chosen ids and skipped counts.
@@ -250,9 +251,13 @@ def run(params: dict, root: str | Path = ".") -> dict:
                   f"MLPerf EM {_fmt(entry.get('mlperf_em'))}, AvgScore "
                   f"{_fmt(entry.get('avg_score'))}", flush=True)
         for name in dirs:
-            if name == SFT:
+            if name == SFT:   # against itself: a tie on every prompt (the gate reads "win")
+                for row in scored[name]:
+                    row["win"] = 0
                 continue
             w = win_rate(subset, completions[name], completions[SFT], judge)
+            for row, verdict in zip(scored[name], w["verdicts"], strict=True):
+                row["win"] = verdict
             entries[name].update(win_rate=w["win_rate"], win_wins=w["wins"],
                                  win_ties=w["ties"], win_losses=w["losses"])
             print(f"[evaluate] {name} vs sft: WinRate {_fmt(w['win_rate'])} "

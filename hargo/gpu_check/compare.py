@@ -8,7 +8,7 @@ whether all got the same), each model answering the whole eval split greedily (t
 backend, bf16 on the GPU). DR-F1, PLP similarity, MLPerf EM, AvgScore (``hargo.metrics``),
 WinRate vs SFT (judge ``task-reward``), next to an always-"yes" answerer and the SFT model, and
 95% paired-bootstrap intervals of HARGO minus GRPO and HARGO minus Dr. GRPO
-(``hargo.compare.stats``).
+(``hargo.stats``).
 
 Within the part's time SFT gets a fifth and each RL method an equal share of the rest, its
 evaluation (timed on SFT's) kept back. :func:`rescore` recomputes the tables here from the
@@ -53,10 +53,10 @@ def _eval_model(name: str, model_dir: Path, subset: list[dict], ev: Mapping, rew
 
 
 def _per_prompt(subset: Sequence[Mapping], scored: Sequence[Mapping]) -> dict:
-    """Per-prompt arrays for the paired bootstrap (hargo.compare.stats)."""
+    """Per-prompt arrays for the paired bootstrap (hargo.stats)."""
     import numpy as np
 
-    from hargo.compare.stats import race_f1_records
+    from hargo.stats import race_f1_records
 
     race = [(s, r) for s, r in zip(subset, scored) if s["task"] in ("race_c", "race_fortran")]
     out = {"avg_score": np.array([r["reward"] for r in scored], dtype=float)}
@@ -78,7 +78,7 @@ def _comparison_tables(subset: list[dict], evals: Mapping[str, Mapping], reward_
     others; works from completions alone (also used by ``--rescore``)."""
     import numpy as np
 
-    from hargo.compare.stats import f1_statistic, mean_statistic, paired_bootstrap_ci
+    from hargo.stats import f1_statistic, mean_statistic, paired_bootstrap_ci
     from hargo.judges import make_judge
 
     judge = make_judge({"judge": "reward"}, reward_fn)

@@ -124,7 +124,7 @@ def preflight(out: Path | None, need_cuda: bool = True) -> int:
     required = ["torch", "transformers", "trl", "peft", "accelerate", "datasets", "gguf",
                 "sentence_transformers", "sklearn", "matplotlib", "yaml",
                 "hargo.training.grpo", "hargo.training.rl", "hargo.training.sft",
-                "hargo.evaluation.generate", "hargo.metrics", "hargo.compare.stats",
+                "hargo.evaluation.generate", "hargo.metrics", "hargo.stats",
                 "hargo.models.smollm2"]
     ok = True
     for name in required:

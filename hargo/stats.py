@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 __all__ = ["mean_std", "paired_bootstrap_ci", "paired_bootstrap_ci_seeds", "f1_statistic",
-           "race_f1_records", "mean_statistic"]
+           "precision_statistic", "recall_statistic", "race_f1_records", "mean_statistic"]
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -74,6 +74,27 @@ def f1_statistic(records: np.ndarray) -> float:
     tp = int(np.sum(t & p))
     den = 2 * tp + int(np.sum(~t & p)) + int(np.sum(t & ~p))
     return 0.0 if den == 0 else 2.0 * tp / den
+
+
+def _counts(records: np.ndarray) -> tuple[int, int, int]:
+    r = np.asarray(records)
+    t, p = r[:, 0].astype(bool), r[:, 1].astype(bool)
+    return int(np.sum(t & p)), int(np.sum(~t & p)), int(np.sum(t & ~p))
+
+
+def precision_statistic(records: np.ndarray) -> float:
+    """Precision of "yes" over records ``(n, 2)`` as :func:`f1_statistic`'s:
+    ``TP / (TP + FP)``, 0.0 when nothing is predicted "yes" (``zero_division=0``, as
+    ``dr_precision`` in ``hargo.metrics``)."""
+    tp, fp, _ = _counts(records)
+    return 0.0 if tp + fp == 0 else tp / (tp + fp)
+
+
+def recall_statistic(records: np.ndarray) -> float:
+    """Recall of "yes" over records ``(n, 2)`` as :func:`f1_statistic`'s: ``TP / (TP + FN)``,
+    0.0 when no label is "yes" (``zero_division=0``, as ``dr_recall``)."""
+    tp, _, fn = _counts(records)
+    return 0.0 if tp + fn == 0 else tp / (tp + fn)
 
 
 def paired_bootstrap_ci_seeds(a_runs: Sequence, b_runs: Sequence,
