@@ -82,7 +82,8 @@ def test_score_samples_record_by_record():
     fn, scorer = _fn()
     recs = score_samples(SAMPLES, COMPLETIONS, fn)
     expected = [{"id": s["id"], "task": s["task"], "completion": t, "reward": reward,
-                 "chars": len(t), "correct": correct, **extra}
+                 "chars": len(t), "correct": correct, **extra,
+                 **({"label": s["label"]} if "prediction" in extra else {})}
                 for (s, _, reward, correct, extra), t in zip(ROWS, TEXTS)]
     assert len(recs) == len(expected)
     for got, want in zip(recs, expected):
@@ -229,14 +230,15 @@ def test_win_rate_counts_wins_ties_and_losses(make_judge):
     judge = make_judge()
     out = win_rate(WR_SAMPLES, WR_A, WR_B, judge)
     assert out == {"win_rate": pytest.approx(0.6), "wins": 2, "ties": 2, "losses": 1, "n": 5,
-                   "judge": judge.name}
+                   "judge": judge.name, "verdicts": [1, 1, -1, 0, 0]}
     if isinstance(judge, _BatchLengthJudge):  # completion texts, conversations unwrapped
         assert judge.batches == [(["longer", "aaaa", "x", "same", "tie!"], WR_B)]
     back = win_rate(WR_SAMPLES, WR_B, WR_A, judge)
     assert (back["wins"], back["ties"], back["losses"]) == (1, 2, 2)
+    assert back["verdicts"] == [-1, -1, 1, 0, 0]
     assert back["win_rate"] == pytest.approx(0.4)
     assert win_rate([], [], [], judge) == {"win_rate": None, "wins": 0, "ties": 0, "losses": 0,
-                                           "n": 0, "judge": judge.name}
+                                           "n": 0, "judge": judge.name, "verdicts": []}
 
 
 def test_win_rate_refuses_bad_verdicts_and_lengths():
