@@ -649,3 +649,74 @@ def test_failure_after_the_first_champion_was_set_removes_it(reg_root, committed
     with pytest.raises(RuntimeError, match="OSError: disk full"):
         registry.run(reg_params(committed_params), root=reg_root)
     assert _registered_names(mlflow_uri) == []
+
+
+@pytest.mark.fast
+def test_gate_passes_its_bootstrap_settings_through_and_names_every_metric():
+    """resamples, confidence and seed reach the bootstrap (the intervals are exactly
+    paired_bootstrap_ci's with the same settings); several deciding metrics are all named."""
+    from hargo.gate import gate, metric_values
+    from hargo.stats import f1_statistic, paired_bootstrap_ci
+
+    cand, ref = model_rows(race="ynynynyn", plp=0.25), model_rows(plp=0.5)
+    a, b = metric_values(cand, "dr_f1")[0], metric_values(ref, "dr_f1")[0]
+    for kw in ({"resamples": 100}, {"confidence": 0.5}, {"seed": 1}, {}):
+        want = paired_bootstrap_ci(a, b, f1_statistic, **{"resamples": 2000, "confidence": 0.95,
+                                                            "seed": 0, **kw})
+        got = gate(cand, ref, ["dr_f1"], 0.0, **kw)[2]["dr_f1"]
+        assert (got["low"], got["high"]) == (want["low"], want["high"]), kw
+    noisy = model_rows(plp=[0.05, 0.13, 0.29, 0.37, 0.41, 0.53, 0.67, 0.71])
+    assert gate(noisy, SFT_ROWS, ["plp_similarity"], 0.0, seed=1)[2] != \
+        gate(noisy, SFT_ROWS, ["plp_similarity"], 0.0)[2] == \
+        gate(noisy, SFT_ROWS, ["plp_similarity"], 0.0, seed=0)[2]
+    assert "(16 paired prompts, 100 bootstrap resamples)" in gate(cand, ref, ["dr_f1"], 0.0,
+                                                                   resamples=100)[1]
+    assert " 50% CI [" in gate(cand, ref, ["dr_f1"], 0.0, confidence=0.5)[1]
+    # two metrics better, two worse: each list names both
+    both = model_rows(race="ynynynyn", plp=0.6)
+    ok, why, _ = gate(both, SFT_ROWS, ["dr_f1", "plp_similarity"], 0.0)
+    assert ok and why.startswith("better on dr_f1, plp_similarity (95% interval above zero)")
+    ok, why, _ = gate(SFT_ROWS, both, ["dr_f1", "plp_similarity"], 0.0)
+    assert not ok and why.startswith("worse than the reference by more than the tolerance 0 on "
+                                     "dr_f1, plp_similarity: ")
+
+
+@pytest.mark.fast
+def test_gate_pairing_refuses_duplicates_and_names_at_most_three_ids():
+    from hargo.gate import gate, metric_values
+
+    for cand, ref in ((SFT_ROWS + SFT_ROWS[:1], SFT_ROWS), (SFT_ROWS, SFT_ROWS + SFT_ROWS[:1])):
+        with pytest.raises(ValueError, match=r"must hold the same unique prompt ids"):
+            gate(cand, ref, ["plp_similarity"], 0.0)
+    with pytest.raises(ValueError, match=r"only in candidate: \[\], only in reference: "
+                       r"\['plp-00003', 'plp-00004', 'plp-00005'\], 11 vs 16 rows"):
+        gate(SFT_ROWS[:11], SFT_ROWS, ["plp_similarity"], 0.0)
+    mixed = [{**SFT_ROWS[0], "id": 7}] + SFT_ROWS[1:]          # an int id beside str ones
+    with pytest.raises(ValueError, match=r"only in candidate: \[7\], only in reference: "
+                       r"\['race_c-00000'\]"):
+        gate(mixed, SFT_ROWS, ["plp_similarity"], 0.0)
+    plp_only = [r for r in SFT_ROWS if r["task"] == "plp"]
+    with pytest.raises(ValueError, match=r"gate metric dr_f1: no evaluated prompt of task\(s\) "
+                                         r"race_c, race_fortran$"):
+        metric_values(plp_only, "dr_f1")
+
+
+@pytest.mark.fast
+def test_rows_must_give_the_reported_metrics(tmp_path):
+    from hargo.gate import GateParams, check_gate_params, check_rows_match_metrics
+
+    rows = {"sft": SFT_ROWS, "grpo": model_rows(plp=0.45)}
+    metrics = {m: metrics_of(r) for m, r in rows.items()}
+    gates = ["dr_f1", "plp_similarity", "win_rate"]
+    check_rows_match_metrics(rows, metrics, gates, tmp_path / "eval.json")   # no error
+    near = {**metrics, "grpo": {**metrics["grpo"], "plp_similarity": 0.45 + 5e-7}}
+    check_rows_match_metrics(rows, near, gates, tmp_path / "eval.json")      # within 1e-6
+    off = {**metrics, "grpo": {**metrics["grpo"], "plp_similarity": 0.45 + 2e-6}}
+    with pytest.raises(HargoInputError, match=r"eval.json, field 'grpo.plp_similarity': "
+                       r"plp_similarity of grpo is 0.450002 but its per-prompt rows give 0.45"):
+        check_rows_match_metrics(rows, off, gates, tmp_path / "eval.json")
+    with pytest.raises(HargoInputError, match=r"field 'sft.mlperf_em': gate metric mlperf_em: "
+                                              r"no evaluated prompt"):
+        check_rows_match_metrics(rows, metrics, ["mlperf_em"], tmp_path / "eval.json")
+    assert check_gate_params({"model_name": "m", "gate_metrics": ["dr_f1"], "resamples": 100}) \
+        == GateParams("m", ["dr_f1"], 0.0, 100, 0.95)

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from hargo.compare import aggregate, report
-from hargo.stats import (f1_statistic, mean_std, paired_bootstrap_ci,
-                                 paired_bootstrap_ci_seeds, race_f1_records)
+from hargo.stats import (f1_statistic, mean_std, paired_bootstrap_ci, paired_bootstrap_ci_seeds,
+                         precision_statistic, race_f1_records, recall_statistic)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,6 +121,22 @@ def test_f1_records_edge_cases():
     assert race_f1_records([], []).shape == (0, 2)
     with pytest.raises(ValueError):
         race_f1_records(["yes", "no"], ["yes"])
+
+
+@pytest.mark.fast
+def test_precision_and_recall_statistics_by_hand():
+    """TP 2, FP 1, FN 3 (an unparseable answer to a "yes" counts as "no"): precision 2/3,
+    recall 2/5, F1 2*2 / (2*2 + 1 + 3) = 1/2; nothing predicted "yes" or no "yes" label: 0 (zero_division=0)."""
+    rec = race_f1_records(["yes", "yes", "no", "yes", "yes", "yes", "no"],
+                          ["yes", "yes", "yes", "no", None, "no", "no"])
+    assert precision_statistic(rec) == pytest.approx(2 / 3)
+    assert recall_statistic(rec) == pytest.approx(2 / 5)
+    assert f1_statistic(rec) == pytest.approx(1 / 2)
+    none_yes = race_f1_records(["yes", "no"], ["no", "no"])
+    assert precision_statistic(none_yes) == 0.0 and recall_statistic(none_yes) == 0.0
+    no_label = race_f1_records(["no", "no"], ["yes", "no"])
+    assert recall_statistic(no_label) == 0.0 and precision_statistic(no_label) == 0.0
+    assert recall_statistic(race_f1_records(["yes"], ["yes"])) == 1.0
 
 
 @pytest.mark.fast
