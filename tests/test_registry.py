@@ -665,6 +665,11 @@ def test_gate_passes_its_bootstrap_settings_through_and_names_every_metric():
                                                             "seed": 0, **kw})
         got = gate(cand, ref, ["dr_f1"], 0.0, **kw)[2]["dr_f1"]
         assert (got["low"], got["high"]) == (want["low"], want["high"]), kw
+    # continuous values: each setting gives another interval, so none can be dropped silently
+    noisy = model_rows(plp=[0.05, 0.13, 0.29, 0.37, 0.41, 0.53, 0.67, 0.71])
+    seen = {str(gate(noisy, SFT_ROWS, ["plp_similarity"], 0.0, **kw)[2])
+            for kw in ({}, {"resamples": 100}, {"confidence": 0.5}, {"seed": 1})}
+    assert len(seen) == 4
     noisy = model_rows(plp=[0.05, 0.13, 0.29, 0.37, 0.41, 0.53, 0.67, 0.71])
     assert gate(noisy, SFT_ROWS, ["plp_similarity"], 0.0, seed=1)[2] != \
         gate(noisy, SFT_ROWS, ["plp_similarity"], 0.0)[2] == \
@@ -691,10 +696,15 @@ def test_gate_pairing_refuses_duplicates_and_names_at_most_three_ids():
     with pytest.raises(ValueError, match=r"only in candidate: \[\], only in reference: "
                        r"\['plp-00003', 'plp-00004', 'plp-00005'\], 11 vs 16 rows"):
         gate(SFT_ROWS[:11], SFT_ROWS, ["plp_similarity"], 0.0)
-    mixed = [{**SFT_ROWS[0], "id": 7}] + SFT_ROWS[1:]          # an int id beside str ones
-    with pytest.raises(ValueError, match=r"only in candidate: \[7\], only in reference: "
-                       r"\['race_c-00000'\]"):
+    # int ids beside str ones (ids come from JSON): sorted as text, at most three named
+    mixed = [{**r, "id": i} for r, i in zip(SFT_ROWS, [7, "x1", 12, "x2", "x3"])] + SFT_ROWS[5:]
+    msg = (r"only in candidate: \[12, 7, 'x1'\], only in reference: \['race_c-00000', "
+           r"'race_c-00001', 'race_c-00002'\], 16 vs 16 rows")
+    with pytest.raises(ValueError, match=msg):
         gate(mixed, SFT_ROWS, ["plp_similarity"], 0.0)
+    with pytest.raises(ValueError, match=r"only in candidate: \['race_c-00000', 'race_c-00001', "
+                       r"'race_c-00002'\], only in reference: \[12, 7, 'x1'\]"):
+        gate(SFT_ROWS, mixed, ["plp_similarity"], 0.0)
     plp_only = [r for r in SFT_ROWS if r["task"] == "plp"]
     with pytest.raises(ValueError, match=r"gate metric dr_f1: no evaluated prompt of task\(s\) "
                                          r"race_c, race_fortran$"):
@@ -713,9 +723,11 @@ def test_rows_must_give_the_reported_metrics(tmp_path):
     check_rows_match_metrics(rows, near, gates, tmp_path / "eval.json")      # within 1e-6
     off = {**metrics, "grpo": {**metrics["grpo"], "plp_similarity": 0.45 + 2e-6}}
     with pytest.raises(HargoInputError, match=r"eval.json, field 'grpo.plp_similarity': "
-                       r"plp_similarity of grpo is 0.450002 but its per-prompt rows give 0.45"):
+                       r"plp_similarity of grpo is 0.450002 but its per-prompt rows give 0.45\d*: "
+                       r"data/eval and metrics/eval.json come from different evaluations; re-run "
+                       r"hargo evaluate"):
         check_rows_match_metrics(rows, off, gates, tmp_path / "eval.json")
-    with pytest.raises(HargoInputError, match=r"field 'sft.mlperf_em': gate metric mlperf_em: "
+    with pytest.raises(HargoInputError, match=r"eval.json, field 'sft.mlperf_em': gate metric mlperf_em: "
                                               r"no evaluated prompt"):
         check_rows_match_metrics(rows, metrics, ["mlperf_em"], tmp_path / "eval.json")
     assert check_gate_params({"model_name": "m", "gate_metrics": ["dr_f1"], "resamples": 100}) \

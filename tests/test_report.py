@@ -137,6 +137,8 @@ def test_precision_and_recall_statistics_by_hand():
     no_label = race_f1_records(["no", "no"], ["yes", "no"])
     assert recall_statistic(no_label) == 0.0 and precision_statistic(no_label) == 0.0
     assert recall_statistic(race_f1_records(["yes"], ["yes"])) == 1.0
+    even = race_f1_records(["yes", "no", "yes"], ["yes", "yes", "no"])      # TP = FP = FN = 1
+    assert precision_statistic(even) == 0.5 and recall_statistic(even) == 0.5
 
 
 @pytest.mark.fast
