@@ -24,7 +24,7 @@ from hargo.stats import (f1_statistic, mean_statistic, paired_bootstrap_ci, prec
                          race_f1_records, recall_statistic)
 from hargo.vocab import RACE_TASKS, TASKS
 
-__all__ = ["GATE_METRICS", "IDENTITY_FIELDS", "GateParams", "metric_values", "gate", "check_rows_match_metrics",
+__all__ = ["GATE_METRICS", "IDENTITY_FIELDS", "GateParams", "metric_values", "pair_rows", "gate", "check_rows_match_metrics",
            "check_gate_params", "eval_identity", "identity_mismatch"]
 
 # Metrics of metrics/eval.json that can gate the champion: all are higher-is-better.
@@ -71,8 +71,9 @@ def metric_values(rows: Sequence[Mapping], metric: str) -> tuple[np.ndarray, Cal
     tasks, field, statistic = _METRIC_FORMS[metric]
     chosen = [r for r in rows if tasks is None or r["task"] in tasks]
     if not chosen:
-        raise ValueError(f"gate metric {metric}: no evaluated prompt of task(s) {', '.join(tasks)}")
-    need = ("label",) if field == "race" else (field,)
+        raise ValueError(f"gate metric {metric}: no evaluated prompt of task(s) "
+                         f"{', '.join(tasks or ('any',))}")
+    need = ("label", "prediction") if field == "race" else (field,)
     for r in chosen:
         missing = [k for k in need if k not in r]
         if missing:
@@ -84,6 +85,24 @@ def metric_values(rows: Sequence[Mapping], metric: str) -> tuple[np.ndarray, Cal
     if field == "win":
         return np.array([(float(r["win"]) + 1.0) / 2.0 for r in chosen]), statistic
     return np.array([float(r[field]) for r in chosen]), statistic
+
+
+def pair_rows(candidate: Sequence[Mapping], reference: Sequence[Mapping]) -> list[Mapping]:
+    """The ``reference`` rows in ``candidate``'s prompt order (paired by ``id``).
+
+    Raises:
+        ValueError: the two are not the same unique prompt ids (names up to three ids on each
+            side, sorted as text, and the row counts).
+    """
+    by_id = {r["id"]: r for r in reference}
+    ids = [r["id"] for r in candidate]
+    if len(by_id) != len(reference) or len(set(ids)) != len(ids) or set(ids) != set(by_id):
+        only_c = sorted(set(ids) - set(by_id), key=str)[:3]
+        only_r = sorted(set(by_id) - set(ids), key=str)[:3]
+        raise ValueError(f"the gate pairs prompts: candidate and reference rows must hold the same "
+                         f"unique prompt ids (only in candidate: {only_c}, only in reference: "
+                         f"{only_r}, {len(ids)} vs {len(reference)} rows)")
+    return [by_id[i] for i in ids]
 
 
 def gate(candidate: Sequence[Mapping], reference: Sequence[Mapping], gate_metrics: Sequence[str],
@@ -102,27 +121,21 @@ def gate(candidate: Sequence[Mapping], reference: Sequence[Mapping], gate_metric
         candidate, reference: rows as :func:`metric_values` reads them.
         gate_metrics: names from :data:`GATE_METRICS`.
         tolerance: the largest loss (point difference) allowed on any gate metric, >= 0.
-        resamples, confidence, seed: of the bootstrap (the same seed draws the same prompts for
-            every metric).
+        resamples, confidence, seed: of the bootstrap; each metric resamples its own prompts
+            (e.g. DR-F1 the race prompts) from a generator seeded with ``seed``.
 
     Returns:
         ``(passed, reason, intervals)``; ``intervals`` is ``{metric: {"candidate", "reference",
-        "diff", "low", "high"}}``; the reason lists each metric as
-        ``name cand vs ref (+diff, 95% CI [low, high])`` and says which rule decided.
+        "diff", "low", "high", "n_prompts"}}``; the reason lists each metric as
+        ``name cand vs ref (+diff, 95% CI [low, high], n prompts)`` and says which rule decided.
+        Passing on any one metric is not corrected for testing several: with k gate metrics
+        the chance that noise passes is up to about k times (1 - confidence) / 2.
 
     Raises:
         ValueError: the two row sets are not the same prompts (names the first ids that differ),
             or a metric has no prompts (:func:`metric_values`).
     """
-    by_id = {r["id"]: r for r in reference}
-    ids = [r["id"] for r in candidate]
-    if len(by_id) != len(reference) or len(set(ids)) != len(ids) or set(ids) != set(by_id):
-        only_c = sorted(set(ids) - set(by_id), key=str)[:3]
-        only_r = sorted(set(by_id) - set(ids), key=str)[:3]
-        raise ValueError(f"the gate pairs prompts: candidate and reference rows must hold the same "
-                         f"unique prompt ids (only in candidate: {only_c}, only in reference: "
-                         f"{only_r}, {len(ids)} vs {len(reference)} rows)")
-    paired = [by_id[i] for i in ids]
+    paired = pair_rows(candidate, reference)
     worse, better, parts, intervals = [], [], [], {}
     pct = f"{100 * confidence:g}%"
     for g in gate_metrics:
@@ -132,15 +145,15 @@ def gate(candidate: Sequence[Mapping], reference: Sequence[Mapping], gate_metric
                                  seed=seed)
         c, r = stat(a), stat(b)
         intervals[g] = {"candidate": c, "reference": r, "diff": ci["diff"], "low": ci["low"],
-                        "high": ci["high"]}
+                        "high": ci["high"], "n_prompts": ci["n_prompts"]}
         parts.append(f"{g} {c:.4f} vs {r:.4f} ({ci['diff']:+.4f}, {pct} CI "
-                     f"[{ci['low']:+.4f}, {ci['high']:+.4f}])")
+                     f"[{ci['low']:+.4f}, {ci['high']:+.4f}], {ci['n_prompts']} prompts)")
         if ci["diff"] < -tolerance:
             worse.append(g)
         elif ci["low"] > 0:
             better.append(g)
     detail = "; ".join(parts)
-    n = f"{len(ids)} paired prompts, {resamples} bootstrap resamples"
+    n = f"{resamples} bootstrap resamples of each metric's paired prompts"
     if worse:
         return False, (f"worse than the reference by more than the tolerance {tolerance:g} on "
                        f"{', '.join(worse)}: {detail} ({n})"), intervals

@@ -79,8 +79,8 @@ def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward 
 
     Returns:
         One dict per sample: ``id``, ``task``, ``completion``, ``reward``, ``correct`` (bool),
-        ``chars`` and per task ``prediction`` ("yes"/"no"/None; race), ``em`` (bool; mlperf)
-        or ``similarity`` (float; plp).
+        ``chars`` and per task ``label`` (the canonical "yes"/"no") and ``prediction``
+        ("yes"/"no"/None; race), ``em`` (bool; mlperf) or ``similarity`` (float; plp).
 
     Raises:
         ValueError: length mismatch, or a record with an unknown task / missing field (names the

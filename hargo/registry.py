@@ -20,7 +20,7 @@ current ``champion`` (its rows are an artifact of the run that registered it,
 :data:`ROWS_ARTIFACT`), compared only when its evaluation identity equals this one; with no
 champion yet, SFT's rows from the same evaluation (SFT's ``win`` against itself is a tie).
 Candidates are judged in ``rl.methods`` order, and a candidate that passes becomes the reference
-for the next: the champion ends on the last one that beat everything before it. The decision is
+for the next: the champion ends on the last one that beat the reference at its turn. The decision is
 each version's ``hargo.gate`` tag, the reason (with the intervals) its description; all of it is
 on the run and in ``metrics/register.json``.
 
@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Sequence
 
 from hargo.evaluation.identity import read_eval_identity, read_eval_rows
-from hargo.gate import check_gate_params, check_rows_match_metrics, gate, identity_mismatch
+from hargo.gate import (check_gate_params, check_rows_match_metrics, gate, identity_mismatch,
+                        metric_values, pair_rows)
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
 
 __all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_metrics", "run",
@@ -126,20 +127,38 @@ def _champion(client, name: str, alias: str = CHAMPION):
         raise RuntimeError(f"MLflow registry: cannot read {name}@{alias}: {e}") from e
 
 
-def _version_rows(mv) -> list[dict] | None:
+def _version_rows(client, mv, name: str) -> list[dict] | None:
     """The per-prompt evaluation rows a registered version was gated with (the artifact
     :data:`ROWS_ARTIFACT` of the run that registered it), or None when it has none (a version
-    an older hargo registered)."""
+    an older hargo registered, or its run was deleted).
+
+    Raises:
+        RuntimeError: the artifact is there but cannot be read, or is not a list of rows (names
+            the version, the run and the path).
+    """
     import mlflow
 
     method = (mv.tags or {}).get("hargo.method")
     if not method or not mv.run_id:
         return None
+    path = ROWS_ARTIFACT.format(method=method)
+    where = f"{name} v{mv.version} ({CHAMPION}): its per-prompt rows {path} in run {mv.run_id}"
     try:
-        doc = mlflow.artifacts.load_dict(f"runs:/{mv.run_id}/{ROWS_ARTIFACT.format(method=method)}")
-    except Exception:  # noqa: BLE001 - no such artifact: an older version
+        listed = {a.path for a in client.list_artifacts(mv.run_id, path.rsplit("/", 1)[0])}
+    except Exception as e:  # noqa: BLE001 - a deleted run: nothing recorded; else a real fault
+        if _not_found(e):
+            return None
+        raise RuntimeError(f"{where} cannot be listed: {type(e).__name__}: {e}") from e
+    if path not in listed:
         return None
-    return doc.get("rows") if isinstance(doc, dict) else None
+    try:
+        doc = mlflow.artifacts.load_dict(f"runs:/{mv.run_id}/{path}")
+    except Exception as e:  # noqa: BLE001 - listed but unreadable: say so, do not guess
+        raise RuntimeError(f"{where} cannot be read: {type(e).__name__}: {e}") from e
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "id" in r for r in rows):
+        raise RuntimeError(f"{where} is not a list of rows with ids")
+    return rows
 
 
 def run(params: dict, root: str | Path = ".") -> dict:
@@ -158,10 +177,13 @@ def run(params: dict, root: str | Path = ".") -> dict:
 
     Raises:
         ValueError: bad ``register`` params (unknown gate metric, ...).
-        FileNotFoundError: no ``metrics/eval.json``, or a model folder missing/half-written.
-        HargoInputError: metrics missing for a model or gate metric.
+        FileNotFoundError: no ``metrics/eval.json`` or ``data/eval/<model>.jsonl``, or a model
+            folder missing/half-written.
+        HargoInputError: metrics missing for a model or gate metric, or the per-prompt rows do
+            not give ``metrics/eval.json``'s gate metrics.
         RuntimeError: the MLflow store cannot be used or written (nothing stays registered and
-            no alias moves), or the champion's metrics cannot be read.
+            no alias moves), or the champion's per-prompt rows are there but cannot be read or
+            paired with this evaluation's.
     """
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -197,10 +219,19 @@ def run(params: dict, root: str | Path = ".") -> dict:
         except (KeyError, ValueError):
             old_identity = None
         not_comparable = identity_mismatch(identity, old_identity)
-        reference = [] if not_comparable else _version_rows(old)
+        reference = [] if not_comparable else _version_rows(client, old, name)
         if reference is None:
             reference, not_comparable = [], ["the champion has no per-prompt evaluation "
                                              f"recorded ({ROWS_ARTIFACT.format(method='<method>')})"]
+        elif reference:     # checked before anything is registered: it must pair and score
+            try:
+                paired = pair_rows(rows[methods[0]], reference)
+                for g in gates:
+                    metric_values(paired, g)
+            except ValueError as e:
+                raise RuntimeError(f"{name} v{old.version} ({CHAMPION}): its per-prompt rows "
+                                   f"cannot be paired with this evaluation's ({e}); nothing was "
+                                   "registered") from None
     else:
         reference, ref_label = rows[SFT], SFT
     common = tracking.common_tags(params, root)

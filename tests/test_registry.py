@@ -117,13 +117,14 @@ def test_gate_passes_on_a_gain_on_every_prompt_with_its_exact_interval():
     ok, why, ci = gate(model_rows(plp=0.45), SFT_ROWS, ["dr_f1", "plp_similarity"], 0.0)
     assert ok, why
     assert why == ("better on plp_similarity (95% interval above zero), none worse beyond 0: "
-                   "dr_f1 0.6667 vs 0.6667 (+0.0000, 95% CI [+0.0000, +0.0000]); "
-                   "plp_similarity 0.4500 vs 0.4000 (+0.0500, 95% CI [+0.0500, +0.0500]) "
-                   "(16 paired prompts, 2000 bootstrap resamples)")
+                   "dr_f1 0.6667 vs 0.6667 (+0.0000, 95% CI [+0.0000, +0.0000], 8 prompts); "
+                   "plp_similarity 0.4500 vs 0.4000 (+0.0500, 95% CI [+0.0500, +0.0500], 8 "
+                   "prompts) (2000 bootstrap resamples of each metric's paired prompts)")
     assert ci["plp_similarity"] == pytest.approx(
-        {"candidate": 0.45, "reference": 0.40, "diff": 0.05, "low": 0.05, "high": 0.05})
+        {"candidate": 0.45, "reference": 0.40, "diff": 0.05, "low": 0.05, "high": 0.05,
+         "n_prompts": 8})
     assert ci["dr_f1"] == pytest.approx({"candidate": 2 / 3, "reference": 2 / 3, "diff": 0.0,
-                                         "low": 0.0, "high": 0.0})
+                                         "low": 0.0, "high": 0.0, "n_prompts": 8})
     # rows are paired by id, not by position
     ok2, why2, _ = gate(model_rows(plp=0.45)[::-1], SFT_ROWS, ["dr_f1", "plp_similarity"], 0.0)
     assert (ok2, why2) == (ok, why)
@@ -286,11 +287,11 @@ def test_win_rate_gate_reads_the_judges_verdicts(tmp_path):
 
     gates = ["dr_f1", "win_rate"]
     ok, why, _ = gate(model_rows(win=0), SFT_ROWS, gates, 0.0)
-    assert not ok and "win_rate 0.5000 vs 0.5000 (+0.0000, 95% CI [+0.0000, +0.0000])" in why
+    assert not ok and "win_rate 0.5000 vs 0.5000 (+0.0000, 95% CI [+0.0000, +0.0000], 16 prompts)" in why
     ok, why, ci = gate(model_rows(win=1), SFT_ROWS, gates, 0.0)
     assert ok and why.startswith("better on win_rate (95% interval above zero), none worse")
     assert ci["win_rate"] == pytest.approx({"candidate": 1.0, "reference": 0.5, "diff": 0.5,
-                                            "low": 0.5, "high": 0.5})
+                                            "low": 0.5, "high": 0.5, "n_prompts": 16})
     doc = write_eval(tmp_path, {"grpo": model_rows(win=1)})
     del doc["sft"]["win_rate"]
     (tmp_path / "metrics" / "eval.json").write_text(json.dumps(doc))
@@ -316,7 +317,8 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
 
     assert doc["previous_champion"] is None
     assert doc["versions"][0]["intervals"]["plp_similarity"] == pytest.approx(
-        {"candidate": 0.45, "reference": 0.40, "diff": 0.05, "low": 0.05, "high": 0.05})
+        {"candidate": 0.45, "reference": 0.40, "diff": 0.05, "low": 0.05, "high": 0.05,
+         "n_prompts": 8})
     assert (doc["resamples"], doc["confidence"]) == (2000, 0.95)
     assert doc["versions"][0]["gate"] == "passed" and doc["versions"][0]["reference"] == "sft"
     assert doc["champion"] == {"version": "1", "method": "grpo", "moved": True}
@@ -336,7 +338,8 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
     assert mv.tags["hargo.method"] == "grpo" and mv.tags["hargo.gate"] == "passed"
     assert mv.description.startswith("gate passed against sft: better on plp_similarity (95% "
                                       "interval above zero)")
-    assert "plp_similarity 0.4500 vs 0.4000 (+0.0500, 95% CI [+0.0500, +0.0500])" in mv.description
+    assert "plp_similarity 0.4500 vs 0.4000 (+0.0500, 95% CI [+0.0500, +0.0500], 8 prompts)" \
+        in mv.description
     linked = {m.key: m.value for m in client.get_logged_model(mv.source.split("/")[-1]).metrics}
     assert linked["dr_f1"] == pytest.approx(2 / 3) and linked["win_rate"] == 0.5
     assert linked["plp_similarity"] == pytest.approx(0.45)
@@ -407,6 +410,29 @@ def test_a_champion_without_per_prompt_rows_is_not_comparable(
     assert "(the champion has no per-prompt evaluation recorded (eval/<method>.per_prompt.json))" \
         in v["reason"]
     assert _aliases(mlflow_uri) == {"champion": "1", "candidate": "2"}
+
+
+def test_a_champions_unreadable_or_unpairable_rows_stop_register_before_anything_is_registered(
+        reg_root, committed_params, mlflow_uri):
+    """The champion's rows are there but broken: a clear error naming the version, the run and
+    the artifact, before any version is created (not "not comparable", which would hide it)."""
+    from hargo.registry import run
+
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
+    first = run(reg_params(committed_params), root=reg_root)
+    [kept] = list((reg_root / "mlruns").rglob("grpo.per_prompt.json"))
+    kept.write_text(json.dumps([1, 2]))
+    with pytest.raises(RuntimeError, match=r"hargo-hpc v1 \(champion\): its per-prompt rows "
+                       r"eval/grpo.per_prompt.json in run " + first["run_id"]
+                       + r" is not a list of rows with ids"):
+        run(reg_params(committed_params), root=reg_root)
+    kept.write_text(json.dumps({"rows": model_rows(plp=0.45)[:-1]}))       # a prompt short
+    with pytest.raises(RuntimeError, match=r"hargo-hpc v1 \(champion\): its per-prompt rows "
+                       r"cannot be paired with this evaluation's \(the gate pairs prompts: .*"
+                       r"only in candidate: \['plp-00007'\].*nothing was registered"):
+        run(reg_params(committed_params), root=reg_root)
+    assert _versions(mlflow_uri) == ["1"]
+    assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
 
 
 def test_an_evaluation_that_is_not_the_champions_cannot_move_it(reg_root, committed_params,
@@ -674,7 +700,7 @@ def test_gate_passes_its_bootstrap_settings_through_and_names_every_metric():
     assert gate(noisy, SFT_ROWS, ["plp_similarity"], 0.0, seed=1)[2] != \
         gate(noisy, SFT_ROWS, ["plp_similarity"], 0.0)[2] == \
         gate(noisy, SFT_ROWS, ["plp_similarity"], 0.0, seed=0)[2]
-    assert "(16 paired prompts, 100 bootstrap resamples)" in gate(cand, ref, ["dr_f1"], 0.0,
+    assert "(100 bootstrap resamples of each metric's paired prompts)" in gate(cand, ref, ["dr_f1"], 0.0,
                                                                    resamples=100)[1]
     assert " 50% CI [" in gate(cand, ref, ["dr_f1"], 0.0, confidence=0.5)[1]
     # two metrics better, two worse: each list names both
@@ -705,6 +731,12 @@ def test_gate_pairing_refuses_duplicates_and_names_at_most_three_ids():
     with pytest.raises(ValueError, match=r"only in candidate: \['race_c-00000', 'race_c-00001', "
                        r"'race_c-00002'\], only in reference: \[12, 7, 'x1'\]"):
         gate(SFT_ROWS, mixed, ["plp_similarity"], 0.0)
+    with pytest.raises(ValueError, match=r"gate metric avg_score: no evaluated prompt of task\(s\) "
+                                         r"any$"):
+        metric_values([], "avg_score")
+    no_pred = [{k: v for k, v in r.items() if k != "prediction"} for r in SFT_ROWS]
+    with pytest.raises(ValueError, match=r"prompt 'race_c-00000' has no 'prediction'"):
+        metric_values(no_pred, "dr_recall")
     plp_only = [r for r in SFT_ROWS if r["task"] == "plp"]
     with pytest.raises(ValueError, match=r"gate metric dr_f1: no evaluated prompt of task\(s\) "
                                          r"race_c, race_fortran$"):
