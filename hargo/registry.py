@@ -17,7 +17,7 @@ bootstrap interval per ``register.gate_metrics`` metric (``register.resamples``,
 ``register.confidence``, seeded by ``seed``): the candidate must be better on one with the
 interval above zero and worse on none beyond ``register.tolerance``. The reference is the
 current ``champion`` (its rows are an artifact of the run that registered it,
-:data:`ROWS_ARTIFACT`), compared only when its evaluation identity equals this one; with no
+:data:`hargo.champion.ROWS_ARTIFACT`), compared only when its evaluation identity equals this one; with no
 champion yet, SFT's rows from the same evaluation (SFT's ``win`` against itself is a tie).
 Candidates are judged in ``rl.methods`` order, and a candidate that passes becomes the reference
 for the next: the champion ends on the last one that beat the reference at its turn. The decision is
@@ -39,9 +39,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
+from hargo.champion import (CANDIDATE, CHAMPION, IDENTITY_TAG, ROWS_ARTIFACT, champion_reference,
+                            not_found, version_by_alias)
 from hargo.evaluation.identity import read_eval_identity, read_eval_rows
-from hargo.gate import (check_gate_params, check_rows_match_metrics, gate, identity_mismatch,
-                        metric_values, pair_rows)
+from hargo.gate import check_gate_params, check_rows_match_metrics, gate
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
 
 __all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_metrics", "run",
@@ -49,11 +50,6 @@ __all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_
 
 REGISTER_FILE = "metrics/register.json"
 EVAL_FILE = "metrics/eval.json"
-IDENTITY_TAG = "hargo.eval_identity"
-#: where the register run keeps each version's per-prompt evaluation rows (the gate's evidence)
-ROWS_ARTIFACT = "eval/{method}.per_prompt.json"
-CANDIDATE = "candidate"
-CHAMPION = "champion"
 #: the common run tags a registered version also carries (beside hargo.method and hargo.gate)
 VERSION_TAGS = ("hargo.seed", "hargo.data_version", "hargo.git_commit")
 
@@ -110,57 +106,6 @@ def _pip_requirements() -> list[str]:
     return reqs
 
 
-def _not_found(e) -> bool:
-    return getattr(e, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
-
-
-def _champion(client, name: str, alias: str = CHAMPION):
-    """The version holding ``@champion`` (or ``alias``), or None (no registered model or no
-    alias yet)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_model_version_by_alias(name, alias)
-    except MlflowException as e:
-        if _not_found(e):
-            return None
-        raise RuntimeError(f"MLflow registry: cannot read {name}@{alias}: {e}") from e
-
-
-def _version_rows(client, mv, name: str) -> list[dict] | None:
-    """The per-prompt evaluation rows a registered version was gated with (the artifact
-    :data:`ROWS_ARTIFACT` of the run that registered it), or None when it has none (a version
-    an older hargo registered, or its run was deleted).
-
-    Raises:
-        RuntimeError: the artifact is there but cannot be read, or is not a list of rows (names
-            the version, the run and the path).
-    """
-    import mlflow
-
-    method = (mv.tags or {}).get("hargo.method")
-    if not method or not mv.run_id:
-        return None
-    path = ROWS_ARTIFACT.format(method=method)
-    where = f"{name} v{mv.version} ({CHAMPION}): its per-prompt rows {path} in run {mv.run_id}"
-    try:
-        listed = {a.path for a in client.list_artifacts(mv.run_id, path.rsplit("/", 1)[0])}
-    except Exception as e:  # noqa: BLE001 - a deleted run: nothing recorded; else a real fault
-        if _not_found(e):
-            return None
-        raise RuntimeError(f"{where} cannot be listed: {type(e).__name__}: {e}") from e
-    if path not in listed:
-        return None
-    try:
-        doc = mlflow.artifacts.load_dict(f"runs:/{mv.run_id}/{path}")
-    except Exception as e:  # noqa: BLE001 - listed but unreadable: say so, do not guess
-        raise RuntimeError(f"{where} cannot be read: {type(e).__name__}: {e}") from e
-    rows = doc.get("rows") if isinstance(doc, dict) else None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "id" in r for r in rows):
-        raise RuntimeError(f"{where} is not a list of rows with ids")
-    return rows
-
-
 def run(params: dict, root: str | Path = ".") -> dict:
     """Run the register stage (see the module docstring).
 
@@ -209,31 +154,11 @@ def run(params: dict, root: str | Path = ".") -> dict:
             raise
         raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
     client = MlflowClient()
-    old = _champion(client, name)
-    old_candidate = _champion(client, name, CANDIDATE)
-    not_comparable: list[str] = []
-    if old is not None:
-        ref_label = f"{CHAMPION} v{old.version} ({old.tags.get('hargo.method', '?')})"
-        try:
-            old_identity = json.loads(old.tags[IDENTITY_TAG])
-        except (KeyError, ValueError):
-            old_identity = None
-        not_comparable = identity_mismatch(identity, old_identity)
-        reference = [] if not_comparable else _version_rows(client, old, name)
-        if reference is None:
-            reference, not_comparable = [], ["the champion has no per-prompt evaluation "
-                                             f"recorded ({ROWS_ARTIFACT.format(method='<method>')})"]
-        elif reference:     # checked before anything is registered: it must pair and score
-            try:
-                paired = pair_rows(rows[methods[0]], reference)
-                for g in gates:
-                    metric_values(paired, g)
-            except ValueError as e:
-                raise RuntimeError(f"{name} v{old.version} ({CHAMPION}): its per-prompt rows "
-                                   f"cannot be paired with this evaluation's ({e}); nothing was "
-                                   "registered") from None
-    else:
+    old, ref_label, reference, not_comparable = champion_reference(
+        client, name, identity, rows[methods[0]], gates)
+    if old is None:
         reference, ref_label = rows[SFT], SFT
+    old_candidate = version_by_alias(client, name, CANDIDATE)
     common = tracking.common_tags(params, root)
     judge = _eval_judge(root / EVAL_FILE)
 
@@ -246,7 +171,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
             try:
                 client.get_registered_model(name)
             except Exception as e:
-                if not _not_found(e):
+                if not not_found(e):
                     raise
                 client.create_registered_model(
                     name, description="hargo: RL post-trained models on the HPC-GPT tasks; "
@@ -411,7 +336,7 @@ def load_registered(model_name: str = "hargo-hpc", alias: str = CHAMPION,
     try:
         client.get_model_version_by_alias(model_name, alias)
     except MlflowException as e:
-        if not _not_found(e):
+        if not not_found(e):
             raise
         aliases = client.get_registered_model(model_name).aliases
         have = ", ".join(f"@{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
