@@ -65,21 +65,19 @@ def race_f1_records(labels: Sequence[str], predictions: Sequence[str | None]) ->
     return np.asarray(rows, dtype=np.int64).reshape(-1, 2)
 
 
-def f1_statistic(records: np.ndarray) -> float:
-    """F1 of the positive class "yes" over per-prompt records ``(n, 2)`` of
-    ``(true is yes, predicted yes)``: ``2 TP / (2 TP + FP + FN)``, 0.0 when the denominator is 0
-    (scikit-learn's ``zero_division=0``, as DR-F1 in ``hargo.metrics``)."""
-    r = np.asarray(records)
-    t, p = r[:, 0].astype(bool), r[:, 1].astype(bool)
-    tp = int(np.sum(t & p))
-    den = 2 * tp + int(np.sum(~t & p)) + int(np.sum(t & ~p))
-    return 0.0 if den == 0 else 2.0 * tp / den
-
-
 def _counts(records: np.ndarray) -> tuple[int, int, int]:
     r = np.asarray(records)
     t, p = r[:, 0].astype(bool), r[:, 1].astype(bool)
     return int(np.sum(t & p)), int(np.sum(~t & p)), int(np.sum(t & ~p))
+
+
+def f1_statistic(records: np.ndarray) -> float:
+    """F1 of the positive class "yes" over per-prompt records ``(n, 2)`` of
+    ``(true is yes, predicted yes)``: ``2 TP / (2 TP + FP + FN)``, 0.0 when the denominator is 0
+    (scikit-learn's ``zero_division=0``, as DR-F1 in ``hargo.metrics``)."""
+    tp, fp, fn = _counts(records)
+    den = 2 * tp + fp + fn
+    return 0.0 if den == 0 else 2.0 * tp / den
 
 
 def precision_statistic(records: np.ndarray) -> float:
