@@ -1,14 +1,16 @@
 """The ``register`` stage: evaluated RL models into the MLflow model registry, with a gate that
 decides whether the ``champion`` alias moves.
 
-For each method of ``rl.methods`` (in that order) the merged model folder
-``rl.out_dir/<method>`` is logged to the stage's MLflow run as a transformers model
-(``mlflow.transformers.log_model`` from the folder path, task ``text-generation``, explicit
-``pip_requirements`` so MLflow skips its ~9 s requirement inference), with the method's eval
+For each method of ``rl.methods`` (in that order) the model folder ``rl.out_dir/<method>`` is
+logged to the stage's MLflow run as a transformers model (task ``text-generation``, explicit
+``pip_requirements`` so MLflow skips its ~9 s requirement inference): a LoRA run's adapter with a
+reference to its base, the SFT model, which is stored once as a version of
+``<register.model_name>-base`` and reused while its digest stays the same
+(:mod:`hargo.registered_models`); a full fine-tuning run's full weights. With the method's eval
 metrics linked to the logged model (MLflow 3: the model page lists them), the params, and the
 common run tags; it is registered as a new version of ``register.model_name`` with a handful of
 tags (``hargo.method``, ``hargo.seed``, ``hargo.data_version``, ``hargo.git_commit``,
-``hargo.gate``) and the gate's reason as its description, and gets the alias ``candidate`` (with
+``hargo.gate``, and an adapter's ``hargo.base_model``) and the gate's reason as its description, and gets the alias ``candidate`` (with
 several methods the alias ends on the last one).
 
 The gate (:func:`hargo.gate.gate`, which states the rule) pairs each candidate's per-prompt
@@ -25,17 +27,17 @@ each version's ``hargo.gate`` tag, the reason (with the intervals) its descripti
 on the run and in ``metrics/register.json``.
 
 Failure handling: every check (metrics present for SFT and each method, gate metrics known and
-numeric, model folders complete, per-prompt rows matching the metrics, the store usable)
+numeric, model folders complete, adapters trained on the SFT model there, per-prompt rows
+matching the metrics, the store usable)
 runs before anything is registered. If logging, registering or moving an alias fails midway,
 the champion and candidate aliases are put back and the versions created by this run are
-deleted (and the registered model too when this run created it): nothing partial stays
+deleted (and the registered models too when this run created them): nothing partial stays
 registered.
 """
 from __future__ import annotations
 
 import json
 import math
-from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
@@ -44,6 +46,9 @@ from hargo.champion import (CANDIDATE, CHAMPION, IDENTITY_TAG, ROWS_ARTIFACT, ch
 from hargo.evaluation.identity import read_eval_identity, read_eval_rows
 from hargo.gate import check_gate_params, check_rows_match_metrics, gate
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
+from hargo.registered_models import (BASE_TAG, adapter_dir, base_model_path, check_adapter_base,
+                                     ensure_registered_model, log_adapter_model, pip_requirements,
+                                     store_base_version)
 
 __all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_metrics", "run",
            "load_registered", "ask"]
@@ -96,36 +101,28 @@ def read_eval_metrics(path: str | Path, models: Sequence[str], gate_metrics: Seq
     return out
 
 
-def _pip_requirements() -> list[str]:
-    reqs = []
-    for pkg in ("transformers", "torch", "accelerate", "safetensors"):
-        try:
-            reqs.append(f"{pkg}=={metadata.version(pkg).split('+')[0]}")
-        except metadata.PackageNotFoundError:
-            reqs.append(pkg)
-    return reqs
-
-
 def run(params: dict, root: str | Path = ".") -> dict:
     """Run the register stage (see the module docstring).
 
     Args:
         params: the loaded params.yaml (``register``, ``rl.methods``, ``rl.out_dir``,
-            ``mlflow``, ``seed``).
+            ``sft.out_dir``, ``mlflow``, ``seed``).
         root: the repository root that relative paths start from.
 
     Returns:
         The ``metrics/register.json`` document: ``model_name``, ``gate_metrics``, ``tolerance``,
         ``resamples``, ``confidence``, ``previous_champion``, ``versions`` (per method: version,
-        gate, reason, reference, metrics, intervals),
+        gate, reason, reference, metrics, intervals, stored: ``adapter`` or ``full``), ``base``
+        (the base version adapters refer to: name, version, sha256, reused; None without one),
         ``candidate``, ``champion`` (``moved``), ``decision``, ``run_id``.
 
     Raises:
         ValueError: bad ``register`` params (unknown gate metric, ...).
         FileNotFoundError: no ``metrics/eval.json`` or ``data/eval/<model>.jsonl``, or a model
             folder missing/half-written.
-        HargoInputError: metrics missing for a model or gate metric, or the per-prompt rows do
-            not give ``metrics/eval.json``'s gate metrics.
+        HargoInputError: metrics missing for a model or gate metric, the per-prompt rows do
+            not give ``metrics/eval.json``'s gate metrics, or an adapter was trained on another
+            SFT model than ``sft.out_dir``'s.
         RuntimeError: the MLflow store cannot be used or written (nothing stays registered and
             no alias moves), or the champion's per-prompt rows are there but cannot be read or
             paired with this evaluation's.
@@ -145,6 +142,16 @@ def run(params: dict, root: str | Path = ".") -> dict:
     check_rows_match_metrics(rows, metrics, gates, root / EVAL_FILE)
     dirs = {m: require_complete_dir(root / params["rl"]["out_dir"] / m, f"model folder of '{m}'")
             for m in methods}
+    adapters = {m: adapter_dir(dirs[m]) for m in methods}
+    base_dir = digest = None
+    if any(adapters.values()):      # LoRA runs: their base is the SFT model they were trained on
+        from hargo.models.loading import model_digest
+
+        base_dir = require_complete_dir(root / params["sft"]["out_dir"], "SFT model folder")
+        digest = model_digest(base_dir)
+        for a in adapters.values():
+            if a is not None:
+                check_adapter_base(a, base_dir, digest)
     uri = tracking.tracking_uri(root)
     try:
         tracking.setup(params, root)
@@ -165,34 +172,41 @@ def run(params: dict, root: str | Path = ".") -> dict:
     with tracking.stage_run("register", params, root) as mlrun:
         run_id = mlrun.info.run_id
         created: list[tuple[str, object]] = []
-        made_model = False
+        made: list[str] = []        # registered models this run created
         moved_champion = moved_candidate = False
+        base_doc = None
+        version_tags = {k: common[k] for k in VERSION_TAGS if k in common}
         try:
-            try:
-                client.get_registered_model(name)
-            except Exception as e:
-                if not not_found(e):
-                    raise
-                client.create_registered_model(
-                    name, description="hargo: RL post-trained models on the HPC-GPT tasks; "
-                    "@champion passed the register gate, @candidate is the newest version")
-                made_model = True
+            if ensure_registered_model(client, name, "hargo: RL post-trained models on the "
+                                        "HPC-GPT tasks; @champion passed the register gate, "
+                                        "@candidate is the newest version"):
+                made.append(name)
+            if digest is not None:
+                base_doc, base_local = store_base_version(client, name, base_dir, digest,
+                                                     version_tags, common, created, made)
+            logged_params = {k: str(v)[:500] for k, v in tracking.flatten(
+                {"seed": params.get("seed"), "rl": params["rl"], "sft": params.get("sft", {}),
+                 "evaluate": params.get("evaluate", {}),
+                 "rewards": params.get("rewards", {})}).items()}
             for m in methods:
                 entry = metrics[m]
-                info = mlflow.transformers.log_model(
-                    transformers_model=str(dirs[m]), name=f"model-{m}", task="text-generation",
-                    pip_requirements=_pip_requirements(),
-                    params={k: str(v)[:500] for k, v in tracking.flatten(
-                        {"seed": params.get("seed"), "rl": params["rl"],
-                         "sft": params.get("sft", {}), "evaluate": params.get("evaluate", {}),
-                         "rewards": params.get("rewards", {})}).items()},
-                    tags={"hargo.method": m, **common})
+                kw = {"pip_requirements": pip_requirements(peft=adapters[m] is not None),
+                      "params": logged_params, "tags": {"hargo.method": m, **common}}
+                if adapters[m] is not None:     # the adapter and a reference to its base
+                    info = log_adapter_model(dirs[m], adapters[m], base_dir, base_local,
+                                             f"model-{m}", **kw)
+                else:                           # full fine-tuning: the full weights
+                    info = mlflow.transformers.log_model(
+                        transformers_model=str(dirs[m]), name=f"model-{m}",
+                        task="text-generation", **kw)
                 mlflow.log_metrics({k: float(v) for k, v in entry.items() if _numeric(v)},
                                    model_id=info.model_id)
                 # a handful of tags; the metrics are linked to the logged model (above), the
                 # run id, pipeline key, judge and door are on the version's run
-                tags = {"hargo.method": m, **{k: common[k] for k in VERSION_TAGS if k in common},
+                tags = {"hargo.method": m, **version_tags,
                         IDENTITY_TAG: json.dumps(identity, sort_keys=True)}
+                if adapters[m] is not None:
+                    tags[BASE_TAG] = f"models:/{base_doc['name']}/{base_doc['version']}"
                 # the per-prompt rows: a later register pairs its candidates with them
                 mlflow.log_dict({"rows": rows[m]}, ROWS_ARTIFACT.format(method=m))
                 mv = mlflow.register_model(info.model_uri, name, tags=tags)
@@ -200,7 +214,8 @@ def run(params: dict, root: str | Path = ".") -> dict:
 
             versions, ref, new_champ = [], reference, None
             ref_now = ref_label
-            for m, mv in created:
+            candidates = [(m, mv) for m, mv in created if m in methods]
+            for m, mv in candidates:
                 if not_comparable and new_champ is None:    # the reference is the champion
                     passed, intervals, reason = False, {}, (
                         f"not comparable with {ref_label}'s evaluation, so the gate cannot "
@@ -213,7 +228,8 @@ def run(params: dict, root: str | Path = ".") -> dict:
                                  "gate": "passed" if passed else "failed",
                                  "reference": ref_now, "reason": reason,
                                  "metrics": {g: metrics[m][g] for g in gates},
-                                 "intervals": intervals})
+                                 "intervals": intervals,
+                                 "stored": "adapter" if adapters[m] is not None else "full"})
                 client.set_model_version_tag(name, mv.version, "hargo.gate",
                                              "passed" if passed else "failed")
                 client.update_model_version(
@@ -222,7 +238,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
                 if passed:
                     ref, new_champ = rows[m], (m, mv)
                     ref_now = f"candidate v{mv.version} ({m})"
-            for m, mv in created:
+            for m, mv in candidates:
                 moved_candidate = True
                 client.set_registered_model_alias(name, CANDIDATE, mv.version)
             if new_champ is not None:
@@ -234,14 +250,14 @@ def run(params: dict, root: str | Path = ".") -> dict:
                 decision = (f"{CHAMPION} stays "
                             + (f"v{old.version} ({old.tags.get('hargo.method', '?')})"
                                if old is not None else "unset (no candidate beat sft)"))
-            last_m, last_mv = created[-1]
+            last_m, last_mv = candidates[-1]
             doc = {
                 "model_name": name, "gate_metrics": gates, "tolerance": tol,
                 "resamples": gp.resamples, "confidence": gp.confidence,
                 "run_id": run_id, "judge": judge, "eval_identity": identity,
                 "previous_champion": None if old is None else
                 {"version": str(old.version), "method": old.tags.get("hargo.method")},
-                "versions": versions,
+                "versions": versions, "base": base_doc,
                 "candidate": {"version": str(last_mv.version), "method": last_m},
                 "champion": ({"version": str(new_champ[1].version), "method": new_champ[0],
                               "moved": True} if new_champ else
@@ -255,13 +271,13 @@ def run(params: dict, root: str | Path = ".") -> dict:
             mlflow.log_dict(doc, "register/register.json")
             atomic_write_json(root / REGISTER_FILE, doc)
         except Exception as e:
-            _rollback(client, name, created, made_model, old, moved_champion,
+            _rollback(client, name, created, made, old, moved_champion,
                       old_candidate if moved_candidate else False)
             raise RuntimeError(f"registering {name} in the MLflow store {uri} failed, so "
                                "nothing was registered and no alias moved: "
                                f"{type(e).__name__}: {e}") from e
         except BaseException:  # KeyboardInterrupt and the like: undo, then let it through
-            _rollback(client, name, created, made_model, old, moved_champion,
+            _rollback(client, name, created, made, old, moved_champion,
                       old_candidate if moved_candidate else False)
             raise
     print(f"[register] {name}: " + "; ".join(
@@ -270,10 +286,10 @@ def run(params: dict, root: str | Path = ".") -> dict:
     return doc
 
 
-def _rollback(client, name: str, created, made_model: bool, old, moved_champion: bool,
+def _rollback(client, name: str, created, made: Sequence[str], old, moved_champion: bool,
               old_candidate=False) -> None:
     """Undo a failed registration: champion (and candidate) aliases back, created versions
-    (and model) deleted.
+    (and the registered models in ``made``) deleted.
 
     ``old``: the champion version before the run (None: there was none); ``old_candidate``: the
     candidate version before the run (None: there was none), or False when the candidate alias
@@ -291,16 +307,16 @@ def _rollback(client, name: str, created, made_model: bool, old, moved_champion:
                 client.delete_registered_model_alias(name, alias)
         except Exception as e:  # keep rolling back the rest
             errors.append(f"restore {alias}: {e}")
-    for _, mv in created:
+    for _, mv in reversed(created):
         try:
-            client.delete_model_version(name, mv.version)
+            client.delete_model_version(mv.name, mv.version)
         except Exception as e:
-            errors.append(f"delete version {mv.version}: {e}")
-    if made_model:
+            errors.append(f"delete version {mv.name} v{mv.version}: {e}")
+    for made_name in made:
         try:
-            client.delete_registered_model(name)
+            client.delete_registered_model(made_name)
         except Exception as e:
-            errors.append(f"delete registered model {name}: {e}")
+            errors.append(f"delete registered model {made_name}: {e}")
     if errors:
         print(f"[register] rollback incomplete: {'; '.join(errors)}", flush=True)
 
@@ -315,7 +331,9 @@ def _eval_judge(path: Path) -> str:
 def load_registered(model_name: str = "hargo-hpc", alias: str = CHAMPION,
                     root: str | Path = "."):
     """Load ``models:/<model_name>@<alias>`` from the project's MLflow store as a transformers
-    text-generation pipeline (``mlflow.transformers.load_model``).
+    text-generation pipeline (``mlflow.transformers.load_model``). A LoRA adapter version loads
+    on its base version (:func:`hargo.registered_models.base_model_path`, also after the project
+    moved).
 
     Raises:
         LookupError: no version of ``model_name`` holds ``alias`` (e.g. the gate has not moved
@@ -334,7 +352,7 @@ def load_registered(model_name: str = "hargo-hpc", alias: str = CHAMPION,
         reroot(root, quiet=True)
     client = mlflow.MlflowClient()
     try:
-        client.get_model_version_by_alias(model_name, alias)
+        version = client.get_model_version_by_alias(model_name, alias)
     except MlflowException as e:
         if not not_found(e):
             raise
@@ -343,7 +361,9 @@ def load_registered(model_name: str = "hargo-hpc", alias: str = CHAMPION,
         raise LookupError(f"{model_name}: no version holds the alias @{alias} (aliases: {have}); "
                           f"metrics/register.json says why the gate moved none. Load another "
                           f"alias, e.g. alias='{CANDIDATE}'") from None
-    return mlflow.transformers.load_model(f"models:/{model_name}@{alias}")
+    base = base_model_path(client, version)
+    return mlflow.transformers.load_model(
+        f"models:/{model_name}@{alias}", **({"base_model_path": str(base)} if base else {}))
 
 
 def ask(prompt: str, model_name: str = "hargo-hpc", alias: str = CHAMPION,

@@ -95,6 +95,7 @@ def test_rl_runs_every_method_and_logs_per_task_metrics(committed_params, tiny_m
                                                         data_dir, mlflow_uri, tmp_path):
     from mlflow.tracking import MlflowClient
 
+    from hargo.models.loading import model_digest
     from hargo.training import rl
 
     G = 2
@@ -109,6 +110,12 @@ def test_rl_runs_every_method_and_logs_per_task_metrics(committed_params, tiny_m
         assert res["steps"] == 2 and res["steps_this_run"] == 2
         assert (tmp_path / "models" / "rl" / method / ".complete").is_file()
         assert (tmp_path / "models" / "rl" / method / "model.safetensors").is_file()
+        # LoRA: the adapter is kept beside the merged weights, with the digest of its base
+        assert params["rl"]["lora"]["enabled"]
+        adapter = tmp_path / "models" / "rl" / method / "adapter"
+        assert (adapter / "adapter_model.safetensors").is_file()
+        assert json.loads((adapter / "hargo_base.json").read_text()) == {
+            "base_sha256": model_digest(params["sft"]["out_dir"])}
         on_disk = json.loads((tmp_path / "metrics" / "rl" / f"{method}.json").read_text())
         assert on_disk["steps"] == 2 and set(on_disk["time"]) >= {"total_s", "train_s",
                                                                   "s_per_step", "steps_split_s"}

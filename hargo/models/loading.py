@@ -3,7 +3,9 @@
 A *model folder* is a plain transformers folder (safetensors weights, config, tokenizer,
 generation config) written whole or not at all (:func:`hargo.io.atomic_dir`, a ``.complete``
 marker); LoRA adapters are merged before saving, so vLLM and the reference model load the folder
-directly.
+directly. The rl stage also keeps its LoRA adapter in the folder's ``adapter/`` subfolder (PEFT's
+own format, with the digest of the base it was trained on), which the registry stores instead of
+the merged weights (:mod:`hargo.registered_models`).
 """
 from __future__ import annotations
 
@@ -12,10 +14,17 @@ from typing import Any
 
 from hargo.io import atomic_dir, require_complete_dir
 
-__all__ = ["DTYPES", "resolve_model_dir", "load_model", "load_tokenizer", "save_merged",
-           "describe", "context_length", "check_context"]
+__all__ = ["DTYPES", "ADAPTER_DIR", "ADAPTER_BASE_FILE", "resolve_model_dir", "load_model",
+           "load_tokenizer", "save_merged", "model_digest", "describe", "context_length",
+           "check_context"]
 
 DTYPES = ("float32", "bfloat16", "float16")
+#: the subfolder of a model folder holding the LoRA adapter it was merged from (rl stage)
+ADAPTER_DIR = "adapter"
+#: in ``ADAPTER_DIR``: ``{"base_sha256": model_digest(base)}`` of the base the adapter was trained on
+ADAPTER_BASE_FILE = "hargo_base.json"
+#: the files of a model folder that make the model (weights, config, tokenizer)
+_MODEL_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".jinja", ".model", ".txt")
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -65,14 +74,44 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
-def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32") -> None:
+def model_digest(model_dir: str | Path) -> str:
+    """SHA-256 (hex) over the top-level files of a model folder that make the model (weights,
+    config, tokenizer, chat template; by name and content, in name order): two folders with the
+    same digest load the same model. ``adapter/`` and the ``.complete`` marker are not part of it.
+
+    Raises:
+        FileNotFoundError: ``model_dir`` is not a folder.
+    """
+    import hashlib
+
+    files = sorted((p for p in Path(model_dir).iterdir()
+                    if p.is_file() and p.suffix in _MODEL_FILE_SUFFIXES), key=lambda p: p.name)
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode() + b"\0")
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
+                adapter_base: str | Path | None = None) -> None:
     """Save ``model`` as a plain model folder (safetensors, tokenizer, generation config).
 
     A PEFT model's adapters are merged into the base weights first (``merge_and_unload``), so
     vLLM and the reference model load the folder directly. The weights are cast to ``dtype``
     (the model is modified in place). Written through :func:`hargo.io.atomic_dir`: whole, with a
     ``.complete`` marker, or not at all.
+
+    ``adapter_base``: the model folder a PEFT ``model`` was trained on; when given (and ``model``
+    is a PEFT model) the adapter is also kept, before merging, in ``out_dir/adapter``
+    (``PeftModel.save_pretrained``: ``adapter_config.json``, ``adapter_model.safetensors`` in the
+    adapter's own dtype) with ``hargo_base.json`` = ``{"base_sha256": model_digest(adapter_base)}``,
+    so the registry can store the adapter and a reference to its base instead of the merged copy.
     """
+    import json
+
     import torch
 
     if dtype not in DTYPES:
@@ -81,11 +120,16 @@ def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32") -
         from peft import PeftModel
     except ImportError:  # peft is a dependency; keep plain models working without it
         PeftModel = ()  # type: ignore[assignment]
-    if PeftModel and isinstance(model, PeftModel):
-        model = model.merge_and_unload()
-    model = model.to(getattr(torch, dtype))
-    model.config.use_cache = True  # trainers turn the cache off for gradient checkpointing
+    is_peft = bool(PeftModel) and isinstance(model, PeftModel)
     with atomic_dir(out_dir) as tmp:
+        if is_peft and adapter_base is not None:
+            model.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
+            (tmp / ADAPTER_DIR / ADAPTER_BASE_FILE).write_text(
+                json.dumps({"base_sha256": model_digest(adapter_base)}) + "\n")
+        if is_peft:
+            model = model.merge_and_unload()
+        model = model.to(getattr(torch, dtype))
+        model.config.use_cache = True  # trainers turn the cache off for gradient checkpointing
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         if getattr(model, "generation_config", None) is not None:

@@ -19,7 +19,8 @@
    (prompt order -- also past an epoch boundary, :mod:`hargo.training.sampling` --, RNG,
    optimizer, EMA baseline, PPO's value head; ``tests/test_rl.py`` resumes every method after
    each checkpoint of a run);
-4. writes ``models/rl/<method>/`` (adapter merged; whole or not at all) and
+4. writes ``models/rl/<method>/`` (adapter merged, and kept in ``adapter/`` for the registry;
+   whole or not at all) and
    ``metrics/rl/<method>.json`` (final reward statistics, per-task share of zero-variance
    groups, the learning signals -- loss, grad_norm, adv_logprob, adv_log_ratio, kl --, steps,
    wall time and its split), and
@@ -324,8 +325,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
         if launch.num_processes > 1:
             trainer.accelerator.wait_for_everyone()
         if launch.is_main:   # one writer: atomic_dir's rename would race between processes
+            # the LoRA adapter is kept beside the merged weights: the registry stores it
             save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                        dtype=params["model"]["dtype"])
+                        dtype=params["model"]["dtype"], adapter_base=model_dir)
         save_s = time.perf_counter() - t0
 
         history = recorder.history

@@ -1,0 +1,223 @@
+"""How an RL model folder goes into the MLflow store: its LoRA adapter with a reference to the
+base model it was trained on, or (full fine-tuning) its full weights.
+
+A folder the rl stage wrote with LoRA (``rl.lora.enabled``) keeps the adapter in
+``adapter/`` (:data:`hargo.models.loading.ADAPTER_DIR`) with the digest of its base, the SFT
+model. The register stage then stores:
+
+- the base once: the SFT model folder logged as a transformers model and registered as a
+  version of ``<register.model_name>-base`` tagged ``hargo.base_sha256``; a later register whose
+  SFT model has the same digest reuses that version instead of storing the weights again;
+- per RL model, the adapter only: MLflow's transformers flavour with a ``PeftModel`` and
+  ``base_model_path`` (MLflow >= 3.9, ``mlflow.transformers.log_model``'s documented PEFT path)
+  saves the adapter and the tokenizer and records the base's local folder; the version is
+  tagged ``hargo.base_model`` = ``models:/<name>-base/<version>``.
+
+With a local artifact store the recorded base folder is the base version's own artifact folder
+in the store (immutable), so ``mlflow.transformers.load_model('models:/hargo-hpc@champion')``
+works as is in the project; :func:`base_model_path` resolves it again from the registry (after
+a move, or from a remote store by downloading it), which :func:`hargo.registry.load_registered`
+passes as ``base_model_path``.
+
+Upstream: https://mlflow.org/docs/latest/ml/deep-learning/transformers/guide/#peft-models
+(``base_model_path``), ``mlflow/transformers/__init__.py`` ``save_model``/``load_model``.
+"""
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from hargo.champion import not_found
+from hargo.io import HargoInputError
+from hargo.models.loading import ADAPTER_BASE_FILE, ADAPTER_DIR
+
+__all__ = ["BASE_SUFFIX", "BASE_TAG", "BASE_DIGEST_TAG", "adapter_dir", "check_adapter_base",
+           "base_model_name", "find_base_version", "local_model_folder", "base_model_path",
+           "log_adapter_model", "pip_requirements", "ensure_registered_model", "store_base_version"]
+
+BASE_SUFFIX = "-base"
+#: model-version tag of an adapter version: the ``models:/`` URI of its base's version
+BASE_TAG = "hargo.base_model"
+#: model-version tag of a base version: :func:`hargo.models.loading.model_digest` of its folder
+BASE_DIGEST_TAG = "hargo.base_sha256"
+#: the artifact subfolder of an MLflow transformers model that holds the weights and config
+_MODEL_SUBDIR = "model"
+
+
+def base_model_name(model_name: str) -> str:
+    """The registered model that holds the base models of ``model_name``'s adapter versions."""
+    return f"{model_name}{BASE_SUFFIX}"
+
+
+def adapter_dir(model_dir: str | Path) -> Path | None:
+    """``model_dir/adapter`` when the folder keeps a PEFT adapter (``adapter_config.json``
+    there), else None (a full fine-tuning folder: its full weights are registered)."""
+    a = Path(model_dir) / ADAPTER_DIR
+    return a if (a / "adapter_config.json").is_file() else None
+
+
+def check_adapter_base(adapter: Path, base_dir: Path, base_digest: str) -> None:
+    """Check that ``adapter`` was trained on the model in ``base_dir`` (digest ``base_digest``,
+    :func:`~hargo.models.loading.model_digest`): an adapter put on another base loads without
+    error and answers wrongly, so it is refused.
+
+    Raises:
+        HargoInputError: ``adapter/hargo_base.json`` is missing or unreadable, or records another
+            base digest (e.g. the SFT model was re-trained after the rl stage ran).
+    """
+    f = adapter / ADAPTER_BASE_FILE
+    try:
+        recorded = json.loads(f.read_text(encoding="utf-8"))["base_sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise HargoInputError(f, f"cannot read the digest of the adapter's base "
+                              f"({type(e).__name__}: {e}); re-run the rl stage") from None
+    if recorded != base_digest:
+        raise HargoInputError(f, f"the adapter was trained on another base model (sha256 "
+                              f"{str(recorded)[:12]}...) than {base_dir} ({base_digest[:12]}...); "
+                              "re-run the rl stage on this SFT model (`dvc repro`)")
+
+
+def find_base_version(client, name: str, digest: str):
+    """The newest version of registered model ``name`` tagged ``hargo.base_sha256 = digest``, or
+    None (also when ``name`` does not exist)."""
+    try:
+        versions = client.search_model_versions(f"name='{name}'")
+    except Exception as e:
+        if not_found(e):
+            return None
+        raise
+    same = [v for v in versions if v.tags.get(BASE_DIGEST_TAG) == digest]
+    return max(same, key=lambda v: int(v.version)) if same else None
+
+
+def local_model_folder(client, version) -> Path | None:
+    """The folder holding a registered transformers version's weights and ``config.json`` in a
+    local (``file:``) artifact store, or None when the store is remote or the folder is not
+    there."""
+    model_id = getattr(version, "model_id", None) or str(version.source).rsplit("/", 1)[-1]
+    try:
+        location = client.get_logged_model(model_id).artifact_location
+    except Exception:
+        return None
+    parsed = urlparse(str(location))
+    if parsed.scheme not in ("", "file"):
+        return None
+    folder = Path(unquote(parsed.path)) / _MODEL_SUBDIR
+    return folder if (folder / "config.json").is_file() else None
+
+
+def base_model_path(client, version) -> Path | None:
+    """The local folder of the base model an adapter version refers to (its ``hargo.base_model``
+    tag), for ``mlflow.transformers.load_model(..., base_model_path=...)``; None for a version
+    with full weights.
+
+    A local artifact store gives the base version's own folder; a remote one is downloaded
+    (``mlflow.artifacts.download_artifacts``) to a temporary folder.
+
+    Raises:
+        LookupError: the base version the tag names is not in the registry (deleted).
+    """
+    import mlflow
+
+    ref = version.tags.get(BASE_TAG)
+    if not ref:
+        return None
+    try:
+        name, number = ref.removeprefix("models:/").rsplit("/", 1)
+        base = client.get_model_version(name, number)
+    except Exception as e:
+        raise LookupError(f"{version.name} v{version.version} is a LoRA adapter on {ref}, which "
+                          f"the registry does not have ({type(e).__name__}: {e})") from None
+    local = local_model_folder(client, base)
+    if local is not None:
+        return local
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=ref)) / _MODEL_SUBDIR
+
+
+def log_adapter_model(model_dir: Path, adapter: Path, base_dir: Path, base_local: Path,
+                      name: str, **log_kwargs):
+    """Log an RL model as its PEFT adapter on ``base_local``
+    (``mlflow.transformers.log_model`` with a ``PeftModel`` and ``base_model_path``): the
+    artifact holds the adapter (``peft/``) and the tokenizer, not the base weights.
+
+    Args:
+        model_dir: the RL model folder (its tokenizer is logged).
+        adapter: its ``adapter/`` folder (:func:`adapter_dir`).
+        base_dir: the base model folder the adapter was trained on (loaded to build the
+            ``PeftModel``; float32).
+        base_local: the base folder to record (MLflow checks it has a ``config.json``).
+        name: the logged model's name; ``log_kwargs`` go to ``log_model`` (params, tags,
+            pip_requirements, ...).
+
+    Returns:
+        MLflow's ``ModelInfo``.
+    """
+    import mlflow
+    from peft import PeftModel
+
+    from hargo.models.loading import load_model, load_tokenizer
+
+    base = load_model(base_dir, dtype="float32")
+    model = PeftModel.from_pretrained(base, str(adapter))
+    return mlflow.transformers.log_model(
+        transformers_model={"model": model, "tokenizer": load_tokenizer(model_dir)},
+        name=name, task="text-generation", base_model_path=str(base_local), **log_kwargs)
+
+
+def pip_requirements(peft: bool = False) -> list[str]:
+    """Pinned ``pip_requirements`` for a logged transformers model (the installed versions of
+    transformers, torch, accelerate, safetensors, and peft for an adapter): explicit, so MLflow
+    skips its ~9 s requirement inference."""
+    reqs = []
+    for pkg in ("transformers", "torch", "accelerate", "safetensors") + (("peft",) if peft else ()):
+        try:
+            reqs.append(f"{pkg}=={metadata.version(pkg).split('+')[0]}")
+        except metadata.PackageNotFoundError:
+            reqs.append(pkg)
+    return reqs
+
+
+def ensure_registered_model(client, name: str, description: str) -> bool:
+    """Create registered model ``name`` unless it exists; True when this call created it."""
+    try:
+        client.get_registered_model(name)
+        return False
+    except Exception as e:
+        if not not_found(e):
+            raise
+    client.create_registered_model(name, description=description)
+    return True
+
+
+def store_base_version(client, name: str, base_dir: Path, digest: str, version_tags: dict,
+                       common: dict, created: list, made: list) -> tuple[dict, Path]:
+    """The version of ``<name>-base`` holding the SFT model in ``base_dir`` (digest ``digest``):
+    an existing one with that digest, else the folder logged in the active run and registered
+    (appended to ``created``; its registered model to ``made`` when new).
+
+    Returns:
+        (``{"name", "version", "sha256", "reused"}``, the base folder to record in the adapter
+        versions: the version's own folder in a local artifact store, else ``base_dir``).
+    """
+    import mlflow
+
+    base_name = base_model_name(name)
+    mv = find_base_version(client, base_name, digest)
+    reused = mv is not None
+    if mv is None:
+        if ensure_registered_model(client, base_name, f"hargo: the SFT base models that "
+                                   f"{name}'s LoRA adapter versions refer to (tag {BASE_TAG})"):
+            made.append(base_name)
+        info = mlflow.transformers.log_model(
+            transformers_model=str(base_dir), name="model-base", task="text-generation",
+            pip_requirements=pip_requirements(), tags={"hargo.role": "base", **common})
+        mv = mlflow.register_model(info.model_uri, base_name,
+                                   tags={BASE_DIGEST_TAG: digest, **version_tags})
+        created.append(("base", mv))
+    local = local_model_folder(client, mv) or base_dir
+    print(f"[register] base model: {base_name} v{mv.version} "
+          f"({'reused, same sha256' if reused else 'stored'}; {digest[:12]}...)", flush=True)
+    return ({"name": base_name, "version": str(mv.version), "sha256": digest,
+             "reused": reused}, local)

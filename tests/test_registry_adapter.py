@@ -1,0 +1,187 @@
+"""The register stage with LoRA runs: each version stores its adapter and a reference to its base
+(the SFT model, stored once in ``hargo-hpc-base``), and still loads as the model that was
+evaluated: ``mlflow.transformers.load_model('models:/hargo-hpc@champion')``, ``load_registered`` and
+``ask``, also after the project moved. Tiny random models; each test its own MLflow store."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hargo.io import HargoInputError
+from tests.test_registry import model_rows, reg_params, write_eval
+
+pytestmark = pytest.mark.timeout(600)
+
+PROMPT = "Is there a data race? #pragma omp parallel for\nfor(i=0;i<n;i++) a[i]=a[i+1];"
+
+
+def make_lora_rl(sft_dir: Path, out_dir: Path, seed: int) -> None:
+    """An RL model folder as the rl stage writes it with LoRA: a random (non-zero) LoRA adapter
+    on ``sft_dir``, merged, and kept in ``adapter/``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from hargo.models.loading import load_model, load_tokenizer, save_merged
+
+    torch.manual_seed(seed)
+    model = get_peft_model(load_model(sft_dir), LoraConfig(
+        r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+    save_merged(model, load_tokenizer(sft_dir), out_dir, dtype="float32", adapter_base=sft_dir)
+
+
+@pytest.fixture()
+def lora_root(tmp_path, tiny_model_dir) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(tiny_model_dir, root / "models" / "sft")
+    for seed, m in enumerate(("grpo", "hargo"), start=1):
+        make_lora_rl(root / "models" / "sft", root / "models" / "rl" / m, seed)
+    return root
+
+
+def _files(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+
+
+def _greedy(model_dir: Path) -> str:
+    from hargo.evaluation.generate import generate
+
+    return generate(model_dir, [[{"role": "user", "content": PROMPT}]],
+                    {"max_new_tokens": 8, "temperature": 0.0, "dtype": "float32",
+                     "batch_size": 1}, "transformers")[0]
+
+
+def _logits(model, tok):
+    import torch
+
+    ids = tok(PROMPT, return_tensors="pt")
+    with torch.no_grad():
+        return model(**ids).logits
+
+
+def test_the_rl_folder_keeps_its_adapter_and_the_digest_of_its_base(lora_root):
+    from hargo.models.loading import model_digest
+
+    a = lora_root / "models" / "rl" / "grpo" / "adapter"
+    assert sorted(p.name for p in a.iterdir()) == ["README.md", "adapter_config.json",
+                                                   "adapter_model.safetensors", "hargo_base.json"]
+    assert json.loads((a / "hargo_base.json").read_text()) == {
+        "base_sha256": model_digest(lora_root / "models" / "sft")}
+    # the digest follows the weights, not the folder's place or its adapter/ and marker
+    assert model_digest(lora_root / "models" / "rl" / "grpo") != model_digest(
+        lora_root / "models" / "sft")
+
+
+def test_lora_versions_store_the_adapter_on_a_base_stored_once_and_load_as_evaluated(
+        lora_root, committed_params, mlflow_uri):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from hargo.models.loading import load_model, load_tokenizer
+    from hargo.registry import ask, load_registered, run
+
+    write_eval(lora_root, {"grpo": model_rows(plp=0.45), "hargo": model_rows(plp=0.50)})
+    doc = run(reg_params(committed_params, methods=("grpo", "hargo")), root=lora_root)
+
+    from hargo.models.loading import model_digest
+    digest = model_digest(lora_root / "models" / "sft")
+    assert doc["base"] == {"name": "hargo-hpc-base", "version": "1", "sha256": digest,
+                           "reused": False}
+    assert [v["stored"] for v in doc["versions"]] == ["adapter", "adapter"]
+    assert doc["champion"] == {"version": "2", "method": "hargo", "moved": True}
+    client = MlflowClient(mlflow_uri)
+    base_mv = client.get_model_version("hargo-hpc-base", "1")
+    assert base_mv.tags["hargo.base_sha256"] == digest
+    for v in ("1", "2"):
+        mv = client.get_model_version("hargo-hpc", v)
+        assert mv.tags["hargo.base_model"] == "models:/hargo-hpc-base/1"
+        assert "hargo.base_model" in mv.tags and mv.tags["hargo.gate"] == "passed"
+
+    # what each version stores: the adapter and the tokenizer, never the base weights
+    def artifacts(mv) -> Path:
+        return Path(mlflow.artifacts.download_artifacts(f"models:/{mv.name}/{mv.version}"))
+    stored = _files(artifacts(client.get_model_version("hargo-hpc", "2")))
+    base_files = _files(artifacts(base_mv))
+    assert "peft/adapter_model.safetensors" in stored
+    assert not any(k.endswith("model.safetensors") and not k.startswith("peft/") for k in stored)
+    assert base_files["model/model.safetensors"] > 0
+    adapter_bytes = stored["peft/adapter_model.safetensors"]
+    assert adapter_bytes * 20 < base_files["model/model.safetensors"]
+
+    # MLflow's own loader, as is: the adapter on the base version's folder in the store
+    pipe = mlflow.transformers.load_model("models:/hargo-hpc@champion")
+    merged = load_model(lora_root / "models" / "rl" / "hargo")
+    tok = load_tokenizer(lora_root / "models" / "rl" / "hargo")
+    import torch
+    torch.testing.assert_close(_logits(pipe.model, tok), _logits(merged, tok), atol=1e-4,
+                               rtol=1e-4)
+    # hargo's loader and ask(): the same greedy answer as the evaluated (merged) folder
+    want = _greedy(lora_root / "models" / "rl" / "hargo")
+    assert ask(PROMPT, max_new_tokens=8, root=lora_root) == want
+    assert ask(PROMPT, max_new_tokens=8, pipeline=load_registered(alias="candidate",
+                                                                  root=lora_root)) == want
+
+    # a second register on the same SFT model reuses the stored base
+    doc2 = run(reg_params(committed_params, methods=("grpo",)), root=lora_root)
+    assert doc2["base"] == {"name": "hargo-hpc-base", "version": "1", "sha256": digest,
+                            "reused": True}
+    base_versions = client.search_model_versions("name='hargo-hpc-base'")
+    assert [str(v.version) for v in base_versions] == ["1"]
+    assert client.get_model_version("hargo-hpc", "3").tags["hargo.base_model"] == \
+        "models:/hargo-hpc-base/1"
+
+
+def test_an_adapter_trained_on_another_sft_model_is_refused_before_anything_is_registered(
+        lora_root, committed_params, mlflow_uri, tiny_tokenizer_dir):
+    from hargo.registry import run
+    from hargo.testing import make_tiny_model
+
+    write_eval(lora_root, {"grpo": model_rows(plp=0.45)})
+    shutil.rmtree(lora_root / "models" / "sft")     # SFT re-trained after the rl stage ran
+    make_tiny_model(lora_root / "models" / "sft", tiny_tokenizer_dir, seed=7)
+    with pytest.raises(HargoInputError, match=r"grpo/adapter/hargo_base\.json.*trained on another "
+                                              r"base model.*re-run the rl stage"):
+        run(reg_params(committed_params), root=lora_root)
+    from mlflow.tracking import MlflowClient
+    assert MlflowClient(mlflow_uri).search_registered_models() == []
+
+
+def test_a_failure_after_the_base_was_stored_leaves_nothing_registered(
+        lora_root, committed_params, mlflow_uri, monkeypatch):
+    import hargo.registry as registry
+    from mlflow.tracking import MlflowClient
+
+    write_eval(lora_root, {"grpo": model_rows(plp=0.45)})
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+    monkeypatch.setattr(registry, "log_adapter_model", broken)
+    with pytest.raises(RuntimeError, match="nothing was registered.*disk full"):
+        registry.run(reg_params(committed_params), root=lora_root)
+    assert MlflowClient(mlflow_uri).search_registered_models() == []
+
+
+def test_a_moved_project_loads_its_adapter_version_on_its_own_base(
+        lora_root, committed_params, monkeypatch, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from hargo import tracking
+    from hargo.registry import ask, run
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the project's own mlruns/
+    monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
+    write_eval(lora_root, {"grpo": model_rows(plp=0.45)})
+    run(reg_params(committed_params), root=lora_root)
+    want = _greedy(lora_root / "models" / "rl" / "grpo")
+    moved = tmp_path / "elsewhere" / "project"
+    moved.parent.mkdir()
+    shutil.move(str(lora_root), str(moved))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)   # set by the first process
+    assert ask(PROMPT, max_new_tokens=8, root=moved) == want
+    # the base it loaded is the one in the moved store
+    from hargo.registered_models import base_model_path
+    client = MlflowClient(tracking.tracking_uri(moved))
+    path = base_model_path(client, client.get_model_version("hargo-hpc", "1"))
+    assert str(path).startswith(str(moved / "mlruns"))
