@@ -322,6 +322,8 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
     assert (doc["resamples"], doc["confidence"]) == (2000, 0.95)
     assert doc["versions"][0]["gate"] == "passed" and doc["versions"][0]["reference"] == "sft"
     assert doc["champion"] == {"version": "1", "method": "grpo", "moved": True}
+    # a folder without adapter/ (full fine-tuning) is registered with its full weights, no base
+    assert doc["versions"][0]["stored"] == "full" and doc["base"] is None
     assert doc["candidate"] == {"version": "1", "method": "grpo"}
     assert doc["decision"] == "champion moved to v1 (grpo) from sft"
     assert json.loads((reg_root / "metrics" / "register.json").read_text()) == doc
@@ -347,6 +349,8 @@ def test_register_moves_champion_when_the_gate_passes_and_the_champion_loads(
     import mlflow
     kept = mlflow.artifacts.load_dict(f"runs:/{mv.run_id}/eval/grpo.per_prompt.json")
     assert kept == {"rows": model_rows(plp=0.45)}
+    full = Path(mlflow.artifacts.download_artifacts("models:/hargo-hpc/1"))
+    assert (full / "model" / "model.safetensors").is_file() and not (full / "peft").exists()
     run_ = _client(mlflow_uri).get_run(doc["run_id"])
     assert run_.data.tags["hargo.stage"] == "register"
     assert run_.data.params["register.model_name"] == "hargo-hpc"
