@@ -17,7 +17,7 @@ from hargo.vocab import TASKS
 TINY = Path(__file__).parent / "data" / "hpc_tiny"
 
 
-def params(raw_dir, tmp_path: Path, strategy="grouped", **bounds) -> dict:
+def params(raw_dir, tmp_path: Path, strategy="grouped", threshold=0.9, **bounds) -> dict:
     v = {"task_counts": {t: [10, 30] for t in TASKS}, "yes_fraction": [0.0, 1.0],
          "prompt_chars": [10, 300000], "answer_chars": [1, 4000],
          "report_dir": str(tmp_path / "reports" / "validation"),
@@ -26,7 +26,9 @@ def params(raw_dir, tmp_path: Path, strategy="grouped", **bounds) -> dict:
     v.update(bounds)
     return {"seed": 42, "validate": v,
             "data": {"raw_dir": str(raw_dir), "out_dir": str(tmp_path / "prepared"),
-                     "split": {"strategy": strategy, "eval_fraction": 0.1}, "conflicts": "majority"}}
+                     "split": {"strategy": strategy, "eval_fraction": 0.1,
+                               "similarity_threshold": threshold, "minhash_perm": 128},
+                     "conflicts": "majority"}}
 
 
 def _rw(path: Path, edit) -> None:
