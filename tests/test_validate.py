@@ -220,6 +220,35 @@ def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path, c
         assert n["eval"] <= math.floor(round(f * kept, 9)), (t, n)   # never above the target
 
 
+def test_real_data_similarity_passes_the_committed_bounds(real_raw_dir, tmp_path, committed_params):
+    """The similarity split of the real files at the committed threshold passes every committed
+    bound, the near-copy check (enforced) and the yes-fraction included; mlperf and plp are
+    split as under grouped."""
+    committed = committed_params["validate"]
+    p = params(real_raw_dir, tmp_path, task_counts=committed["task_counts"],
+               yes_fraction=committed["yes_fraction"], prompt_chars=committed["prompt_chars"],
+               answer_chars=committed["answer_chars"])
+    p["data"]["split"] = dict(committed_params["data"]["split"], strategy="similarity")
+    P.run(p)
+    summary = V.run(p)
+    assert summary["success"] and summary["near_copy_eval_rows"] == 0 and summary["leaked_rows"] == 0
+    report = json.loads(Path(p["validate"]["report_dir"], "report.json").read_text())
+    near = next(e for e in report["expectations"] if e["name"] == "prepared.no_near_copy_in_train")
+    assert near["enforced"] and near["success"] and near["element_count"] > 0
+    stats = json.loads((tmp_path / "prepared" / "stats.json").read_text())
+    t = committed_params["data"]["split"]["similarity_threshold"]
+    for task in ("race_c", "race_fortran"):
+        n = stats["eval_nearest_train"][task]
+        assert n["n"] == stats["counts"][task]["eval"] > 0
+        assert n["share_ge_threshold"] == 0.0 and n["max"] < t
+    g = tmp_path / "grouped"
+    P.run(dict(p, data=dict(p["data"], out_dir=str(g), split=dict(p["data"]["split"], strategy="grouped"))))
+    for name in ("train.jsonl", "eval.jsonl"):
+        ids = lambda path: [r["id"] for r in map(json.loads, path.read_text().splitlines())
+                            if r["task"] in ("mlperf", "plp")]
+        assert ids(tmp_path / "prepared" / name) == ids(g / name)
+
+
 def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):
     from hargo.io import HargoInputError
 
