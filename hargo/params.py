@@ -181,8 +181,10 @@ def validate_params(params: Mapping) -> None:
             ``rl.num_generations: must be >= 2, got 1``.
     """
     _num(params, "seed", 0, integer=True)
-    _choice(params, "data.split.strategy", ("grouped", "paper"))
+    _choice(params, "data.split.strategy", ("grouped", "similarity", "paper"))
     _num(params, "data.split.eval_fraction", 0, 0.5, lo_open=True)
+    _num(params, "data.split.similarity_threshold", 0, 1, lo_open=True)
+    _num(params, "data.split.minhash_perm", 4, 1024, integer=True)
     _choice(params, "data.conflicts", ("majority", "drop"))
     for task in TASKS:
         _range(params, f"validate.task_counts.{task}", 0, integer=True)

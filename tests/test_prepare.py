@@ -27,9 +27,11 @@ TINY = Path(__file__).parent / "data" / "hpc_tiny"
 OUTPUTS = ("train.jsonl", "eval.jsonl", "rejects.jsonl", "stats.json", "answer_lengths.csv")
 
 
-def params(raw_dir, out_dir, strategy="grouped", conflicts="majority", fraction=0.1, seed=42) -> dict:
+def params(raw_dir, out_dir, strategy="grouped", conflicts="majority", fraction=0.1, seed=42,
+           threshold=0.9) -> dict:
     return {"seed": seed, "data": {"raw_dir": str(raw_dir), "out_dir": str(out_dir),
-                                   "split": {"strategy": strategy, "eval_fraction": fraction},
+                                   "split": {"strategy": strategy, "eval_fraction": fraction,
+                                             "similarity_threshold": threshold, "minhash_perm": 128},
                                    "conflicts": conflicts}}
 
 

@@ -17,7 +17,7 @@ from hargo.vocab import TASKS
 TINY = Path(__file__).parent / "data" / "hpc_tiny"
 
 
-def params(raw_dir, tmp_path: Path, strategy="grouped", **bounds) -> dict:
+def params(raw_dir, tmp_path: Path, strategy="grouped", threshold=0.9, **bounds) -> dict:
     v = {"task_counts": {t: [10, 30] for t in TASKS}, "yes_fraction": [0.0, 1.0],
          "prompt_chars": [10, 300000], "answer_chars": [1, 4000],
          "report_dir": str(tmp_path / "reports" / "validation"),
@@ -26,7 +26,9 @@ def params(raw_dir, tmp_path: Path, strategy="grouped", **bounds) -> dict:
     v.update(bounds)
     return {"seed": 42, "validate": v,
             "data": {"raw_dir": str(raw_dir), "out_dir": str(tmp_path / "prepared"),
-                     "split": {"strategy": strategy, "eval_fraction": 0.1}, "conflicts": "majority"}}
+                     "split": {"strategy": strategy, "eval_fraction": 0.1,
+                               "similarity_threshold": threshold, "minhash_perm": 128},
+                     "conflicts": "majority"}}
 
 
 def _rw(path: Path, edit) -> None:
@@ -60,10 +62,15 @@ def test_crafted_data_passes_and_writes_the_report(prepared, tmp_path, monkeypat
     assert summary["rows"] == {"raw": 72, "train": 56, "eval": 5}
     report = json.loads((tmp_path / "reports/validation/report.json").read_text())
     names = [e["name"] for e in report["expectations"]]
-    assert len(names) == len(V.expectation_specs(prepared)) == 25
+    assert len(names) == len(V.expectation_specs(prepared)) == 26
     assert {"prepared.no_train_eval_leak", "prepared.race_label_in_set", "prepared.answer_non_empty",
             "summary.count_mlperf", "summary.yes_fraction_within_bounds", "raw.output_non_empty"} <= set(names)
-    assert all(e["success"] for e in report["expectations"])
+    assert all(e["success"] for e in report["expectations"] if e["name"] != "prepared.no_near_copy_in_train")
+    # the grouped split keeps near-copies of three eval kernels in train: measured, not enforced
+    near = next(e for e in report["expectations"] if e["name"] == "prepared.no_near_copy_in_train")
+    assert (near["success"], near["enforced"], near["failing"]) == (False, False, 3)
+    assert near["ids"] == ["race_c-00009", "race_c-00015", "race_fortran-00011"]
+    assert summary["near_copy_eval_rows"] == 3
     assert (tmp_path / "reports/validation/index.html").exists()  # GX data docs
     assert list((tmp_path / "reports/validation/validations").rglob("*.html"))
     assert json.loads((tmp_path / "metrics/validation.json").read_text()) == summary
@@ -213,6 +220,35 @@ def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path, c
         assert n["eval"] <= math.floor(round(f * kept, 9)), (t, n)   # never above the target
 
 
+def test_real_data_similarity_passes_the_committed_bounds(real_raw_dir, tmp_path, committed_params):
+    """The similarity split of the real files at the committed threshold passes every committed
+    bound, the near-copy check (enforced) and the yes-fraction included; mlperf and plp are
+    split as under grouped."""
+    committed = committed_params["validate"]
+    p = params(real_raw_dir, tmp_path, task_counts=committed["task_counts"],
+               yes_fraction=committed["yes_fraction"], prompt_chars=committed["prompt_chars"],
+               answer_chars=committed["answer_chars"])
+    p["data"]["split"] = dict(committed_params["data"]["split"], strategy="similarity")
+    P.run(p)
+    summary = V.run(p)
+    assert summary["success"] and summary["near_copy_eval_rows"] == 0 and summary["leaked_rows"] == 0
+    report = json.loads(Path(p["validate"]["report_dir"], "report.json").read_text())
+    near = next(e for e in report["expectations"] if e["name"] == "prepared.no_near_copy_in_train")
+    assert near["enforced"] and near["success"] and near["element_count"] > 0
+    stats = json.loads((tmp_path / "prepared" / "stats.json").read_text())
+    t = committed_params["data"]["split"]["similarity_threshold"]
+    for task in ("race_c", "race_fortran"):
+        n = stats["eval_nearest_train"][task]
+        assert n["n"] == stats["counts"][task]["eval"] > 0
+        assert n["share_ge_threshold"] == 0.0 and n["max"] < t
+    g = tmp_path / "grouped"
+    P.run(dict(p, data=dict(p["data"], out_dir=str(g), split=dict(p["data"]["split"], strategy="grouped"))))
+    for name in ("train.jsonl", "eval.jsonl"):
+        ids = lambda path: [r["id"] for r in map(json.loads, path.read_text().splitlines())
+                            if r["task"] in ("mlperf", "plp")]
+        assert ids(tmp_path / "prepared" / name) == ids(g / name)
+
+
 def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):
     from hargo.io import HargoInputError
 
@@ -220,3 +256,47 @@ def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):
     with pytest.raises(HargoInputError, match=r"eval.jsonl, record 1: not valid JSON"):
         V.run(prepared)
     assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("strategy", ["similarity", "grouped"])
+def test_near_copy_in_train_fails_under_similarity_and_is_measured_otherwise(tmp_path, strategy):
+    """A clean split passes; then a near-copy of a race eval kernel (one word appended, Jaccard
+    n / (n + 1) >= 0.95) is planted in train: the similarity split fails on it, naming the eval
+    record; other strategies measure it without failing."""
+    import re
+
+    p = params(TINY, tmp_path, strategy=strategy, threshold=0.95)
+    P.run(p)
+    summary = V.run(p)
+    assert summary["success"] and summary["near_copy_eval_rows"] == 0
+    out = tmp_path / "prepared"
+    eval_ = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
+    train = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
+    target = next(r for r in eval_ if r["task"] == "race_c")
+    host = next(r for r in train if r["task"] == "race_c")   # its raw instruction stays in train
+    text = target["prompt"][0]["content"] + " zzplanted"
+    n = len(set(re.findall(r"\w+|[^\w\s]", target["prompt"][0]["content"])))
+    assert n / (n + 1) >= 0.95
+    near = dict(host, id="race_c-planted", prompt=[{"role": "user", "content": text}])
+    _rw(out / "train.jsonl", lambda recs: recs + [near])
+    if strategy == "similarity":
+        err = _failed(p)
+        assert [(f["name"], f["failing"], f["ids"], f["enforced"]) for f in err.failures] == [
+            ("prepared.no_near_copy_in_train", 1, [target["id"]], True)]
+    else:
+        summary = V.run(p)
+        assert summary["success"] and summary["failed_not_enforced"] == 1
+        report = json.loads(Path(p["validate"]["report_dir"], "report.json").read_text())
+        e = next(e for e in report["expectations"] if e["name"] == "prepared.no_near_copy_in_train")
+        assert (e["success"], e["enforced"], e["failing"], e["ids"]) == (False, False, 1, [target["id"]])
+    metrics = json.loads(Path(p["validate"]["metrics_file"]).read_text())
+    assert metrics["near_copy_eval_rows"] == 1 and metrics["leaked_rows"] == 0
+
+
+def test_near_train_similarity_by_hand():
+    rec = lambda rid, task, text: {"id": rid, "task": task, "prompt": [{"role": "user", "content": text}]}
+    train = [rec("t1", "race_c", "a b c d"), rec("t2", "race_fortran", "a b c x"),
+             rec("t3", "plp", "a b c x")]
+    eval_ = [rec("e1", "race_c", "a b c x"), rec("e2", "plp", "a b c x"),
+             rec("e3", "race_fortran", "q"), {"id": "e4", "task": "race_c", "prompt": "oops"}]
+    assert V.near_train_similarity(train, eval_) == [None, None, None, 3 / 5, None, 0.0, None]

@@ -9,10 +9,15 @@ when all are written do they replace the old ones), after every input has been r
   :func:`hargo.data.raw.make_record`; TRL's conversational ``prompt`` format).
 - ``rejects.jsonl``: quarantined raw records with a ``reason``.
 - ``stats.json``: counts per task, split and label; how each kind of mess was handled; answer and
-  prompt length statistics; the longest/shortest task mean answer-length ratio.
+  prompt length statistics; the longest/shortest task mean answer-length ratio; for every
+  strategy, ``eval_nearest_train``: per race task, for each eval record the largest token-set
+  Jaccard to any train record of the same task (:mod:`hargo.data.similarity`, exact, brute
+  force), summarised as ``n``, ``median``, ``p90``, ``max``, ``share_ge_0_9``,
+  ``share_ge_threshold`` (``data.split.similarity_threshold``;
+  :func:`hargo.data.similarity.similarity_summary`): how far eval is from a lookup in train.
 - ``answer_lengths.csv``: the per-task answer-length distribution for ``dvc plots``.
 
-Two split strategies (``data.split.strategy``):
+Three split strategies (``data.split.strategy``):
 
 ``grouped`` (default, a fair eval)
     1. Quarantine (-> rejects): an empty instruction; an empty mlperf/plp answer; a race output
@@ -41,6 +46,17 @@ Two split strategies (``data.split.strategy``):
     4. :func:`hargo.data.split.split_grouped` per task by instruction text after the key, so
        that no instruction is in both splits, not even as a near-duplicate.
 
+``similarity`` (``grouped``, and no near-copy of a race kernel in both splits)
+    Steps 1-3 as ``grouped``. 4. :func:`hargo.data.split.split_similarity`: for the race tasks,
+    records whose prompt token sets (the nearest-train baseline's,
+    :func:`hargo.data.similarity.kernel_tokens`) have Jaccard >= ``data.split.similarity_threshold``
+    are linked (MinHash LSH candidates with ``data.split.minhash_perm`` permutations, seeded by
+    ``seed``, each verified with the exact Jaccard), as are records with the same instruction
+    after the key; the connected components (chains included) are the groups, placed as
+    ``grouped`` places its groups. mlperf and plp are split exactly as under ``grouped``.
+    ``stats.json`` ``similarity_groups`` gives per race task the linked pairs, the groups and the
+    largest group.
+
 ``paper`` (the HPC-GPT/HARGO papers' split, 5,273 train / 584 eval on the real files)
     Every raw record kept, in file order: no de-duplication, no quarantine. ``answer`` is the raw
     output; race records still get the normalised ``label`` where one exists (else ``None``).
@@ -63,11 +79,14 @@ from typing import Any
 from hargo.data import labels as L
 from hargo.data.conflicts import CONFLICT_POLICIES, clean_task
 from hargo.data.raw import load_raw, make_record
-from hargo.data.split import check_fraction, near_duplicates, split_grouped, split_paper
+from hargo.data.similarity import (check_threshold, kernel_tokens, nearest_similarity,
+                                   similarity_summary)
+from hargo.data.split import (check_fraction, near_duplicates, similarity_groups, split_grouped,
+                              split_groups, split_paper)
 from hargo.io import atomic_files, write_json, write_jsonl
 from hargo.vocab import RACE_TASKS, TASKS
 
-STRATEGIES = ("grouped", "paper")
+STRATEGIES = ("grouped", "similarity", "paper")
 CONFLICT_RULE = ("answers compared after normalise_text; majority: a strict majority of the raw "
                  "records is the reference, the rest alt_answers; drop: every conflict rejected; "
                  "a tie at the top is rejected for every task under both")
@@ -135,6 +154,23 @@ def answer_length_table(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def eval_nearest_train(train: list[dict], eval_: list[dict], threshold: float) -> dict:
+    """Per race task, the summary (:func:`hargo.data.similarity.similarity_summary`) of each
+    eval record's largest token-set Jaccard to any train record of the same task
+    (:func:`hargo.data.similarity.nearest_similarity`; ~2 s on the real splits).
+
+    Returns:
+        ``{task: {"n", "median", "p90", "max", "share_ge_0_9", "share_ge_threshold"}}`` for
+        every race task (``n`` 0 and None values without eval records).
+    """
+    out = {}
+    for t in RACE_TASKS:
+        pool = [kernel_tokens(r["prompt"]) for r in train if r["task"] == t]
+        queries = [kernel_tokens(r["prompt"]) for r in eval_ if r["task"] == t]
+        out[t] = similarity_summary(nearest_similarity(pool, queries), threshold)
+    return out
+
+
 def compute_stats(train: list[dict], eval_: list[dict], raw: dict[str, list[dict]],
                   handling: dict[str, dict], params: dict) -> dict:
     """The content of ``stats.json`` (see the module docstring)."""
@@ -168,6 +204,11 @@ def compute_stats(train: list[dict], eval_: list[dict], raw: dict[str, list[dict
                               "raw": sum(len(v) for v in raw.values())}
     out["answer_length_ratio"] = length_ratio(means)
     out["answer_length_ratio_raw"] = length_ratio(raw_means)
+    threshold = data["split"]["similarity_threshold"]
+    out["eval_nearest_train"] = {
+        "rule": "per eval record the largest token-set Jaccard (hargo.data.similarity) to a train "
+                "record of its task; p90 nearest rank", "threshold": threshold,
+        **eval_nearest_train(train, eval_, threshold)}
     return out
 
 
@@ -218,8 +259,10 @@ def prepare(params: dict) -> dict:
 
     Args:
         params: the loaded params.yaml; reads ``seed`` and ``data`` (``raw_dir``, ``out_dir``,
-            ``split.strategy`` (grouped | paper), ``split.eval_fraction``, ``conflicts``
-            (majority | drop)). Paths are relative to the working directory.
+            ``split.strategy`` (grouped | similarity | paper), ``split.eval_fraction``,
+            ``split.similarity_threshold`` (every strategy: the statistics use it),
+            ``split.minhash_perm`` (``similarity`` only), ``conflicts`` (majority | drop)).
+            Paths are relative to the working directory.
 
     The five outputs are written as one set: any error, reading or writing, leaves the old
     outputs as they were and no temporary file behind.
@@ -241,6 +284,11 @@ def prepare(params: dict) -> dict:
     if conflicts not in CONFLICT_POLICIES:
         raise ValueError(f"data.conflicts must be one of {CONFLICT_POLICIES}, got {conflicts!r}")
     check_fraction(fraction)
+    if "similarity_threshold" not in data["split"]:
+        raise ValueError("data.split.similarity_threshold: missing")
+    check_threshold(data["split"]["similarity_threshold"])
+    if strategy == "similarity" and "minhash_perm" not in data["split"]:
+        raise ValueError("data.split.minhash_perm: missing (the similarity split needs it)")
 
     raw = load_raw(data["raw_dir"])
     records: list[dict] = []
@@ -263,11 +311,18 @@ def prepare(params: dict) -> dict:
     def text(r: dict) -> str:
         return instruction[r["id"]]
 
+    groups_info = None
     if strategy == "paper":
         train, eval_ = split_paper(records, fraction, seed)
+    elif strategy == "similarity":
+        groups, groups_info = similarity_groups(records, data["split"]["similarity_threshold"],
+                                                data["split"]["minhash_perm"], seed, text=text)
+        train, eval_ = split_groups(records, groups, fraction, seed)
     else:
         train, eval_ = split_grouped(records, fraction, seed, text=text)
     stats = compute_stats(train, eval_, raw, handling, params)
+    if groups_info is not None:
+        stats["similarity_groups"] = groups_info
     if strategy == "paper":
         stats["near_duplicates"] = near_duplicates(records, text)
     else:  # merged into one record per prompt by clean_task: counted there

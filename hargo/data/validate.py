@@ -13,7 +13,10 @@ Checkpoint in an ephemeral GX context (pandas data source; GX 1.x):
     points at a raw record, and ``leaks``: the record's instruction (taken from the raw record its
     ``source`` names, else the prompt text) also appears in the other split, compared after
     :func:`hargo.data.raw.normalise_text` (the grouped split's key: a copy with CRLF line ends,
-    other whitespace or case is the same instruction); expected all False.
+    other whitespace or case is the same instruction); expected all False. ``near_train``: for a
+    race eval record, the largest token-set Jaccard of its prompt to any train record of its task
+    (:mod:`hargo.data.similarity`, exact; None for other rows); expected below
+    ``data.split.similarity_threshold`` (no near-copy of an eval kernel in train).
     Prompt and answer lengths (characters) within ``validate.prompt_chars``/``answer_chars``.
 ``summary``
     one row per task (``n`` records, ``n_eval``) and one per race task and split
@@ -23,7 +26,9 @@ Checkpoint in an ephemeral GX context (pandas data source; GX 1.x):
 Under ``data.split.strategy: paper`` the papers' split keeps repeated instructions on both sides
 and one race record without a label; the two expectations that measure those
 (``prepared.no_train_eval_leak`` and ``prepared.race_label_present``) are then run and
-reported, but not enforced.
+reported, but not enforced. ``prepared.no_near_copy_in_train`` is enforced under
+``data.split.strategy: similarity`` only, the split built to pass it; under ``grouped`` and
+``paper`` it measures how many race eval records have a near-copy in train.
 
 Outputs: ``reports/validation/report.json`` (per expectation: success, enforced, failing count,
 a few offending ids), GX data docs (``reports/validation/index.html``) and
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from hargo.data.raw import TASK_FILES, load_raw, normalise_text
+from hargo.data.similarity import kernel_tokens, nearest_similarity
 from hargo.io import atomic_dir, atomic_write_json, read_jsonl
 from hargo.vocab import RACE_TASKS, TASKS
 
@@ -97,8 +103,8 @@ def raw_rows(raw: dict[str, list[dict]]) -> list[dict]:
 def prepared_rows(train: list[dict], eval_: list[dict], raw: dict[str, list[dict]]) -> list[dict]:
     """Rows of the ``prepared`` table, one per record, ``split`` = train | eval, with the
     computed columns ``schema_ok``, ``prompt_content``, ``prompt_chars``, ``answer_chars``,
-    ``source_ok``, ``instruction``, ``leak_key`` (the normalised instruction) and ``leaks`` (see
-    the module docstring)."""
+    ``source_ok``, ``instruction``, ``leak_key`` (the normalised instruction), ``leaks`` and
+    ``near_train`` (see the module docstring; :func:`near_train_similarity`)."""
     by_file = {TASK_FILES[t]: rs for t, rs in raw.items()}
     rows = []
     for split, recs in (("train", train), ("eval", eval_)):
@@ -123,7 +129,30 @@ def prepared_rows(train: list[dict], eval_: list[dict], raw: dict[str, list[dict
     for row in rows:
         other = sides["eval" if row["split"] == "train" else "train"]
         row["leaks"] = row["leak_key"] is not None and row["leak_key"] in other
+    for row, near in zip(rows, near_train_similarity(train, eval_)):
+        row["near_train"] = near
     return rows
+
+
+def _tokens(r: dict) -> frozenset | None:
+    try:
+        return kernel_tokens(r["prompt"])
+    except (KeyError, TypeError, ValueError):  # a malformed prompt: record_schema reports it
+        return None
+
+
+def near_train_similarity(train: list[dict], eval_: list[dict]) -> list[float | None]:
+    """One value per record of ``train + eval_``, in that order: for a race eval record, the
+    largest token-set Jaccard (:func:`hargo.data.similarity.jaccard`) of its prompt to any
+    well-formed train record of the same task (0.0 without one); None for train records, other
+    tasks and malformed prompts."""
+    out: list[float | None] = [None] * len(train)
+    pools = {t: [x for x in (_tokens(r) for r in train if r.get("task") == t) if x is not None]
+             for t in RACE_TASKS}
+    for r in eval_:
+        toks = _tokens(r) if r.get("task") in RACE_TASKS else None
+        out.append(None if toks is None else nearest_similarity(pools[r["task"]], [toks])[0])
+    return out
 
 
 def summary_rows(prepared: list[dict]) -> list[dict]:
@@ -150,6 +179,8 @@ def expectation_specs(params: dict) -> list[dict]:
     ``description``. Bounds come from ``params["validate"]``."""
     v = params["validate"]
     paper = params["data"]["split"]["strategy"] == "paper"
+    similarity = params["data"]["split"]["strategy"] == "similarity"
+    threshold = params["data"]["split"]["similarity_threshold"]
     race, other = list(RACE_TASKS), [t for t in TASKS if t not in RACE_TASKS]
     S: list[dict] = []
 
@@ -190,6 +221,11 @@ def expectation_specs(params: dict) -> list[dict]:
     add("prepared", "no_train_eval_leak", "ExpectColumnValuesToBeInSet",
         "no instruction is in both train and eval" + (" (paper split: measured, not enforced)" if paper else ""),
         enforced=not paper, column="leaks", value_set=[False])
+    add("prepared", "no_near_copy_in_train", "ExpectColumnValuesToBeBetween",
+        f"no race eval record has a train record of its task at token-set Jaccard >= {threshold}"
+        + ("" if similarity else " (measured; enforced under the similarity split)"),
+        where=("task", race), enforced=similarity, column="near_train", max_value=threshold,
+        strict_max=True)
     lo, hi = v["prompt_chars"]
     add("prepared", "prompt_chars_within_bounds", "ExpectColumnValuesToBeBetween",
         f"prompt length in [{lo}, {hi}] characters", column="prompt_chars", min_value=lo, max_value=hi)
@@ -310,7 +346,8 @@ def validate(params: dict) -> dict:
 
     Args:
         params: the loaded params.yaml; reads ``data.raw_dir``, ``data.out_dir`` (the prepared
-            ``train.jsonl``/``eval.jsonl``), ``data.split.strategy`` and ``validate``
+            ``train.jsonl``/``eval.jsonl``), ``data.split.strategy``,
+            ``data.split.similarity_threshold`` and ``validate``
             (``task_counts``, ``yes_fraction``, ``prompt_chars``, ``answer_chars``; optional
             ``report_dir`` and ``metrics_file``, default ``reports/validation`` and
             ``metrics/validation.json``, and ``data_docs``, default true: build GX's HTML data
@@ -348,6 +385,8 @@ def validate(params: dict) -> dict:
             "leaked_rows": len(leaked),
             "leaked_instructions": len({r["leak_key"] for r in leaked}),
             "unlabelled_race_rows": sum(1 for r in prepared if r["task"] in RACE_TASKS and r["label"] is None),
+            "near_copy_eval_rows": sum(1 for r in prepared if r["near_train"] is not None
+                                       and r["near_train"] >= params["data"]["split"]["similarity_threshold"]),
         }
         atomic_write_json(tmp / "report.json", {"summary": summary, "expectations": results})
     atomic_write_json(metrics_file, summary)

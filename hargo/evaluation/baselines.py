@@ -11,12 +11,11 @@
 
 Nearest-train, exactly:
 
-- Tokens of a prompt (:func:`kernel_tokens`): the set of matches of the regular expression
-  ``\\w+|[^\\w\\s]`` (Python ``re``, Unicode: runs of word characters, and every other
-  non-space character on its own) over the text of the prompt's user messages (``role ==
-  "user"``, joined with a newline), case kept (``N`` and ``n`` are different tokens). This
-  reproduces the figures above.
-- Similarity: Jaccard of the two token sets, ``|A & B| / |A | B|`` (0.0 when both are empty).
+- Tokens of a prompt (:func:`kernel_tokens`) and their similarity (:func:`jaccard`): defined in
+  :mod:`hargo.data.similarity` (the ``similarity`` split and ``prepare``'s statistics use the
+  same), re-exported here: the token set of the prompt's user text (regular expression
+  ``\\w+|[^\\w\\s]``, case kept) and the Jaccard of two such sets. This reproduces the
+  figures above.
 - Train pool: every race record (``race_c`` and ``race_fortran``, either language for either
   eval task) of the same split's ``train.jsonl``, in file order.
 - Prediction: the label of the most similar train kernel; ties go to the first in file order.
@@ -27,44 +26,15 @@ Nearest-train, exactly:
 """
 from __future__ import annotations
 
-import re
 from typing import Mapping, Sequence
 
+from hargo.data.similarity import TOKEN_RE, jaccard, kernel_text, kernel_tokens
 from hargo.rewards import RACE_TASKS
 from hargo.rewards.race import canonical_label
 
 __all__ = ["TOKEN_RE", "kernel_text", "kernel_tokens", "jaccard", "nearest_train",
            "always_yes_predictions", "BASE", "ALWAYS_YES", "NEAREST_TRAIN", "BASELINES",
            "race_entry", "baseline_entries"]
-
-#: Tokenisation of the nearest-train baseline: word runs, and each other non-space character.
-TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-
-
-def kernel_text(prompt: Sequence[Mapping]) -> str:
-    """The text of a conversational prompt's user messages, joined with ``"\\n"``.
-
-    Raises:
-        ValueError: no user message with string content.
-    """
-    parts = [m["content"] for m in prompt
-             if isinstance(m, Mapping) and m.get("role") == "user"
-             and isinstance(m.get("content"), str)]
-    if not parts:
-        raise ValueError(f"prompt has no user message: {str(prompt)[:80]!r}")
-    return "\n".join(parts)
-
-
-def kernel_tokens(prompt: Sequence[Mapping]) -> frozenset[str]:
-    """The token set of a prompt's user text (:data:`TOKEN_RE`; case kept)."""
-    return frozenset(TOKEN_RE.findall(kernel_text(prompt)))
-
-
-def jaccard(a: frozenset | set, b: frozenset | set) -> float:
-    """``|a & b| / |a | b|``; 0.0 when both sets are empty."""
-    inter = len(a & b)
-    union = len(a) + len(b) - inter
-    return inter / union if union else 0.0
 
 
 def nearest_train(train: Sequence[Mapping], queries: Sequence[Mapping]) -> list[dict]:

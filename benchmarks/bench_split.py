@@ -1,0 +1,111 @@
+"""Split strategies on the real data: does the race eval still reward lookup? (issue 15)
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_split.py [--raw data/raw/hpc-gpt]
+        [--strategies grouped,similarity] [--thresholds 0.9] [--seeds 42] [--json out.json]
+
+For every strategy (``similarity`` once per threshold) and seed, runs the ``prepare`` stage
+(:func:`hargo.data.prepare.prepare`, the committed params.yaml otherwise) into a temporary
+folder and prints: its wall time; per task the train/eval counts and, for the race tasks, the
+yes-fraction of each split (validate's ``yes_fraction`` bounds apply); the eval records'
+nearest-train similarity summary from ``stats.json``; and the nearest-train baseline
+(:func:`hargo.evaluation.baselines.nearest_train`, the train split's race records as its pool)
+on every race eval record: accuracy, F1 of "yes" and MCC (scikit-learn), all race eval records
+and per task. Nothing is written outside the temporary folders.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import tempfile
+import time
+from contextlib import redirect_stdout
+from io import StringIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def nn_metrics(train: list[dict], eval_: list[dict]) -> dict:
+    """Accuracy, F1 ("yes" positive) and MCC of nearest-train on the race eval records, for
+    all of them (``all``) and per race task."""
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    from hargo.evaluation.baselines import nearest_train
+    from hargo.vocab import RACE_TASKS
+
+    race = [r for r in eval_ if r["task"] in RACE_TASKS and r["label"] in ("yes", "no")]
+    pred = [p["prediction"] for p in nearest_train(train, race)]
+    out = {}
+    for name in ("all",) + RACE_TASKS:
+        idx = [k for k, r in enumerate(race) if name in ("all", r["task"])]
+        y, p = [race[k]["label"] for k in idx], [pred[k] for k in idx]
+        out[name] = {"n": len(y), "accuracy": round(accuracy_score(y, p), 3) if y else None,
+                     "f1": round(f1_score(y, p, pos_label="yes"), 3) if y else None,
+                     "mcc": round(matthews_corrcoef(y, p), 3) if y else None}
+    return out
+
+
+def run_one(params: dict) -> dict:
+    from hargo.data.prepare import prepare
+    from hargo.io import read_jsonl
+    from hargo.vocab import RACE_TASKS, TASKS
+
+    with tempfile.TemporaryDirectory() as tmp:
+        params = copy.deepcopy(params)
+        params["data"]["out_dir"] = tmp
+        t0 = time.perf_counter()
+        with redirect_stdout(StringIO()):
+            prepare(params)
+        wall = time.perf_counter() - t0
+        stats = json.loads((Path(tmp) / "stats.json").read_text())
+        train, eval_ = read_jsonl(Path(tmp) / "train.jsonl"), read_jsonl(Path(tmp) / "eval.jsonl")
+    counts = {}
+    for t in TASKS:
+        c = stats["counts"][t]
+        counts[t] = {"train": c["train"], "eval": c["eval"]}
+        if t in RACE_TASKS:
+            for s in ("train", "eval"):
+                lab = c["labels"][s]
+                n = sum(lab.values())
+                counts[t][f"yes_{s}"] = round(lab.get("yes", 0) / n, 3) if n else None
+    return {"strategy": params["data"]["split"]["strategy"], "seed": params["seed"],
+            "threshold": params["data"]["split"]["similarity_threshold"], "wall_s": round(wall, 1),
+            "counts": counts, "eval_nearest_train": {t: stats["eval_nearest_train"][t] for t in RACE_TASKS},
+            "similarity_groups": stats.get("similarity_groups"), "nearest_train": nn_metrics(train, eval_)}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    sys.path.insert(0, str(ROOT))
+    from hargo.params import load_params
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--raw", default=str(ROOT / "data" / "raw" / "hpc-gpt"))
+    ap.add_argument("--strategies", default="grouped,similarity")
+    ap.add_argument("--thresholds", default=None, help="similarity thresholds (default: params.yaml's)")
+    ap.add_argument("--seeds", default=None, help="split seeds (default: params.yaml's)")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    a = ap.parse_args(argv)
+    base = load_params(ROOT / "params.yaml")
+    base["data"]["raw_dir"] = a.raw
+    thresholds = [float(x) for x in a.thresholds.split(",")] if a.thresholds else \
+        [base["data"]["split"]["similarity_threshold"]]
+    seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [base["seed"]]
+    results = []
+    for seed in seeds:
+        for strategy in a.strategies.split(","):
+            for t in (thresholds if strategy == "similarity" else thresholds[:1]):
+                p = copy.deepcopy(base)
+                p["seed"] = seed
+                p["data"]["split"].update(strategy=strategy, similarity_threshold=t)
+                r = run_one(p)
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()
