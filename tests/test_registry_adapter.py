@@ -185,3 +185,40 @@ def test_a_moved_project_loads_its_adapter_version_on_its_own_base(
     client = MlflowClient(tracking.tracking_uri(moved))
     path = base_model_path(client, client.get_model_version("hargo-hpc", "1"))
     assert str(path).startswith(str(moved / "mlruns"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_registered_adapter_of_a_real_rl_run_is_the_evaluated_merged_model(
+        dtype, committed_params, tiny_model_dir, mlflow_uri, tmp_path):
+    """Review (rev13): the real training path (``hargo.training.rl.run`` with LoRA), with
+    ``model.dtype`` float32 and bfloat16 (the SFT folder and the merged RL folder saved in that
+    dtype). The registered version must give the logits of the merged folder that the evaluate
+    stage scored, within much less than what RL changed. In bfloat16 the merged weights are
+    rounded to bf16 after merging (most of the small LoRA delta is rounded away), while the
+    registered adapter is applied unmerged in float32 on the bf16 base: a different model."""
+    import torch
+    from rl_helpers import rl_params, write_jsonl
+
+    from hargo.models.loading import load_model, load_tokenizer, save_merged
+    from hargo.registry import load_registered, run
+    from hargo.testing import crafted_records
+    from hargo.training import rl
+
+    root = tmp_path / "project"
+    sft = root / "models" / "sft"
+    save_merged(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), sft, dtype=dtype)
+    data = write_jsonl(tmp_path / "data" / "train.jsonl", crafted_records(per_task=1)).parent
+    params = rl_params(committed_params, sft, data, steps=2)
+    params["model"]["dtype"] = dtype
+    rl.run(params, "grpo", root=root)
+    write_eval(root, {"grpo": model_rows(plp=0.45)})
+    doc = run(reg_params(params), root=root)
+    assert doc["versions"][0]["stored"] == "adapter"
+
+    merged_dir = root / "models" / "rl" / "grpo"
+    tok = load_tokenizer(merged_dir)
+    registered = _logits(load_registered(alias="candidate", root=root).model, tok).float()
+    evaluated = _logits(load_model(merged_dir, dtype="float32"), tok)  # the folder evaluate reads
+    rl_change = (evaluated - _logits(load_model(sft, dtype="float32"), tok)).abs().max().item()
+    assert rl_change > 1e-4       # RL did change the model
+    torch.testing.assert_close(registered, evaluated, atol=1e-4, rtol=1e-4)
