@@ -13,11 +13,14 @@ model. The register stage then stores:
   saves the adapter and the tokenizer and records the base's local folder; the version is
   tagged ``hargo.base_model`` = ``models:/<name>-base/<version>``.
 
-With a local artifact store the recorded base folder is the base version's own artifact folder
-in the store (immutable), so ``mlflow.transformers.load_model('models:/hargo-hpc@champion')``
-works as is in the project; :func:`base_model_path` resolves it again from the registry (after
-a move, or from a remote store by downloading it), which :func:`hargo.registry.load_registered`
-passes as ``base_model_path``.
+The recorded base folder never changes under a version: with a local artifact store it is the
+base version's own artifact folder in the store; with a remote one, a copy in the local base
+cache (:func:`base_cache_dir`, keyed by the base's sha256, checked after filling). So
+``mlflow.transformers.load_model('models:/hargo-hpc@champion')`` works as is on the machine that
+registered it, and never puts an adapter on a re-trained SFT model. :func:`base_model_path`
+resolves the base again from the registry (after a move; on another machine it downloads the
+base once into the cache), which :func:`hargo.registry.load_registered` passes as
+``base_model_path``.
 
 Upstream: https://mlflow.org/docs/latest/ml/deep-learning/transformers/guide/#peft-models
 (``base_model_path``), ``mlflow/transformers/__init__.py`` ``save_model``/``load_model``.
@@ -25,17 +28,21 @@ Upstream: https://mlflow.org/docs/latest/ml/deep-learning/transformers/guide/#pe
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from importlib import metadata
 from pathlib import Path
+from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from hargo.champion import not_found
-from hargo.io import HargoInputError
-from hargo.models.loading import ADAPTER_BASE_FILE, ADAPTER_DIR
+from hargo.io import HargoInputError, atomic_dir
+from hargo.models.loading import ADAPTER_BASE_FILE, ADAPTER_DIR, model_digest
 
 __all__ = ["BASE_SUFFIX", "BASE_TAG", "BASE_DIGEST_TAG", "adapter_dir", "check_adapter_base",
            "base_model_name", "find_base_version", "local_model_folder", "base_model_path",
-           "log_adapter_model", "pip_requirements", "ensure_registered_model", "store_base_version"]
+           "log_adapter_model", "pip_requirements", "ensure_registered_model",
+           "store_base_version", "base_cache_dir", "cached_base"]
 
 BASE_SUFFIX = "-base"
 #: model-version tag of an adapter version: the ``models:/`` URI of its base's version
@@ -99,8 +106,10 @@ def local_model_folder(client, version) -> Path | None:
     model_id = getattr(version, "model_id", None) or str(version.source).rsplit("/", 1)[-1]
     try:
         location = client.get_logged_model(model_id).artifact_location
-    except Exception:
-        return None
+    except Exception as e:
+        if not_found(e):
+            return None
+        raise
     parsed = urlparse(str(location))
     if parsed.scheme not in ("", "file"):
         return None
@@ -113,27 +122,67 @@ def base_model_path(client, version) -> Path | None:
     tag), for ``mlflow.transformers.load_model(..., base_model_path=...)``; None for a version
     with full weights.
 
-    A local artifact store gives the base version's own folder; a remote one is downloaded
-    (``mlflow.artifacts.download_artifacts``) to a temporary folder.
+    A local artifact store gives the base version's own folder; a remote one the base cache's
+    copy (:func:`cached_base`), downloaded once (``mlflow.artifacts.download_artifacts``).
 
     Raises:
         LookupError: the base version the tag names is not in the registry (deleted).
+        RuntimeError: a downloaded base does not have the digest its version is tagged with.
     """
     import mlflow
 
     ref = version.tags.get(BASE_TAG)
     if not ref:
         return None
+    name, number = ref.removeprefix("models:/").rsplit("/", 1)
     try:
-        name, number = ref.removeprefix("models:/").rsplit("/", 1)
         base = client.get_model_version(name, number)
     except Exception as e:
+        if not not_found(e):
+            raise
         raise LookupError(f"{version.name} v{version.version} is a LoRA adapter on {ref}, which "
                           f"the registry does not have ({type(e).__name__}: {e})") from None
     local = local_model_folder(client, base)
     if local is not None:
         return local
-    return Path(mlflow.artifacts.download_artifacts(artifact_uri=ref)) / _MODEL_SUBDIR
+
+    def download(tmp: Path) -> None:
+        got = Path(mlflow.artifacts.download_artifacts(artifact_uri=ref,
+                                                       dst_path=str(tmp / ".download")))
+        for f in (got / _MODEL_SUBDIR).iterdir():
+            shutil.move(str(f), str(tmp / f.name))
+        shutil.rmtree(tmp / ".download")
+    return cached_base(base.tags[BASE_DIGEST_TAG], download, ref)
+
+
+def base_cache_dir(digest: str) -> Path:
+    """Where the local copy of a base with sha256 ``digest`` lives for a remote artifact store:
+    ``$HARGO_CACHE_DIR/bases/<digest>``, else ``$XDG_CACHE_HOME/hargo/bases/<digest>``, else
+    ``~/.cache/hargo/bases/<digest>``."""
+    root = os.environ.get("HARGO_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hargo")
+    return Path(root) / "bases" / digest
+
+
+def cached_base(digest: str, fill: Callable[[Path], None], what: str) -> Path:
+    """The base cache's folder for ``digest`` (:func:`base_cache_dir`), filled by ``fill(tmp)``
+    (whole or not at all, :func:`hargo.io.atomic_dir`) when it is not there yet, and checked:
+    its :func:`~hargo.models.loading.model_digest` must be ``digest``.
+
+    Raises:
+        RuntimeError: the filled folder has another digest (it is removed; ``what`` names the
+            source in the message).
+    """
+    folder = base_cache_dir(digest)
+    if (folder / ".complete").is_file():
+        return folder
+    with atomic_dir(folder) as tmp:
+        fill(tmp)
+        got = model_digest(tmp)
+        if got != digest:
+            raise RuntimeError(f"the base model from {what} has sha256 {got[:12]}..., not the "
+                               f"{digest[:12]}... its version is tagged with")
+    return folder
 
 
 def log_adapter_model(model_dir: Path, adapter: Path, base_dir: Path, base_local: Path,
@@ -199,7 +248,8 @@ def store_base_version(client, name: str, base_dir: Path, digest: str, version_t
 
     Returns:
         (``{"name", "version", "sha256", "reused"}``, the base folder to record in the adapter
-        versions: the version's own folder in a local artifact store, else ``base_dir``).
+        versions: the version's own folder in a local artifact store, else the base cache's
+        copy of ``base_dir``).
     """
     import mlflow
 
@@ -215,9 +265,17 @@ def store_base_version(client, name: str, base_dir: Path, digest: str, version_t
             pip_requirements=pip_requirements(), tags={"hargo.role": "base", **common})
         mv = mlflow.register_model(info.model_uri, base_name,
                                    tags={BASE_DIGEST_TAG: digest, **version_tags})
-        created.append(("base", mv))
-    local = local_model_folder(client, mv) or base_dir
+        created.append((None, mv))   # rolled back with the candidates; None: not a method
+    local = local_model_folder(client, mv)
+    if local is None:   # a remote artifact store: record a copy that never changes
+        local = cached_base(digest, lambda tmp: _copy_model_files(base_dir, tmp), str(base_dir))
     print(f"[register] base model: {base_name} v{mv.version} "
           f"({'reused, same sha256' if reused else 'stored'}; {digest[:12]}...)", flush=True)
     return ({"name": base_name, "version": str(mv.version), "sha256": digest,
              "reused": reused}, local)
+
+
+def _copy_model_files(src: Path, dst: Path) -> None:
+    for f in src.iterdir():
+        if f.is_file() and f.name != ".complete":
+            shutil.copy2(f, dst / f.name)

@@ -214,7 +214,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
 
             versions, ref, new_champ = [], reference, None
             ref_now = ref_label
-            candidates = [(m, mv) for m, mv in created if m in methods]
+            candidates = [(m, mv) for m, mv in created if m is not None]   # None: the base
             for m, mv in candidates:
                 if not_comparable and new_champ is None:    # the reference is the champion
                     passed, intervals, reason = False, {}, (

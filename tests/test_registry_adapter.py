@@ -97,7 +97,7 @@ def test_lora_versions_store_the_adapter_on_a_base_stored_once_and_load_as_evalu
     for v in ("1", "2"):
         mv = client.get_model_version("hargo-hpc", v)
         assert mv.tags["hargo.base_model"] == "models:/hargo-hpc-base/1"
-        assert "hargo.base_model" in mv.tags and mv.tags["hargo.gate"] == "passed"
+        assert mv.tags["hargo.gate"] == "passed"
 
     # what each version stores: the adapter and the tokenizer, never the base weights
     def artifacts(mv) -> Path:
@@ -194,8 +194,9 @@ def test_the_registered_adapter_of_a_real_rl_run_is_the_evaluated_merged_model(
     ``model.dtype`` float32 and bfloat16 (the SFT folder and the merged RL folder saved in that
     dtype). The registered version must give the logits of the merged folder that the evaluate
     stage scored, within much less than what RL changed. In bfloat16 the merged weights are
-    rounded to bf16 after merging (most of the small LoRA delta is rounded away), while the
-    registered adapter is applied unmerged in float32 on the bf16 base: a different model."""
+    rounded to bf16 after merging (most of a small LoRA delta is rounded away), so the adapter
+    on the bf16 base would be another model: no adapter is kept and full weights are
+    registered."""
     import torch
     from rl_helpers import rl_params, write_jsonl
 
@@ -213,12 +214,72 @@ def test_the_registered_adapter_of_a_real_rl_run_is_the_evaluated_merged_model(
     rl.run(params, "grpo", root=root)
     write_eval(root, {"grpo": model_rows(plp=0.45)})
     doc = run(reg_params(params), root=root)
-    assert doc["versions"][0]["stored"] == "adapter"
+    kept = dtype == "float32"
+    assert (root / "models" / "rl" / "grpo" / "adapter").exists() == kept
+    assert doc["versions"][0]["stored"] == ("adapter" if kept else "full")
+    assert (doc["base"] is not None) == kept
 
     merged_dir = root / "models" / "rl" / "grpo"
     tok = load_tokenizer(merged_dir)
-    registered = _logits(load_registered(alias="candidate", root=root).model, tok).float()
+    # both in float32 compute (bf16 weights widen exactly): the weights are what is compared
+    registered = _logits(load_registered(alias="candidate", root=root).model.float(), tok)
     evaluated = _logits(load_model(merged_dir, dtype="float32"), tok)  # the folder evaluate reads
     rl_change = (evaluated - _logits(load_model(sft, dtype="float32"), tok)).abs().max().item()
     assert rl_change > 1e-4       # RL did change the model
     torch.testing.assert_close(registered, evaluated, atol=1e-4, rtol=1e-4)
+
+
+def test_a_remote_artifact_store_records_a_cached_base_that_a_retrained_sft_cannot_change(
+        lora_root, committed_params, mlflow_uri, monkeypatch, tmp_path, tiny_tokenizer_dir):
+    """With a remote artifact store (no local folder for the base version) the adapter versions
+    record the base cache's copy, keyed by the base's sha256: MLflow's own loader keeps loading
+    the right base after SFT is re-trained, and another machine downloads it once, checked."""
+    import mlflow
+    import torch
+
+    import hargo.registered_models as rm
+    from hargo.models.loading import load_model, load_tokenizer
+    from hargo.registry import ask, run
+    from hargo.testing import make_tiny_model
+
+    monkeypatch.setenv("HARGO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(rm, "local_model_folder", lambda client, version: None)  # as s3://
+    write_eval(lora_root, {"grpo": model_rows(plp=0.45)})
+    doc = run(reg_params(committed_params), root=lora_root)
+    cache = tmp_path / "cache" / "bases" / doc["base"]["sha256"]
+    assert (cache / ".complete").is_file() and (cache / "model.safetensors").is_file()
+    merged = lora_root / "models" / "rl" / "grpo"
+    tok = load_tokenizer(merged)
+    want = _logits(load_model(merged), tok)
+    want_answer = _greedy(merged)
+
+    shutil.rmtree(lora_root / "models" / "sft")     # SFT re-trained: the record must not follow
+    make_tiny_model(lora_root / "models" / "sft", tiny_tokenizer_dir, seed=7)
+    pipe = mlflow.transformers.load_model("models:/hargo-hpc@candidate")
+    torch.testing.assert_close(_logits(pipe.model, tok), want, atol=1e-4, rtol=1e-4)
+
+    shutil.rmtree(tmp_path / "cache")               # another machine: downloaded once, checked
+    assert ask(PROMPT, max_new_tokens=8, alias="candidate", root=lora_root) == want_answer
+    assert (cache / ".complete").is_file()
+
+
+def test_a_base_cache_fill_with_another_digest_is_refused_and_leaves_nothing(
+        tmp_path, monkeypatch, tiny_model_dir):
+    from hargo.models.loading import model_digest
+    from hargo.registered_models import base_cache_dir, cached_base
+
+    monkeypatch.setenv("HARGO_CACHE_DIR", str(tmp_path / "cache"))
+    digest = model_digest(tiny_model_dir)
+    assert base_cache_dir(digest) == tmp_path / "cache" / "bases" / digest
+
+    def wrong(tmp):
+        (tmp / "config.json").write_text("{}")
+    with pytest.raises(RuntimeError, match=r"the base model from s3://b/m has sha256 .* not the"):
+        cached_base(digest, wrong, "s3://b/m")
+    assert not base_cache_dir(digest).exists()
+
+    def right(tmp):
+        for f in tiny_model_dir.iterdir():
+            shutil.copy2(f, tmp / f.name)
+    assert cached_base(digest, right, "x") == base_cache_dir(digest)
+    assert cached_base(digest, wrong, "x") == base_cache_dir(digest)   # filled: not refilled

@@ -23,8 +23,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 ADAPTER_DIR = "adapter"
 #: in ``ADAPTER_DIR``: ``{"base_sha256": model_digest(base)}`` of the base the adapter was trained on
 ADAPTER_BASE_FILE = "hargo_base.json"
-#: the files of a model folder that make the model (weights, config, tokenizer)
-_MODEL_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".jinja", ".model", ".txt")
+#: the files of a model folder that make the model (weights, config, tokenizer, remote code)
+_MODEL_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".jinja", ".model", ".txt", ".py")
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -104,11 +104,15 @@ def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
     (the model is modified in place). Written through :func:`hargo.io.atomic_dir`: whole, with a
     ``.complete`` marker, or not at all.
 
-    ``adapter_base``: the model folder a PEFT ``model`` was trained on; when given (and ``model``
-    is a PEFT model) the adapter is also kept, before merging, in ``out_dir/adapter``
-    (``PeftModel.save_pretrained``: ``adapter_config.json``, ``adapter_model.safetensors`` in the
-    adapter's own dtype) with ``hargo_base.json`` = ``{"base_sha256": model_digest(adapter_base)}``,
-    so the registry can store the adapter and a reference to its base instead of the merged copy.
+    ``adapter_base``: the model folder a PEFT ``model`` was trained on; when given, ``model`` is
+    a PEFT model and ``dtype`` is float32, the adapter is also kept, before merging, in
+    ``out_dir/adapter`` (``PeftModel.save_pretrained``: ``adapter_config.json``,
+    ``adapter_model.safetensors`` in float32) with ``hargo_base.json`` =
+    ``{"base_sha256": model_digest(adapter_base)}``, so the registry can store the adapter and a
+    reference to its base instead of the merged copy. With bfloat16/float16 weights no adapter
+    is kept: the saved model is the merge *rounded* to that dtype (most of a small update is
+    rounded away), which the adapter on the base does not reproduce, so the registry stores the
+    folder's full weights, the model that was evaluated.
     """
     import json
 
@@ -122,7 +126,7 @@ def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
         PeftModel = ()  # type: ignore[assignment]
     is_peft = bool(PeftModel) and isinstance(model, PeftModel)
     with atomic_dir(out_dir) as tmp:
-        if is_peft and adapter_base is not None:
+        if is_peft and adapter_base is not None and dtype == "float32":
             model.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
             (tmp / ADAPTER_DIR / ADAPTER_BASE_FILE).write_text(
                 json.dumps({"base_sha256": model_digest(adapter_base)}) + "\n")
