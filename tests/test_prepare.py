@@ -8,6 +8,7 @@ which record is which)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -76,6 +77,75 @@ def test_snippet_missing_spots_code_moved_into_the_output():
     assert not L.snippet_missing(tpl.format("#pragma omp parallel for\nfor (i=0;i<n;i++) a[i]=1;"))
     assert L.code_snippet(tpl.format(" a[i] = 0; ")) == "a[i] = 0;"
     assert not L.snippet_missing("What is the number of processors?")  # not the race template
+
+
+# ----------------------------------------------------------------------------- label-bearing names
+
+@pytest.mark.fast
+@pytest.mark.parametrize("text,expected,count", [
+    # Fortran program, its end and a module used by it: every occurrence, the same replacement
+    ("program DRB048_firstprivate_orig_no\n  x = 1\nend program DRB048_firstprivate_orig_no",
+     "program DRB048_firstprivate_orig\n  x = 1\nend program DRB048_firstprivate_orig", 2),
+    ("module DRB106_taskwaitmissing_orig_yes\nend module\nprogram main\n"
+     "  use DRB106_taskwaitmissing_orig_yes\nend program",
+     "module DRB106_taskwaitmissing_orig\nend module\nprogram main\n"
+     "  use DRB106_taskwaitmissing_orig\nend program", 2),
+    # upper and lower case, Fortran is case-insensitive: one name, one replacement each
+    ("PROGRAM DRB001_ANTIDEP1_ORIG_YES\nend program drb001_antidep1_orig_yes",
+     "PROGRAM DRB001_ANTIDEP1_ORIG\nend program drb001_antidep1_orig", 2),
+    # file names in comments, C's hyphens and Fortran's underscores, the extension kept
+    ("// DRB001-antidep1-orig-yes.c\n#pragma omp parallel for", "// DRB001-antidep1-orig.c\n#pragma omp parallel for", 1),
+    ("! DRB073_doall2_orig_yes.f95: from DataRaceBench", "! DRB073_doall2_orig.f95: from DataRaceBench", 1),
+    ("/* DRB020-privatemissing-var-yes.c */", "/* DRB020-privatemissing-var.c */", 1),
+    # var variants, gpu suffixes, digits and variants after the label, a label in front
+    ("program DRB040_truedepsingleelement_var_yes_2", "program DRB040_truedepsingleelement_var_2", 1),
+    ("program DRB145_atomiccritical_orig_gpu_no", "program DRB145_atomiccritical_orig_gpu", 1),
+    ("program DRB080_taskdep4_orig_no_omp45", "program DRB080_taskdep4_orig_omp45", 1),
+    ("program No_DRB139_taskdeferred_no", "program DRB139_taskdeferred", 1),
+    ("program DRB064_outeronly2_new_no1", "program DRB064_outeronly2_new", 1),
+    # imitations without DRB: an orig/var suffix, or a program/module name with a label
+    ("program LP5_targetparallelfor_orig_no", "program LP5_targetparallelfor_orig", 1),
+    ("x = reductionmissing_var_yes5", "x = reductionmissing_var", 1),
+    ("program ProgrammingModule_yes\ncall ProgrammingModule_yes()",
+     "program ProgrammingModule\ncall ProgrammingModule()", 2),
+    ("module   MOD917_threadsmissing_privacy_YES", "module   MOD917_threadsmissing_privacy", 1),
+])
+def test_mask_label_names_removes_the_label_from_drb_style_names(text, expected, count):
+    assert L.mask_label_names(text) == (expected, count)
+    assert L.label_names(expected) == [] and not L.LABEL_NAME.search(expected)
+    assert L.mask_label_names(expected) == (expected, 0)  # idempotent
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("text", [
+    "program DRB048_firstprivate_orig",          # no label suffix
+    "program DRB071_v2",
+    "integer :: arr_length_no, flag_yes",        # ends in _no/_yes but no DRB-style name
+    "call no_omp2(x)",
+    "Answer 'yes' if it causes a data race problem and 'no' if it will not.",
+    "we use no locks here; program nobarrier_x",  # 'no' only as a word or a prefix
+    "program DRB048_nobarrier_orig_notes",
+])
+def test_mask_label_names_leaves_other_names_alone(text):
+    assert L.mask_label_names(text) == (text, 0)
+    assert L.label_names(text) == []
+
+
+@pytest.mark.fast
+def test_the_docstring_gives_the_exact_regex():
+    doc = L.mask_label_names.__doc__
+    block = doc[doc.index("(?<![A-Za-z0-9_])(?:program"):doc.index("Every such name")]
+    parts = {"C": r"[A-Za-z0-9]+", "S": r"[_-]", "L": r"(?:yes+|no)\d*(?![A-Za-z])", "E": r"(?![A-Za-z0-9_-])"}
+    block = re.sub(r"\b[CSLE]\b", lambda m: parts[m.group(0)], block.replace("[ \\t]", "\0"))
+    assert "(?i)" + "".join(block.split()).replace("\0", "[ \\t]") == L.LABEL_NAME_REGEX
+
+
+@pytest.mark.fast
+def test_strip_label_keeps_a_valid_identifier():
+    assert L.strip_label("DRB048_firstprivate_orig_no") == "DRB048_firstprivate_orig"
+    assert L.strip_label("DRB001-antidep1-orig-yes") == "DRB001-antidep1-orig"
+    assert L.strip_label("No_DRB139_taskdeferred_no") == "DRB139_taskdeferred"
+    assert L.strip_label("Yes_1") == "name_1" and L.strip_label("yes_no") == "name"
 
 
 def test_real_race_c_noise_is_the_21_records_of_source_md(real_raw_dir):
