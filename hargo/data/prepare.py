@@ -250,7 +250,7 @@ def _print_table(stats: dict) -> None:
                     yn(lab.get("train")), yn(lab.get("eval")))
     tot = stats["counts"]["total"]
     tab.add_row("total", str(tot["raw"]), "", "", "", "", str(tot["train"]), str(tot["eval"]), "", "")
-    console = Console(width=max(Console().width, 100))  # 80 columns (a pipe) would cut names
+    console = Console(width=max(Console().width, 120))  # 80 columns (a pipe) would cut names
     console.print(tab)
     r = stats["answer_length_ratio"]
     console.print(f"mean answer length: {r['longest_task']} / {r['shortest_task']} = {r['ratio']}x")
