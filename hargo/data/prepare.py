@@ -9,7 +9,8 @@ when all are written do they replace the old ones), after every input has been r
   :func:`hargo.data.raw.make_record`; TRL's conversational ``prompt`` format).
 - ``rejects.jsonl``: quarantined raw records with a ``reason`` (race prompt fields after step 0).
 - ``stats.json``: counts per task, split and label; how each kind of mess was handled (per task
-  in ``handling``; step 0 as ``label_name_records``, ``label_name_occurrences``); answer and
+  in ``handling``; step 0 as ``label_name_records``, ``label_name_occurrences``, with
+  ``mask_label_names`` and ``label_name_rule`` at the top level); answer and
   prompt length statistics; the longest/shortest task mean answer-length ratio; for every
   strategy, ``eval_nearest_train``: per race task, for each eval record the largest token-set
   Jaccard to any train record of the same task (:mod:`hargo.data.similarity`, exact, brute
