@@ -1,7 +1,8 @@
 """Split strategies on the real data: does the race eval still reward lookup? (issue 15)
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_split.py [--raw data/raw/hpc-gpt]
-        [--strategies grouped,similarity] [--thresholds 0.9] [--seeds 42] [--json out.json]
+        [--strategies grouped,similarity] [--thresholds 0.9] [--seeds 42] [--mask on,off]
+        [--json out.json]
 
 For every strategy (``similarity`` once per threshold) and seed, runs the ``prepare`` stage
 (:func:`hargo.data.prepare.prepare`, the committed params.yaml otherwise) into a temporary
@@ -10,7 +11,11 @@ yes-fraction of each split (validate's ``yes_fraction`` bounds apply); the eval 
 nearest-train similarity summary from ``stats.json``; and the nearest-train baseline
 (:func:`hargo.evaluation.baselines.nearest_train`, the train split's race records as its pool)
 on every race eval record: accuracy, F1 of "yes" and MCC (scikit-learn), all race eval records
-and per task. Nothing is written outside the temporary folders.
+and per task; the label-name leak (``data.mask_label_names``, once per value given by ``--mask``):
+per race task the raw records masked and names replaced (``stats.json`` ``handling``), and the
+*name reader*, which answers with the label a DataRaceBench-style name in the eval prompt spells
+(:func:`hargo.data.labels.labels_in_names`, the first one): the eval records it can answer and
+its accuracy on them. Nothing is written outside the temporary folders.
 """
 from __future__ import annotations
 
@@ -47,6 +52,21 @@ def nn_metrics(train: list[dict], eval_: list[dict]) -> dict:
     return out
 
 
+def name_reader(eval_: list[dict]) -> dict:
+    """Per race task, the eval records whose prompt holds a label-bearing name (``covered``) and
+    the accuracy of answering with the first label the names spell on those."""
+    from hargo.data.labels import labels_in_names
+    from hargo.vocab import RACE_TASKS
+
+    out = {}
+    for t in RACE_TASKS:
+        read = [(labels_in_names(r["prompt"][0]["content"]), r["label"]) for r in eval_ if r["task"] == t]
+        hits = [labs[0] == label for labs, label in read if labs]
+        out[t] = {"n": len(read), "covered": len(hits),
+                  "accuracy_covered": round(sum(hits) / len(hits), 3) if hits else None}
+    return out
+
+
 def run_one(params: dict) -> dict:
     from hargo.data.prepare import prepare
     from hargo.io import read_jsonl
@@ -71,7 +91,11 @@ def run_one(params: dict) -> dict:
                 n = sum(lab.values())
                 counts[t][f"yes_{s}"] = round(lab.get("yes", 0) / n, 3) if n else None
     return {"strategy": params["data"]["split"]["strategy"], "seed": params["seed"],
-            "threshold": params["data"]["split"]["similarity_threshold"], "wall_s": round(wall, 1),
+            "threshold": params["data"]["split"]["similarity_threshold"],
+            "mask_label_names": params["data"]["mask_label_names"], "wall_s": round(wall, 1),
+            "label_names_masked": {t: {k: stats["handling"][t][f"label_name_{k}"]
+                                       for k in ("records", "occurrences")} for t in RACE_TASKS},
+            "name_reader": name_reader(eval_),
             "counts": counts, "eval_nearest_train": {t: stats["eval_nearest_train"][t] for t in RACE_TASKS},
             "similarity_groups": stats.get("similarity_groups"), "nearest_train": nn_metrics(train, eval_)}
 
@@ -85,6 +109,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--strategies", default="grouped,similarity")
     ap.add_argument("--thresholds", default=None, help="similarity thresholds (default: params.yaml's)")
     ap.add_argument("--seeds", default=None, help="split seeds (default: params.yaml's)")
+    ap.add_argument("--mask", default=None,
+                    help="data.mask_label_names values, on and/or off (default: params.yaml's)")
     ap.add_argument("--json", default=None, help="also write the results here")
     a = ap.parse_args(argv)
     base = load_params(ROOT / "params.yaml")
@@ -92,16 +118,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
     thresholds = [float(x) for x in a.thresholds.split(",")] if a.thresholds else \
         [base["data"]["split"]["similarity_threshold"]]
     seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [base["seed"]]
+    masks = [{"on": True, "off": False}[x] for x in a.mask.split(",")] if a.mask else \
+        [base["data"]["mask_label_names"]]
     results = []
-    for seed in seeds:
-        for strategy in a.strategies.split(","):
-            for t in (thresholds if strategy == "similarity" else thresholds[:1]):
-                p = copy.deepcopy(base)
-                p["seed"] = seed
-                p["data"]["split"].update(strategy=strategy, similarity_threshold=t)
-                r = run_one(p)
-                results.append(r)
-                print(json.dumps(r), flush=True)
+    for mask in masks:
+        for seed in seeds:
+            for strategy in a.strategies.split(","):
+                for t in (thresholds if strategy == "similarity" else thresholds[:1]):
+                    p = copy.deepcopy(base)
+                    p["seed"] = seed
+                    p["data"]["mask_label_names"] = mask
+                    p["data"]["split"].update(strategy=strategy, similarity_threshold=t)
+                    r = run_one(p)
+                    results.append(r)
+                    print(json.dumps(r), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1) + "\n")
     return results

@@ -186,6 +186,9 @@ def validate_params(params: Mapping) -> None:
     _num(params, "data.split.similarity_threshold", 0, 1, lo_open=True)
     _num(params, "data.split.minhash_perm", 4, 1024, integer=True)
     _choice(params, "data.conflicts", ("majority", "drop"))
+    if not isinstance(get(params, "data.mask_label_names"), bool):
+        raise ParamsError(f"data.mask_label_names: expected true or false, "
+                          f"got {get(params, 'data.mask_label_names')!r}")
     for task in TASKS:
         _range(params, f"validate.task_counts.{task}", 0, integer=True)
     _range(params, "validate.yes_fraction", 0, 1)

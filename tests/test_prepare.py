@@ -8,6 +8,7 @@ which record is which)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -76,6 +77,137 @@ def test_snippet_missing_spots_code_moved_into_the_output():
     assert not L.snippet_missing(tpl.format("#pragma omp parallel for\nfor (i=0;i<n;i++) a[i]=1;"))
     assert L.code_snippet(tpl.format(" a[i] = 0; ")) == "a[i] = 0;"
     assert not L.snippet_missing("What is the number of processors?")  # not the race template
+
+
+# ----------------------------------------------------------------------------- label-bearing names
+
+@pytest.mark.fast
+@pytest.mark.parametrize("text,expected,count", [
+    # Fortran program, its end and a module used by it: every occurrence, the same replacement
+    ("program DRB048_firstprivate_orig_no\n  x = 1\nend program DRB048_firstprivate_orig_no",
+     "program DRB048_firstprivate_orig\n  x = 1\nend program DRB048_firstprivate_orig", 2),
+    ("module DRB106_taskwaitmissing_orig_yes\nend module\nprogram main\n"
+     "  use DRB106_taskwaitmissing_orig_yes\nend program",
+     "module DRB106_taskwaitmissing_orig\nend module\nprogram main\n"
+     "  use DRB106_taskwaitmissing_orig\nend program", 2),
+    # upper and lower case, Fortran is case-insensitive: one name, one replacement each
+    ("PROGRAM DRB001_ANTIDEP1_ORIG_YES\nend program drb001_antidep1_orig_yes",
+     "PROGRAM DRB001_ANTIDEP1_ORIG\nend program drb001_antidep1_orig", 2),
+    # file names in comments, C's hyphens and Fortran's underscores, the extension kept
+    ("// DRB001-antidep1-orig-yes.c\n#pragma omp parallel for", "// DRB001-antidep1-orig.c\n#pragma omp parallel for", 1),
+    ("! DRB073_doall2_orig_yes.f95: from DataRaceBench", "! DRB073_doall2_orig.f95: from DataRaceBench", 1),
+    ("/* DRB020-privatemissing-var-yes.c */", "/* DRB020-privatemissing-var.c */", 1),
+    # var variants, gpu suffixes, digits and variants after the label, a label in front
+    ("program DRB040_truedepsingleelement_var_yes_2", "program DRB040_truedepsingleelement_var_2", 1),
+    ("program DRB145_atomiccritical_orig_gpu_no", "program DRB145_atomiccritical_orig_gpu", 1),
+    ("program DRB080_taskdep4_orig_no_omp45", "program DRB080_taskdep4_orig_omp45", 1),
+    ("program No_DRB139_taskdeferred_no", "program DRB139_taskdeferred", 1),
+    ("program DRB064_outeronly2_new_no1", "program DRB064_outeronly2_new", 1),
+    # imitations without DRB: an orig/var suffix, or a program/module name with a label
+    ("program LP5_targetparallelfor_orig_no", "program LP5_targetparallelfor_orig", 1),
+    ("x = reductionmissing_var_yes5", "x = reductionmissing_var", 1),
+    ("program ProgrammingModule_yes\ncall ProgrammingModule_yes()",
+     "program ProgrammingModule\ncall ProgrammingModule()", 2),
+    ("module   MOD917_threadsmissing_privacy_YES", "module   MOD917_threadsmissing_privacy", 1),
+])
+def test_mask_label_names_removes_the_label_from_drb_style_names(text, expected, count):
+    assert L.mask_label_names(text) == (expected, count)
+    assert L.label_names(expected) == [] and not L.LABEL_NAME.search(expected)
+    assert L.mask_label_names(expected) == (expected, 0)  # idempotent
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("text", [
+    "program DRB048_firstprivate_orig",          # no label suffix
+    "program DRB071_v2",
+    "integer :: arr_length_no, flag_yes",        # ends in _no/_yes but no DRB-style name
+    "call no_omp2(x)",
+    "Answer 'yes' if it causes a data race problem and 'no' if it will not.",
+    "we use no locks here; program nobarrier_x",  # 'no' only as a word or a prefix
+    "program DRB048_nobarrier_orig_notes",
+])
+def test_mask_label_names_leaves_other_names_alone(text):
+    assert L.mask_label_names(text) == (text, 0)
+    assert L.label_names(text) == []
+
+
+@pytest.mark.fast
+def test_the_docstring_gives_the_exact_regex():
+    doc = L.mask_label_names.__doc__
+    block = doc[doc.index("(?<![A-Za-z0-9_])(?:program"):doc.index("Every such name")]
+    parts = {"C": r"[A-Za-z0-9]+", "S": r"[_-]", "L": r"(?:yes+|no)\d*(?![A-Za-z])", "E": r"(?![A-Za-z0-9_-])"}
+    block = re.sub(r"\b[CSLE]\b", lambda m: parts[m.group(0)], block.replace("[ \\t]", "\0"))
+    assert "(?i)" + "".join(block.split()).replace("\0", "[ \\t]") == L.LABEL_NAME_REGEX
+
+
+@pytest.mark.fast
+def test_strip_label_keeps_a_valid_identifier():
+    assert L.strip_label("DRB048_firstprivate_orig_no") == "DRB048_firstprivate_orig"
+    assert L.strip_label("DRB001-antidep1-orig-yes") == "DRB001-antidep1-orig"
+    assert L.strip_label("No_DRB139_taskdeferred_no") == "DRB139_taskdeferred"
+    assert L.strip_label("Yes_1") == "name_1" and L.strip_label("yes_no") == "name"
+
+
+def _tiny_with_label_names(tmp_path: Path) -> Path:
+    """hpc_tiny with DataRaceBench-style names: Fortran 0 (yes) names its program twice; 1 (no)
+    upper case; 2 (yes) is 0's code under a lower-case name with a digit after the label, the
+    same prompt once masked; 4 (yes) an orig imitation; 5 (no) a variable arr_length_no (left
+    alone); race_c 0 (yes) a C file name in a comment; mlperf 0 a DRB name (not a race prompt)."""
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    f = json.loads((raw / "task2_fortran.json").read_text())
+    f[0]["instruction"] = f[0]["instruction"].replace("program p0", "program DRB001_antidep1_orig_yes") \
+        .replace("end program", "end program DRB001_antidep1_orig_yes")
+    f[1]["instruction"] = f[1]["instruction"].replace("program p1", "PROGRAM DRB048_FIRSTPRIVATE_ORIG_NO")
+    f[2]["instruction"] = f[0]["instruction"].replace("DRB001_antidep1_orig_yes", "drb001_antidep1_orig_yes2")
+    f[4]["instruction"] = f[4]["instruction"].replace("program p4", "program LP5_targetparallelfor_orig_yes")
+    f[5]["instruction"] = f[5]["instruction"].replace("integer :: i", "integer :: i, arr_length_no")
+    (raw / "task2_fortran.json").write_text(json.dumps(f))
+    c = json.loads((raw / "task2_c_c++.json").read_text())
+    c[0]["instruction"] = c[0]["instruction"].replace("#pragma", "// DRB001-antidep1-orig-yes.c\n#pragma", 1)
+    (raw / "task2_c_c++.json").write_text(json.dumps(c))
+    m = json.loads((raw / "task1_ml_perf.json").read_text())
+    m[0]["instruction"] += " (see DRB001_antidep1_orig_yes)"
+    (raw / "task1_ml_perf.json").write_text(json.dumps(m))
+    return raw
+
+
+def test_prepare_masks_label_names_before_grouping_and_counts_them(tmp_path):
+    raw = _tiny_with_label_names(tmp_path)
+    P.run(params(raw, tmp_path / "out"))
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    h = stats["handling"]
+    got = {t: (h[t]["label_name_records"], h[t]["label_name_occurrences"]) for t in TASKS}
+    # Fortran: 0 and 2 two names each (program and end program), 1 and 4 one each
+    assert got == {"race_c": (1, 1), "race_fortran": (4, 6), "mlperf": (0, 0), "plp": (0, 0)}
+    assert stats["mask_label_names"] is True and "LABEL_NAME_REGEX" in stats["label_name_rule"]
+    # Fortran 2 is Fortran 0 once masked (prompt and answer): a duplicate, 12 -> 11 records
+    assert h["race_fortran"]["exact_duplicates"] == 1 and h["race_fortran"]["kept"] == 11
+    recs = read_jsonl(tmp_path / "out" / "train.jsonl") + read_jsonl(tmp_path / "out" / "eval.jsonl")
+    by_id = {r["id"]: r["prompt"][0]["content"] for r in recs}
+    assert "race_fortran-00002" not in by_id
+    assert "program DRB001_antidep1_orig\n" in by_id["race_fortran-00000"]
+    assert "end program DRB001_antidep1_orig\n" in by_id["race_fortran-00000"]
+    assert "PROGRAM DRB048_FIRSTPRIVATE_ORIG\n" in by_id["race_fortran-00001"]
+    assert "program LP5_targetparallelfor_orig\n" in by_id["race_fortran-00004"]
+    assert "arr_length_no" in by_id["race_fortran-00005"]
+    assert "// DRB001-antidep1-orig.c\n" in by_id["race_c-00000"]
+    assert by_id["mlperf-00000"].endswith("(see DRB001_antidep1_orig_yes)")  # not a race prompt
+    assert not any(L.LABEL_NAME.search(r["prompt"][0]["content"]) for r in recs if r["task"].startswith("race"))
+    # off: the prompts as written, nothing counted
+    p = params(raw, tmp_path / "off")
+    p["data"]["mask_label_names"] = False
+    P.run(p)
+    stats = json.loads((tmp_path / "off" / "stats.json").read_text())
+    assert stats["handling"]["race_fortran"]["label_name_records"] == 0
+    assert stats["handling"]["race_fortran"]["kept"] == 12 and stats["label_name_rule"] is None
+    recs = read_jsonl(tmp_path / "off" / "train.jsonl") + read_jsonl(tmp_path / "off" / "eval.jsonl")
+    assert "program DRB001_antidep1_orig_yes\n" in next(
+        r["prompt"][0]["content"] for r in recs if r["id"] == "race_fortran-00000")
+    p["data"].update(mask_label_names="yes", out_dir=str(tmp_path / "bad"))
+    with pytest.raises(ValueError, match="data.mask_label_names must be true or false, got 'yes'"):
+        P.run(p)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_real_race_c_noise_is_the_21_records_of_source_md(real_raw_dir):
@@ -472,10 +604,11 @@ def _fold(text: str) -> str:
 def _usable(task: str, raws: list[dict]) -> list[dict]:
     """The raw records the quarantine lets through (race: an unambiguous label and the code in
     the instruction; mlperf/plp upstream have no empty fields), each with its answer: the label
-    or the folded output."""
+    or the folded output; race instructions with their label names masked, as prepare's step 0."""
     out = []
     for r in raws:
         if task.startswith("race"):
+            r = dict(r, instruction=L.mask_label_names(r["instruction"])[0])  # step 0
             label = L.parse_label(r["output"])[0]
             if label is None or L.snippet_missing(r["instruction"]):
                 continue
@@ -555,6 +688,19 @@ def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
     for t in TASKS:  # one record per folded prompt
         assert len({key(r) for r in train + eval_ if r["task"] == t}) == stats["counts"][t]["total"]
     assert stats["answer_length_ratio"]["ratio"] == 64.72
+    # step 0: 1,356 of the 1,576 raw Fortran prompts name a program or file after the label
+    # (1,416 names); race_c has none. Where a prompt's names spell one label, it is the record's
+    # in 1,288 of 1,354: the answer could be read off the prompt. After prepare no race prompt
+    # holds such a name, and masking made no two real prompts one (the counts above are unchanged)
+    assert {t: (h[t]["label_name_records"], h[t]["label_name_occurrences"]) for t in TASKS} == {
+        "race_c": (0, 0), "race_fortran": (1356, 1416), "mlperf": (0, 0), "plp": (0, 0)}
+    spelled = [(set(L.labels_in_names(r["instruction"])), L.parse_label(r["output"])[0])
+               for r in raw["race_fortran"]]
+    single = [(labs, label) for labs, label in spelled if len(labs) == 1 and label is not None]
+    assert (sum(label in labs for labs, label in single), len(single)) == (1288, 1354)
+    assert sum(bool(labs) for labs, _ in spelled) == 1356
+    assert not any(L.LABEL_NAME.search(r["prompt"][0]["content"])
+                   for r in train + eval_ if r["task"].startswith("race"))
 
 
 # ----------------------------------------------------------------------------- outputs and stats
@@ -610,3 +756,12 @@ def test_bad_params_are_refused(tmp_path):
     with pytest.raises(ValueError, match="conflicts"):
         P.run(params(TINY, tmp_path, conflicts="vote"))
     assert not tmp_path.joinpath("train.jsonl").exists()
+
+
+def test_mask_label_names_param_is_validated(committed_params):
+    from hargo.params import ParamsError, apply_overrides, validate_params
+
+    assert committed_params["data"]["mask_label_names"] is True
+    for value in ("yes", 1, None):
+        with pytest.raises(ParamsError, match=r"^data.mask_label_names: expected true or false"):
+            validate_params(apply_overrides(committed_params, {"data.mask_label_names": value}))

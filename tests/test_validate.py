@@ -62,7 +62,7 @@ def test_crafted_data_passes_and_writes_the_report(prepared, tmp_path, monkeypat
     assert summary["rows"] == {"raw": 72, "train": 56, "eval": 5}
     report = json.loads((tmp_path / "reports/validation/report.json").read_text())
     names = [e["name"] for e in report["expectations"]]
-    assert len(names) == len(V.expectation_specs(prepared)) == 26
+    assert len(names) == len(V.expectation_specs(prepared)) == 27
     assert {"prepared.no_train_eval_leak", "prepared.race_label_in_set", "prepared.answer_non_empty",
             "summary.count_mlperf", "summary.yes_fraction_within_bounds", "raw.output_non_empty"} <= set(names)
     assert all(e["success"] for e in report["expectations"] if e["name"] != "prepared.no_near_copy_in_train")
@@ -71,6 +71,9 @@ def test_crafted_data_passes_and_writes_the_report(prepared, tmp_path, monkeypat
     assert (near["success"], near["enforced"], near["failing"]) == (False, False, 3)
     assert near["ids"] == ["race_c-00009", "race_c-00015", "race_fortran-00011"]
     assert summary["near_copy_eval_rows"] == 3
+    label_names = next(e for e in report["expectations"] if e["name"] == "prepared.no_label_name_in_race_prompt")
+    assert (label_names["success"], label_names["enforced"], label_names["failing"]) == (True, True, 0)
+    assert label_names["element_count"] == 33 and summary["label_name_rows"] == 0  # race rows
     assert (tmp_path / "reports/validation/index.html").exists()  # GX data docs
     assert list((tmp_path / "reports/validation/validations").rglob("*.html"))
     assert json.loads((tmp_path / "metrics/validation.json").read_text()) == summary
@@ -117,6 +120,69 @@ def test_near_duplicate_leak_fails_no_train_eval_leak(tmp_path):
     assert "plp-00003" in str(err) and "plp-00012" in str(err)
     metrics = json.loads(Path(p["validate"]["metrics_file"]).read_text())
     assert (metrics["leaked_rows"], metrics["leaked_instructions"]) == (2, 1)
+
+
+def _add_label_names(path: Path) -> list[str]:
+    """Append a DataRaceBench file name with its label to the first race_fortran and race_c
+    prompts of a prepared file, and one to the first mlperf prompt (not a race prompt: allowed).
+    Returns the ids of the two race records."""
+    ids = []
+
+    def edit(recs):
+        for task, name in (("race_fortran", "\n! DRB048_firstprivate_orig_no.f95"),
+                           ("race_c", "\n// DRB001-antidep1-orig-yes.c"), ("mlperf", " DRB001_x_orig_yes")):
+            r = next(r for r in recs if r["task"] == task)
+            r["prompt"] = [dict(r["prompt"][0], content=r["prompt"][0]["content"] + name)]
+            if task != "mlperf":
+                ids.append(r["id"])
+        return recs
+
+    _rw(path, edit)
+    return ids
+
+
+def test_label_name_in_a_race_prompt_fails_no_label_name_in_race_prompt(prepared, tmp_path):
+    ids = _add_label_names(tmp_path / "prepared" / "train.jsonl")
+    err = _failed(prepared)
+    assert [(f["name"], f["failing"], sorted(f["ids"])) for f in err.failures] == [
+        ("prepared.no_label_name_in_race_prompt", 2, sorted(ids))]
+    assert json.loads(Path(prepared["validate"]["metrics_file"]).read_text())["label_name_rows"] == 2
+
+
+def test_label_names_are_measured_not_enforced_without_masking(tmp_path):
+    p = params(TINY, tmp_path)
+    p["data"]["mask_label_names"] = False
+    P.run(p)
+    _add_label_names(tmp_path / "prepared" / "train.jsonl")
+    summary = V.run(p)
+    assert summary["success"] and summary["label_name_rows"] == 2
+    report = json.loads((tmp_path / "reports/validation/report.json").read_text())
+    e = next(e for e in report["expectations"] if e["name"] == "prepared.no_label_name_in_race_prompt")
+    assert (e["success"], e["enforced"], e["failing"]) == (False, False, 2)
+
+
+def test_the_leak_check_compares_masked_instructions(tmp_path):
+    """Two raw Fortran prompts that differ only in the label of a DRB name are one prompt once
+    masked: a record in eval whose masked instruction is a train record's leaks."""
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    f = json.loads((raw / "task2_fortran.json").read_text())
+    f.append(dict(f[0], instruction=f[0]["instruction"].replace("program p0", "program DRB001_x_orig_no")))
+    f[0]["instruction"] = f[0]["instruction"].replace("program p0", "program DRB001_x_orig_yes")
+    (raw / "task2_fortran.json").write_text(json.dumps(f))
+    p = params(raw, tmp_path)
+    P.run(p)
+    assert V.run(p)["leaked_rows"] == 0  # prepare made them one record
+    out = tmp_path / "prepared"
+    side = {n: [json.loads(x) for x in (out / n).read_text().splitlines()] for n in ("train.jsonl", "eval.jsonl")}
+    home = next(n for n, recs in side.items() if any(r["id"] == "race_fortran-00000" for r in recs))
+    other = "eval.jsonl" if home == "train.jsonl" else "train.jsonl"
+    orig = next(r for r in side[home] if r["id"] == "race_fortran-00000")
+    copy = dict(orig, id="race_fortran-00012", source=dict(orig["source"], index=12))
+    _rw(out / other, lambda recs: recs + [copy])  # the raw instructions differ, the masked do not
+    err = _failed(p)
+    assert [(f["name"], sorted(f["ids"])) for f in err.failures] == [
+        ("prepared.no_train_eval_leak", ["race_fortran-00000", "race_fortran-00012"])]
 
 
 def test_label_maybe_fails_race_label_in_set(prepared, tmp_path):

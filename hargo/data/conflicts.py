@@ -1,6 +1,7 @@
-"""Steps 1-3 of the ``grouped`` strategy (:mod:`hargo.data.prepare`): quarantine, duplicates,
-and one record per prompt with the conflicting-answer policy ``data.conflicts``
-(:func:`clean_task`).
+"""Step 0 of every strategy (:mod:`hargo.data.prepare`): the race label removed from
+DataRaceBench-style names in the race prompts (:func:`mask_race_raws`); steps 1-3 of the
+``grouped`` strategy: quarantine, duplicates, and one record per prompt with the
+conflicting-answer policy ``data.conflicts`` (:func:`clean_task`).
 
 Every comparison goes through the one key :func:`hargo.data.raw.normalise_text` (whitespace runs
 and line ends, case, surrounding blanks), the key the grouped split and ``validate``'s leak check
@@ -49,6 +50,29 @@ def _reject(task: str, index: int, raw: dict, reason: str, detail: str = "") -> 
             "source": {"file": TASK_FILES[task], "index": index},
             "reason": reason, "detail": detail,
             "instruction": raw["instruction"], "input": raw["input"], "output": raw["output"]}
+
+
+def mask_race_raws(task: str, raws: list[dict]) -> tuple[list[dict], dict]:
+    """Step 0 of every strategy: the race label removed from DataRaceBench-style names in the
+    prompt fields (instruction and input) of a race task's raw records
+    (:func:`hargo.data.labels.mask_label_names`, rule :data:`hargo.data.labels.LABEL_NAME_REGEX`);
+    the output (the answer) is left as it is. mlperf and plp records are returned unchanged.
+
+    Returns:
+        ``(raws, counts)``: new dicts for the changed records (the input list is not modified)
+        and ``{"label_name_records": raw records changed, "label_name_occurrences": names
+        replaced}`` (both 0 for mlperf/plp).
+    """
+    out, changed, occurrences = [], 0, 0
+    for r in raws:
+        if task in RACE_TASKS:
+            masked = {f: L.mask_label_names(r[f]) for f in PROMPT_FIELDS}
+            n = sum(k for _, k in masked.values())
+            if n:
+                changed, occurrences = changed + 1, occurrences + n
+                r = {**r, **{f: text for f, (text, _) in masked.items()}}
+        out.append(r)
+    return out, {"label_name_records": changed, "label_name_occurrences": occurrences}
 
 
 def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tuple[list[dict], list[dict], dict]:

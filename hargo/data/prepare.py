@@ -7,8 +7,10 @@ when all are written do they replace the old ones), after every input has been r
 
 - ``train.jsonl``, ``eval.jsonl``: one prepared record per line (schema in
   :func:`hargo.data.raw.make_record`; TRL's conversational ``prompt`` format).
-- ``rejects.jsonl``: quarantined raw records with a ``reason``.
-- ``stats.json``: counts per task, split and label; how each kind of mess was handled; answer and
+- ``rejects.jsonl``: quarantined raw records with a ``reason`` (race prompt fields after step 0).
+- ``stats.json``: counts per task, split and label; how each kind of mess was handled (per task
+  in ``handling``; step 0 as ``label_name_records``, ``label_name_occurrences``, with
+  ``mask_label_names`` and ``label_name_rule`` at the top level); answer and
   prompt length statistics; the longest/shortest task mean answer-length ratio; for every
   strategy, ``eval_nearest_train``: per race task, for each eval record the largest token-set
   Jaccard to any train record of the same task (:mod:`hargo.data.similarity`, exact, brute
@@ -16,6 +18,19 @@ when all are written do they replace the old ones), after every input has been r
   ``share_ge_threshold`` (``data.split.similarity_threshold``;
   :func:`hargo.data.similarity.similarity_summary`): how far eval is from a lookup in train.
 - ``answer_lengths.csv``: the per-task answer-length distribution for ``dvc plots``.
+
+Step 0, every strategy (``data.mask_label_names``, default true): the label is removed from
+DataRaceBench-style names in the race prompts (:func:`hargo.data.conflicts.mask_race_raws`,
+:func:`hargo.data.labels.mask_label_names`). DataRaceBench names a program after its answer
+(``program DRB048_firstprivate_orig_no``, ``DRB001-antidep1-orig-yes.c``) and 1,356 of the 1,576
+raw Fortran prompts carry such a name (or an imitation: ``LP5_targetparallelfor_orig_no``,
+``program ProgrammingModule_yes``); a model, or the nearest-train baseline, could read the
+answer off the prompt. Every name matching :data:`hargo.data.labels.LABEL_NAME_REGEX` loses its
+yes/no components (``DRB048_firstprivate_orig``), the same everywhere in the prompt, before
+anything else compares or splits prompts; so two prompts that differed only in that name are the
+same prompt from step 2 on. ``stats.json`` counts per task the raw records changed
+(``label_name_records``) and the names replaced (``label_name_occurrences``); ``validate``
+fails on a race prompt where the regex still matches.
 
 Three split strategies (``data.split.strategy``):
 
@@ -77,7 +92,7 @@ from pathlib import Path
 from typing import Any
 
 from hargo.data import labels as L
-from hargo.data.conflicts import CONFLICT_POLICIES, clean_task
+from hargo.data.conflicts import CONFLICT_POLICIES, clean_task, mask_race_raws
 from hargo.data.raw import load_raw, make_record
 from hargo.data.similarity import (check_threshold, kernel_tokens, nearest_similarity,
                                    similarity_summary)
@@ -179,6 +194,8 @@ def compute_stats(train: list[dict], eval_: list[dict], raw: dict[str, list[dict
         "strategy": data["split"]["strategy"], "eval_fraction": data["split"]["eval_fraction"],
         "seed": params["seed"], "conflicts": data.get("conflicts", "majority"),
         "conflict_rule": CONFLICT_RULE,
+        "mask_label_names": data.get("mask_label_names", True),
+        "label_name_rule": L.MASK_RULE if data.get("mask_label_names", True) else None,
         "token_count": "regex \\w+|[^\\w\\s] (words and punctuation), not the model tokenizer",
         "counts": {}, "handling": handling, "answer_length": {}, "prompt_length": {},
     }
@@ -219,21 +236,22 @@ def _print_table(stats: dict) -> None:
     from rich.table import Table
 
     tab = Table(title=f"prepared data ({stats['strategy']} split)")
-    for col in ("task", "raw", "rejected", "duplicates", "conflicts", "train", "eval", "yes/no train", "yes/no eval"):
+    for col in ("task", "raw", "masked", "rejected", "duplicates", "conflicts", "train", "eval",
+                "yes/no train", "yes/no eval"):
         tab.add_column(col, justify="left" if col == "task" else "right", no_wrap=True,
                        min_width=12 if col == "task" else None)
     for t in TASKS:
         c, h = stats["counts"][t], stats["handling"].get(t, {})
         lab = c.get("labels", {})
         yn = lambda d: f"{d.get('yes', 0)}/{d.get('no', 0)}" if d is not None else "-"
-        tab.add_row(t, str(c["raw"]),
+        tab.add_row(t, str(c["raw"]), str(h.get("label_name_records", 0)),
                     str(sum(h.get("quarantined", {}).values()) + h.get("conflict_dropped", 0)),
                     str(h.get("exact_duplicates", 0) + h.get("merged_duplicates", 0)),
                     str(h.get("conflict_groups", 0)), str(c["train"]), str(c["eval"]),
                     yn(lab.get("train")), yn(lab.get("eval")))
     tot = stats["counts"]["total"]
-    tab.add_row("total", str(tot["raw"]), "", "", "", str(tot["train"]), str(tot["eval"]), "", "")
-    console = Console(width=max(Console().width, 100))  # 80 columns (a pipe) would cut names
+    tab.add_row("total", str(tot["raw"]), "", "", "", "", str(tot["train"]), str(tot["eval"]), "", "")
+    console = Console(width=max(Console().width, 120))  # 80 columns (a pipe) would cut names
     console.print(tab)
     r = stats["answer_length_ratio"]
     console.print(f"mean answer length: {r['longest_task']} / {r['shortest_task']} = {r['ratio']}x")
@@ -261,7 +279,8 @@ def prepare(params: dict) -> dict:
         params: the loaded params.yaml; reads ``seed`` and ``data`` (``raw_dir``, ``out_dir``,
             ``split.strategy`` (grouped | similarity | paper), ``split.eval_fraction``,
             ``split.similarity_threshold`` (every strategy: the statistics use it),
-            ``split.minhash_perm`` (``similarity`` only), ``conflicts`` (majority | drop)).
+            ``split.minhash_perm`` (``similarity`` only), ``conflicts`` (majority | drop),
+            ``mask_label_names`` (default true: step 0, :func:`hargo.data.conflicts.mask_race_raws`)).
             Paths are relative to the working directory.
 
     The five outputs are written as one set: any error, reading or writing, leaves the old
@@ -289,6 +308,9 @@ def prepare(params: dict) -> dict:
     check_threshold(data["split"]["similarity_threshold"])
     if strategy == "similarity" and "minhash_perm" not in data["split"]:
         raise ValueError("data.split.minhash_perm: missing (the similarity split needs it)")
+    mask = data.get("mask_label_names", True)
+    if not isinstance(mask, bool):
+        raise ValueError(f"data.mask_label_names must be true or false, got {mask!r}")
 
     raw = load_raw(data["raw_dir"])
     records: list[dict] = []
@@ -296,6 +318,9 @@ def prepare(params: dict) -> dict:
     handling: dict[str, dict] = {}
     instruction: dict[str, str] = {}
     for task, raws in raw.items():
+        masked = {"label_name_records": 0, "label_name_occurrences": 0}
+        if mask:
+            raws, masked = mask_race_raws(task, raws)
         if strategy == "paper":
             recs = paper_records(task, raws)
             forms = Counter(L.parse_label(r["output"])[1] for r in raws) if task in RACE_TASKS else {}
@@ -304,6 +329,7 @@ def prepare(params: dict) -> dict:
         else:
             recs, rej, handling[task] = clean_task(task, raws, conflicts)
             rejects += rej
+        handling[task].update(masked)
         for r in recs:
             instruction[r["id"]] = raws[r["source"]["index"]]["instruction"]
         records += recs

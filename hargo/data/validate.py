@@ -18,6 +18,12 @@ Checkpoint in an ephemeral GX context (pandas data source; GX 1.x):
     (:mod:`hargo.data.similarity`, exact; None for other rows); expected below
     ``data.split.similarity_threshold`` (no near-copy of an eval kernel in train).
     Prompt and answer lengths (characters) within ``validate.prompt_chars``/``answer_chars``.
+    ``no_label_name_in_race_prompt``: no race prompt contains a DataRaceBench-style name carrying
+    its label (:data:`hargo.data.labels.LABEL_NAME_REGEX`, the regex ``prepare``'s step 0 masks
+    with); enforced when ``data.mask_label_names`` is true (the default), measured otherwise.
+    With ``data.mask_label_names`` the raw race instructions are masked as ``prepare`` masks them
+    (:func:`hargo.data.conflicts.mask_race_raws`) before they become the ``instruction`` column,
+    so the leak check compares what was split.
 ``summary``
     one row per task (``n`` records, ``n_eval``) and one per race task and split
     (``yes_fraction``): counts within ``validate.task_counts``, eval non-empty, the yes-fraction
@@ -40,6 +46,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hargo.data.conflicts import mask_race_raws
+from hargo.data.labels import LABEL_NAME, LABEL_NAME_REGEX
 from hargo.data.raw import TASK_FILES, load_raw, normalise_text
 from hargo.data.similarity import kernel_tokens, nearest_similarity
 from hargo.io import atomic_dir, atomic_write_json, read_jsonl
@@ -179,6 +187,7 @@ def expectation_specs(params: dict) -> list[dict]:
     ``description``. Bounds come from ``params["validate"]``."""
     v = params["validate"]
     paper = params["data"]["split"]["strategy"] == "paper"
+    masked = params["data"].get("mask_label_names", True)
     similarity = params["data"]["split"]["strategy"] == "similarity"
     threshold = params["data"]["split"]["similarity_threshold"]
     race, other = list(RACE_TASKS), [t for t in TASKS if t not in RACE_TASKS]
@@ -226,6 +235,11 @@ def expectation_specs(params: dict) -> list[dict]:
         + ("" if similarity else " (measured; enforced under the similarity split)"),
         where=("task", race), enforced=similarity, column="near_train", max_value=threshold,
         strict_max=True)
+    add("prepared", "no_label_name_in_race_prompt", "ExpectColumnValuesToNotMatchRegex",
+        "no race prompt names a DataRaceBench-style program with its label (DRB048_..._orig_no; "
+        "hargo.data.labels.LABEL_NAME_REGEX)"
+        + ("" if masked else " (measured; enforced with data.mask_label_names)"),
+        where=("task", race), enforced=masked, column="prompt_content", regex=LABEL_NAME_REGEX)
     lo, hi = v["prompt_chars"]
     add("prepared", "prompt_chars_within_bounds", "ExpectColumnValuesToBeBetween",
         f"prompt length in [{lo}, {hi}] characters", column="prompt_chars", min_value=lo, max_value=hi)
@@ -347,7 +361,8 @@ def validate(params: dict) -> dict:
     Args:
         params: the loaded params.yaml; reads ``data.raw_dir``, ``data.out_dir`` (the prepared
             ``train.jsonl``/``eval.jsonl``), ``data.split.strategy``,
-            ``data.split.similarity_threshold`` and ``validate``
+            ``data.split.similarity_threshold``, ``data.mask_label_names`` (default true) and
+            ``validate``
             (``task_counts``, ``yes_fraction``, ``prompt_chars``, ``answer_chars``; optional
             ``report_dir`` and ``metrics_file``, default ``reports/validation`` and
             ``metrics/validation.json``, and ``data_docs``, default true: build GX's HTML data
@@ -367,7 +382,9 @@ def validate(params: dict) -> dict:
     raw = load_raw(params["data"]["raw_dir"])
     out = Path(params["data"]["out_dir"])
     train, eval_ = read_jsonl(out / "train.jsonl"), read_jsonl(out / "eval.jsonl")
-    prepared = prepared_rows(train, eval_, raw)
+    as_split = {t: mask_race_raws(t, rs)[0] for t, rs in raw.items()} \
+        if params["data"].get("mask_label_names", True) else raw
+    prepared = prepared_rows(train, eval_, as_split)
     tables = {"raw": raw_rows(raw), "prepared": prepared, "summary": summary_rows(prepared)}
     specs = expectation_specs(params)
 
@@ -385,6 +402,9 @@ def validate(params: dict) -> dict:
             "leaked_rows": len(leaked),
             "leaked_instructions": len({r["leak_key"] for r in leaked}),
             "unlabelled_race_rows": sum(1 for r in prepared if r["task"] in RACE_TASKS and r["label"] is None),
+            "label_name_rows": sum(1 for r in prepared if r["task"] in RACE_TASKS
+                                   and r["prompt_content"] is not None
+                                   and LABEL_NAME.search(r["prompt_content"])),
             "near_copy_eval_rows": sum(1 for r in prepared if r["near_train"] is not None
                                        and r["near_train"] >= params["data"]["split"]["similarity_threshold"]),
         }
