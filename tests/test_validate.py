@@ -259,7 +259,7 @@ def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path, c
                yes_fraction=committed["yes_fraction"], prompt_chars=committed["prompt_chars"],
                answer_chars=committed["answer_chars"])
     p["data"]["split"] = dict(committed_params["data"]["split"])
-    assert p["data"]["split"]["strategy"] == "grouped"
+    assert p["data"]["split"]["strategy"] == "similarity"
     P.run(p)
     summary = V.run(p)
     assert summary["success"] and summary["leaked_rows"] == 0

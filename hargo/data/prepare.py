@@ -34,7 +34,7 @@ fails on a race prompt where the regex still matches.
 
 Three split strategies (``data.split.strategy``):
 
-``grouped`` (default, a fair eval)
+``grouped`` (no instruction in both splits)
     1. Quarantine (-> rejects): an empty instruction; an empty mlperf/plp answer; a race output
        with no unambiguous yes/no label (:func:`hargo.data.labels.parse_label`); a race
        instruction whose code snippet is missing (the upstream fault that moved the code into the
@@ -61,7 +61,7 @@ Three split strategies (``data.split.strategy``):
     4. :func:`hargo.data.split.split_grouped` per task by instruction text after the key, so
        that no instruction is in both splits, not even as a near-duplicate.
 
-``similarity`` (``grouped``, and no near-copy of a race kernel in both splits)
+``similarity`` (default: ``grouped``, and no near-copy of a race kernel in both splits)
     Steps 1-3 as ``grouped``. 4. :func:`hargo.data.split.split_similarity`: for the race tasks,
     records whose prompt token sets (the nearest-train baseline's,
     :func:`hargo.data.similarity.kernel_tokens`) have Jaccard >= ``data.split.similarity_threshold``
