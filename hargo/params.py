@@ -243,6 +243,9 @@ def validate_params(params: Mapping) -> None:
     for m in METHOD_PARAMS:   # every method's own block (rl.<method>), in use or not
         method_params(params, m)
     _num(params, "rl.save_steps", 1, integer=True)
+    from hargo.training.dynamic_sampling import DynamicSamplingConfig
+
+    DynamicSamplingConfig.from_params(get(params, "rl").get("dynamic_sampling"))
     _choice(params, "rl.generation_backend", ("transformers", "vllm"))
     _choice(params, "evaluate.backend", ("vllm", "transformers"))
     _num(params, "evaluate.samples_per_task", 1, integer=True, allow_none=True)

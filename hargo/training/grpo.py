@@ -63,7 +63,10 @@ checkpoint folders ``_save_checkpoint`` writes).
 from __future__ import annotations
 
 import contextlib
+import json
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -71,6 +74,9 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards, needs_reference
+from hargo.training.dynamic_sampling import (DynamicSamplingConfig, draw_refill_indices,
+                                             informative_groups, join_rows, refill_prompt_count,
+                                             select_groups)
 from hargo.losses import (clip_fraction, clipped_surrogate, kl_penalty, masked_mean,
                           masked_token_mean, weighted_loss)
 from hargo.training.reference import build_reference_model, reference_per_token_logps
@@ -115,7 +121,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
     accepted_methods: tuple[str, ...] = GRPO_FAMILY
 
     def __init__(self, *args, method: str, hargo_config: HargoConfig | None = None,
-                 recorder: Any = None, task_column: str = "task", **kwargs):
+                 recorder: Any = None, task_column: str = "task",
+                 dynamic_sampling: DynamicSamplingConfig | None = None, **kwargs):
         if method not in self.accepted_methods:
             raise ValueError(f"unknown RL method {method!r} for {type(self).__name__}; valid: "
                              f"{', '.join(self.accepted_methods)}")
@@ -131,6 +138,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         self.ema = EMABaseline(self.hargo_config.rho)
         self.recorder = recorder
         self.task_column = task_column
+        self.dynamic_sampling = dynamic_sampling or DynamicSamplingConfig()
+        self._prompt_rows: dict[str, list[int]] | None = None
         self.timing = {"generation_s": 0.0, "scoring_s": 0.0}
         self._hargo_loss = method in HARGO_METHODS
         self._needs_ref = method in HARGO_METHODS and needs_reference(method)
@@ -140,6 +149,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         super().__init__(*args, **kwargs)
         if self._hargo_loss:
             self._check_weighted_loss_supported()
+        if self.dynamic_sampling.enabled:
+            self._check_dynamic_sampling_supported()
         if self._needs_ref and self.ref_model is None and not self._is_peft():
             # TRL builds no reference model when beta == 0; HARGO's confidence still needs one.
             self.ref_model = build_reference_model(self)
@@ -160,6 +171,14 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         if problems:
             raise ValueError(f"method {self.method}: the weighted HARGO loss does not implement "
                              f"these TRL options: {', '.join(problems)}")
+
+    def _check_dynamic_sampling_supported(self) -> None:
+        G, local = self.num_generations, self.args.generation_batch_size \
+            // self.accelerator.num_processes
+        if local % G:
+            raise ValueError(f"dynamic sampling keeps or drops whole groups on each process: "
+                             f"{local} completions per process do not form groups of G={G} "
+                             "(make rl.prompts_per_step a multiple of the process count)")
 
     # ------------------------------------------------------------------------- rollout
 
@@ -191,10 +210,17 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         gen_before = self.timing["generation_s"]
         self._gathered_rewards_per_func = None
         own_ref = self._needs_ref and mode == "train"
-        with self._trl_reference_pass_skipped() if own_ref else contextlib.nullcontext():
-            output = super()._generate_and_score_completions(inputs)
         if mode != "train":
-            return output
+            return super()._generate_and_score_completions(inputs)
+        with self._trl_reference_pass_skipped() if own_ref else contextlib.nullcontext():
+            scored = self._scored_batch(inputs)
+            sampled = None
+            if self.dynamic_sampling.enabled:
+                scored, sampled = self._dynamic_sampling(scored)
+        inputs, output = scored.inputs, scored.output
+        self._gathered_rewards_per_func = scored.rewards_per_func
+        for key, texts in (("prompt", scored.prompts), ("completion", scored.completions)):
+            self._logs[key] = deque(texts, maxlen=self._logs[key].maxlen)
         device = self.accelerator.device
         G = self.num_generations
         B_local = output["completion_ids"].size(0)
@@ -250,8 +276,7 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         score_s = time.perf_counter() - t0 - gen_s
         self.timing["scoring_s"] += score_s
         if self.recorder is not None:
-            prompts = list(self._logs["prompt"])
-            completions = list(self._logs["completion"])
+            prompts, completions = scored.prompts, scored.completions
             self.recorder.add_generation(
                 tasks=tasks_all, rewards=rewards.tolist(), advantages=adv_all.tolist(),
                 weights=w_all.tolist(), completion_lengths=lengths_all.tolist(), group_size=G,
@@ -259,8 +284,109 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
                 ref_logprob=None if l_all is None else l_all.tolist(), baseline=baseline,
                 prompts=prompts if len(prompts) == B_total else None,
                 completions=completions if len(completions) == B_total else None,
-                generation_s=gen_s, scoring_s=score_s)
+                generation_s=gen_s, scoring_s=score_s, sampled_groups=sampled)
         return output
+
+    # ------------------------------------------------------------------- dynamic sampling
+
+    def _scored_batch(self, inputs: list) -> "_ScoredBatch":
+        """TRL's ``_generate_and_score_completions`` on ``inputs`` (training), with the gathered
+        rewards per function and the gathered prompt and completion texts of exactly this call
+        (TRL's ``_logs`` deques are bounded by one generation batch; a refill can be larger)."""
+        saved = {k: self._logs[k] for k in ("prompt", "completion")}
+        self._logs["prompt"], self._logs["completion"] = deque(), deque()
+        self._gathered_rewards_per_func = None
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            texts = list(self._logs["prompt"]), list(self._logs["completion"])
+        finally:
+            self._logs.update(saved)
+        return _ScoredBatch(list(inputs), output, self._gathered_rewards_per_func, *texts)
+
+    def _combined_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """(B,) rewards from (B, n_funcs), combined as TRL does ("sum_then_normalize")."""
+        rpf = rewards_per_func
+        out = (rpf * self.reward_weights.to(rpf.device).unsqueeze(0)).nansum(dim=1)
+        out[torch.isnan(rpf).all(dim=1)] = float("nan")
+        return out
+
+    def _refill_rows(self, n: int, round_: int, used: list) -> list[int]:
+        """Train-split rows of a refill round (``draw_refill_indices``), avoiding the prompts in
+        ``used`` (dataset rows)."""
+        if self._prompt_rows is None:
+            self._prompt_rows = {}
+            for i, row in enumerate(self.train_dataset):
+                self._prompt_rows.setdefault(_prompt_key(row["prompt"]), []).append(i)
+        exclude = sorted({i for x in used for i in self._prompt_rows.get(_prompt_key(x["prompt"]),
+                                                                          [])})
+        return draw_refill_indices(len(self.train_dataset), n, seed=int(self.args.seed),
+                                   step=int(self.state.global_step), round_=round_,
+                                   process=self.accelerator.process_index, exclude=exclude)
+
+    def _dynamic_sampling(self, own: "_ScoredBatch") -> tuple["_ScoredBatch", dict]:
+        """Drop the zero-variance groups of the step and refill it (``hargo.training.
+        dynamic_sampling``, DAPO). Returns the batch the step trains on (same size as ``own``) and
+        what was sampled, per group of all processes: ``tasks``, ``zero_variance``, ``kept``,
+        ``refill`` (for the recorder).
+
+        Every process runs the same number of refill rounds of the same size (TRL gathers inside
+        each call): a round runs while any process misses informative groups."""
+        G, world = self.num_generations, self.accelerator.num_processes
+        rank = self.accelerator.process_index
+        cfg = self.dynamic_sampling
+        batches = [own]
+        flags = [informative_groups(self._combined_rewards(own.rewards_per_func), G).tolist()]
+        needed = own.output["completion_ids"].size(0) // G
+
+        def local(flag_list: list, n_local: int, p: int) -> list:
+            return flag_list[p * n_local:(p + 1) * n_local]
+
+        for round_ in range(1, cfg.max_refills + 1):
+            have = [sum(sum(local(f, len(f) // world, p)) for f in flags) for p in range(world)]
+            missing = max(needed - h for h in have)
+            if missing <= 0:
+                break
+            n = refill_prompt_count(missing, cfg.refill_factor)
+            used = [x for b in batches for x in b.inputs[::G]]
+            rows = self._refill_rows(n, round_, used)
+            extra = [dict(self.train_dataset[i]) for i in rows for _ in range(G)]
+            batch = self._scored_batch(extra)
+            batches.append(batch)
+            flags.append(informative_groups(self._combined_rewards(batch.rewards_per_func),
+                                            G).tolist())
+
+        local_flags = [local(f, len(f) // world, rank) for f in flags]
+        sel = select_groups(local_flags, needed)
+        kept = set(sel.keep)
+        tasks_local = [[str(x.get(self.task_column, "all")) for x in b.inputs[::G]]
+                       for b in batches]
+        sampled_local = [(tasks_local[b][i], not local_flags[b][i], (b, i) in kept, b > 0)
+                         for b in range(len(batches)) for i in range(len(local_flags[b]))]
+        sampled_all = [s for part in gather_object([sampled_local]) for s in part]
+        sampled = {k: [s[j] for s in sampled_all]
+                   for j, k in enumerate(("tasks", "zero_variance", "kept", "refill"))}
+        if len(batches) == 1 and sel.keep == [(0, i) for i in range(needed)]:
+            return own, sampled   # nothing dropped: the step's own batch, untouched
+
+        rows = [(b, i * G + j) for b, i in sel.keep for j in range(G)]
+        joined = join_rows([b.output for b in batches], rows,
+                           pad_token_id=int(self._tokenizer.pad_token_id or 0))
+        mask = self._loss_mask(joined)
+        joined["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        inputs = [batches[b].inputs[r] for b, r in rows]
+
+        def local_rows(b: int) -> slice:
+            n = batches[b].output["completion_ids"].size(0)
+            return slice(rank * n, (rank + 1) * n)
+
+        rpf_local = torch.stack([batches[b].rewards_per_func[local_rows(b)][r] for b, r in rows])
+        texts = []
+        for attr in ("prompts", "completions"):
+            mine = [getattr(batches[b], attr)[local_rows(b)][r] for b, r in rows] \
+                if all(len(getattr(x, attr)) == x.rewards_per_func.size(0) for x in batches) \
+                else []
+            texts.append([t for part in gather_object([mine]) for t in part])
+        return _ScoredBatch(inputs, joined, self.accelerator.gather(rpf_local), *texts), sampled
 
     @contextlib.contextmanager
     def _trl_reference_pass_skipped(self):
@@ -377,3 +503,21 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         for name, x in zip(("low_mean", "high_mean", "region_mean"), clipped):
             metrics[f"clip_ratio/{name}"].append(self._global_token_mean(x.float(), mask))
         return loss
+
+
+@dataclass
+class _ScoredBatch:
+    """One call of TRL's ``_generate_and_score_completions`` in training: this process's
+    ``inputs`` rows and ``output`` (B_local rows), and, gathered from every process,
+    ``rewards_per_func`` (B_total, n_funcs) and the prompt and completion texts."""
+
+    inputs: list
+    output: dict
+    rewards_per_func: torch.Tensor
+    prompts: list
+    completions: list
+
+
+def _prompt_key(prompt: Any) -> str:
+    """A hashable identity of a dataset prompt (text, or a chat as JSON)."""
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)

@@ -53,7 +53,7 @@ from hargo.method_config import kl_coef, method_params
 from hargo.params import RL_METHODS, ParamsError, validate_params
 
 __all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "load_rl_records",
-           "to_dataset", "build_trainer", "CHECKPOINT_ROOT", "METRICS_ROOT"]
+           "to_dataset", "build_trainer", "dynamic_sampling_config", "CHECKPOINT_ROOT", "METRICS_ROOT"]
 
 #: ``checkpoints/rl/<method>`` and ``metrics/rl/<method>.json`` (dvc.yaml outputs).
 CHECKPOINT_ROOT = Path("checkpoints") / "rl"
@@ -176,6 +176,19 @@ def _check_vllm_usable() -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine
 
 
+def dynamic_sampling_config(params: Mapping):
+    """``rl.dynamic_sampling`` as a :class:`hargo.training.dynamic_sampling.
+    DynamicSamplingConfig` (missing: off). PPO ignores it (its value head learns from
+    zero-variance groups too); the GRPO-family methods apply it.
+
+    Raises:
+        ParamsError: a bad key or value (named).
+    """
+    from hargo.training.dynamic_sampling import DynamicSamplingConfig
+
+    return DynamicSamplingConfig.from_params(params["rl"].get("dynamic_sampling"))
+
+
 def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, records: list[dict],
                   output_dir: str | os.PathLike, recorder=None, callbacks=(), tokenizer=None,
                   reward_funcs=None, trainer_kwargs: Mapping | None = None, **config_overrides):
@@ -202,7 +215,7 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     tokenizer.padding_side = "left"
     if reward_funcs is None:
         reward_funcs = [TaskReward(RewardConfig.from_params(params.get("rewards")))]
-    trainer_cls, extra = HargoGRPOTrainer, {}
+    trainer_cls, extra = HargoGRPOTrainer, {"dynamic_sampling": dynamic_sampling_config(params)}
     if method == "ppo":
         from hargo.training.ppo import HargoPPOTrainer
 
@@ -221,6 +234,12 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     return trainer
+
+
+def _describe_dynamic_sampling(cfg) -> str:
+    if cfg is None or not cfg.enabled:
+        return "off"
+    return f"on (refill x{cfg.refill_factor:g}, up to {cfg.max_refills} rounds)"
 
 
 def run(params: dict, method: str, root: str | os.PathLike = ".", *,
@@ -313,7 +332,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
             print(f"[rl {name}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
                   f"{rl['steps']} steps x {rl['prompts_per_step']} prompts x "
                   f"G={rl['num_generations']}, backend {rl['generation_backend']}, "
-                  f"bf16 {trainer.args.bf16}"
+                  f"bf16 {trainer.args.bf16}, dynamic sampling "
+                  + (_describe_dynamic_sampling(getattr(trainer, "dynamic_sampling", None))
+                     if method != "ppo" else "off (GRPO family only)")
                   + (f", {launch.num_processes} processes" if launch.num_processes > 1 else "")
                   + (f", resuming at step {resumed_step}" if resume else ""), flush=True)
         t0 = time.perf_counter()
@@ -343,6 +364,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
             "ema_baseline": trainer.ema.value,
             "rewards": summary.get("rewards", {}),
             "zero_variance_groups": summary.get("zero_variance_groups", {}),
+            **({"dynamic_sampling": summary["dynamic_sampling"]}
+               if "dynamic_sampling" in summary else {}),
             "learning": summary.get("learning", {}),
             "time": {"total_s": round(time.perf_counter() - t_start, 3),
                      "load_s": round(load_s, 3), "train_s": round(train_s, 3),

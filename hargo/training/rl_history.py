@@ -26,7 +26,9 @@ def summarize_history(history: Sequence[dict]) -> dict[str, Any]:
     """What ``metrics/rl/<method>.json`` reports of a run's per-step history.
 
     ``rewards``: per scope (task or ``all``), the last step's reward mean/std/accuracy, the first
-    step's and the mean over all steps; ``time``: the summed time split;
+    step's and the mean over all steps; ``time``: the summed time split; ``dynamic_sampling``
+    (only when it ran): per scope the groups sampled and dropped over the run, and the refill
+    and unfilled group counts;
     ``zero_variance_groups``: per scope, the share of groups whose G rewards were all equal, at
     the last step (``final``) and averaged over the steps; ``learning``: ``loss``, ``grad_norm``,
     ``adv_logprob``, ``adv_log_ratio``, ``kl`` (the ``all`` scope) at the first and last step and
@@ -50,12 +52,23 @@ def summarize_history(history: Sequence[dict]) -> dict[str, Any]:
     out["time"] = {k.split("/", 1)[1]: float(sum(h.get(k, 0.0) or 0.0 for h in history))
                    for k in ("time/generation_s", "time/scoring_s", "time/update_s", "time/step_s")}
     zero = {}
-    for s in scopes:
+    for s in sorted({k.split("/")[0] for h in history for k in h
+                     if k.endswith("/zero_variance_groups")}):
         vals = [h[f"{s}/zero_variance_groups"] for h in history
                 if not is_missing(h.get(f"{s}/zero_variance_groups"))]
         if vals:
             zero[s] = {"final": vals[-1], "mean_over_steps": _mean(vals)}
     out["zero_variance_groups"] = zero
+    if any(not is_missing(h.get("all/sampled_groups")) for h in history):
+        total = lambda key: float(sum(h.get(key) or 0.0 for h in history  # noqa: E731
+                                      if not is_missing(h.get(key))))
+        out["dynamic_sampling"] = {
+            "per_task": {s: {"sampled_groups": total(f"{s}/sampled_groups"),
+                             "dropped_groups": total(f"{s}/dropped_groups")}
+                         for s in sorted({k.split("/")[0] for h in history for k in h
+                                          if k.endswith("/sampled_groups")})},
+            "refill_groups": total("all/refill_groups"),
+            "unfilled_groups": total("all/unfilled_groups")}
     learning = {}
     for key in LEARNING_KEYS:
         vals = [h[key] for h in history if not is_missing(h.get(key))]

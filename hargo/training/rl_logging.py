@@ -25,11 +25,16 @@ adv_logprob                advantage-weighted policy log-prob ``G w_i mean_t A_i
                            policy gradient is minus its gradient, see below)
 adv_log_ratio              ``G w_i mean_t A_i (log pi - log pi_ref)`` (when a reference ran):
                            0 at the start, grows as the policy favours the better responses
-zero_variance_groups       share of groups (prompts) whose G rewards were all equal
-n_completions              completions in the scope
+zero_variance_groups       share of groups (prompts) whose G rewards were all equal (with
+                           dynamic sampling: of every group sampled, trained on or not)
+sampled_groups             groups sampled for the step (dynamic sampling only)
+dropped_groups             zero-variance groups left out of the update (dynamic sampling only)
 =========================  ================================================================
 
-plus ``ema_baseline`` (``g``), ``time/generation_s`` (sampling the rollouts), ``time/scoring_s``
+and, with dynamic sampling, ``all/refill_groups`` (groups sampled in refill rounds) and
+``all/unfilled_groups`` (zero-variance groups trained on for want of informative ones);
+plus ``n_completions`` (completions in the scope), ``ema_baseline`` (``g``),
+``time/generation_s`` (sampling the rollouts, refills included), ``time/scoring_s``
 (reference/old log-probs, rewards, advantages), ``time/update_s`` (policy forward, backward,
 optimizer step) and ``time/step_s``; and, from the trainer's log of the step, ``loss`` and
 ``grad_norm`` (the gradient norm before clipping). TRL's own log values go to MLflow as
@@ -40,7 +45,8 @@ advantages of mean 0), and what shows learning instead: README, *Reading an RL r
 
 One console line per step (:class:`RLLoggingCallback`) carries reward, accuracy, ``w_max``,
 ``g``, ``loss``, ``grad_norm``, ``adv_logprob``, ``adv_log_ratio``, ``kl``, the share of
-zero-variance groups per task, and the time split; :func:`~hargo.training.rl_history.summarize_history` puts the per-task
+zero-variance groups per task, the dropped groups per task (dynamic sampling), and the time
+split; :func:`~hargo.training.rl_history.summarize_history` puts the per-task
 zero-variance shares and the learning signals in ``metrics/rl/<method>.json``.
 """
 from __future__ import annotations
@@ -127,12 +133,16 @@ class StepRecorder:
                        ref_logprob: Sequence[float] | None = None, baseline: float | None = None,
                        prompts: Sequence[Any] | None = None,
                        completions: Sequence[Any] | None = None,
-                       generation_s: float = 0.0, scoring_s: float = 0.0) -> None:
+                       generation_s: float = 0.0, scoring_s: float = 0.0,
+                       sampled_groups: dict | None = None) -> None:
         """Record one generated batch of ``B`` completions (``B`` a multiple of ``group_size``).
 
         All sequences have length ``B`` and are in TRL's order (the ``group_size`` completions
         of one prompt are consecutive). ``generation_s``/``scoring_s``: seconds spent sampling and
-        scoring this batch.
+        scoring this batch. ``sampled_groups`` (dynamic sampling, ``hargo.training.
+        dynamic_sampling``): every group sampled for the batch, trained on or not, as equal-length
+        lists ``tasks``, ``zero_variance``, ``kept``, ``refill`` (bools); the zero-variance shares
+        are then taken over the sampled groups, and the dropped ones are counted.
 
         Raises:
             ValueError: lengths differ or ``B`` is not a multiple of ``group_size``.
@@ -148,8 +158,14 @@ class StepRecorder:
         if group_size < 1 or B % group_size:
             raise ValueError(f"StepRecorder.add_generation: {B} completions do not form groups of "
                              f"{group_size}")
+        if sampled_groups is not None:
+            n = {k: len(sampled_groups[k]) for k in ("tasks", "zero_variance", "kept", "refill")}
+            if len(set(n.values())) != 1:
+                raise ValueError(f"StepRecorder.add_generation: sampled_groups lengths differ: {n}")
+            sampled_groups = {k: list(sampled_groups[k]) for k in n}
         rec = {"tasks": list(tasks), "group_size": int(group_size), "baseline": baseline,
-               "generation_s": float(generation_s), "scoring_s": float(scoring_s)}
+               "generation_s": float(generation_s), "scoring_s": float(scoring_s),
+               "sampled_groups": sampled_groups}
         for name, seq in named.items():
             rec[name] = None if seq is None else list(seq)
         self._gen.append(rec)
@@ -188,6 +204,12 @@ class StepRecorder:
             cols = {k: (cat(k) if all(g[k] is not None for g in gens) else None)
                     for k in ("rewards", "advantages", "weights", "completion_lengths",
                               "confidence", "ref_logprob")}
+            # sampled groups (dynamic sampling), over all generation records of the step
+            sampled = None
+            if any(g.get("sampled_groups") for g in gens):
+                sampled = {k: [v for g in gens if g.get("sampled_groups")
+                               for v in g["sampled_groups"][k]]
+                           for k in ("tasks", "zero_variance", "kept", "refill")}
             # groups: (task, [rewards])
             groups = []
             for g in gens:
@@ -213,9 +235,21 @@ class StepRecorder:
                     metrics[f"{scope}/confidence_mean"] = _mean(pick(cols["confidence"]))
                 if cols["ref_logprob"] is not None:
                     metrics[f"{scope}/ref_logprob_mean"] = _mean(pick(cols["ref_logprob"]))
-                sg = [rs for t, rs in groups if scope == "all" or t == scope]
-                metrics[f"{scope}/zero_variance_groups"] = _mean(
-                    [float(max(rs) == min(rs)) for rs in sg])
+                if sampled is None:
+                    sg = [rs for t, rs in groups if scope == "all" or t == scope]
+                    metrics[f"{scope}/zero_variance_groups"] = _mean(
+                        [float(max(rs) == min(rs)) for rs in sg])
+            if sampled is not None:
+                for scope in sorted(set(sampled["tasks"])) + ["all"]:
+                    idx = [i for i, t in enumerate(sampled["tasks"]) if scope == "all" or t == scope]
+                    zero = [sampled["zero_variance"][i] for i in idx]
+                    metrics[f"{scope}/zero_variance_groups"] = _mean([float(z) for z in zero])
+                    metrics[f"{scope}/sampled_groups"] = float(len(idx))
+                    metrics[f"{scope}/dropped_groups"] = float(sum(
+                        1 for i in idx if sampled["zero_variance"][i] and not sampled["kept"][i]))
+                metrics["all/refill_groups"] = float(sum(sampled["refill"]))
+                metrics["all/unfilled_groups"] = float(sum(
+                    1 for z, k in zip(sampled["zero_variance"], sampled["kept"]) if z and k))
             baselines = [g["baseline"] for g in gens if g["baseline"] is not None]
             if baselines:
                 metrics["ema_baseline"] = float(baselines[-1])
@@ -387,6 +421,12 @@ class RLLoggingCallback(TrainerCallback):
                 if k.endswith("/zero_variance_groups") and not k.startswith("all/")]
         if zero:
             parts.append("zero-var " + " ".join(f"{t} {v:.2f}" for t, v in sorted(zero)))
+        dropped = [(k.split("/")[0], v) for k, v in m.items()
+                   if k.endswith("/dropped_groups") and not k.startswith("all/")]
+        if dropped:
+            parts.append("dropped " + " ".join(f"{t} {int(v)}" for t, v in sorted(dropped))
+                         + f" (refill {int(m.get('all/refill_groups', 0))}, "
+                           f"unfilled {int(m.get('all/unfilled_groups', 0))})")
         for k in ("generation_s", "scoring_s", "update_s"):
             if f"time/{k}" in m:
                 parts.append(f"{k[:-2]} {m[f'time/{k}']:.1f}s")
