@@ -135,6 +135,24 @@ def atomic_files() -> Iterator[Callable[[str | os.PathLike], Path]]:
             tmp.unlink(missing_ok=True)
 
 
+def sha256_files(paths: Iterable[str | os.PathLike], name_separator: bytes = b"") -> str:
+    """SHA-256 (hex) over files by name and content: for each file in path order, its name
+    (``Path.name``, UTF-8) followed by ``name_separator``, then its bytes (read in 4 MiB chunks).
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted(Path(x) for x in paths):
+        h.update(p.name.encode() + name_separator)
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Read a JSONL file of objects.
 

@@ -82,17 +82,10 @@ def model_digest(model_dir: str | Path) -> str:
     Raises:
         FileNotFoundError: ``model_dir`` is not a folder.
     """
-    import hashlib
+    from hargo.io import sha256_files
 
-    files = sorted((p for p in Path(model_dir).iterdir()
-                    if p.is_file() and p.suffix in _MODEL_FILE_SUFFIXES), key=lambda p: p.name)
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.name.encode() + b"\0")
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                h.update(chunk)
-    return h.hexdigest()
+    return sha256_files((p for p in Path(model_dir).iterdir()
+                         if p.is_file() and p.suffix in _MODEL_FILE_SUFFIXES), b"\0")
 
 
 def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",

@@ -12,7 +12,6 @@ complete one, so an interrupted save is never resumed from.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ from typing import Mapping
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hargo.io import atomic_write_json
+from hargo.io import atomic_write_json, sha256_files
 from hargo.vocab import RL_METHODS
 
 __all__ = ["METHOD_STATE_NAME", "TRAINER_STATE_NAME", "FINGERPRINT_NAME", "is_complete_checkpoint",
@@ -77,13 +76,7 @@ def read_method_state(checkpoint: str | os.PathLike) -> dict:
 
 
 def _digest_files(paths) -> str:
-    h = hashlib.sha256()
-    for p in sorted(paths):
-        h.update(p.name.encode())
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                h.update(chunk)
-    return h.hexdigest()
+    return sha256_files(paths)
 
 
 def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
