@@ -21,9 +21,10 @@ syn_yesno, range {0, 1}
     ``1.0`` when ``hargo.rewards.race.extract_yes_no(completion) == label`` else ``0.0``: the race
     reward itself, so a completion naming both "yes" and "no" is a hedge and scores 0.
 syn_short, range {0, 0.1/k, 0.2/k, 0.5/k, 1/k : k >= 1}
-    The completion's numbers are its number tokens (``-?\\d+`` or ``-?\\d+.\\d+``, not glued to
-    a letter, digit, ``_`` or ``.``: ``"23"``, ``"23."`` and ``"-4"`` are numbers, ``"v23"``,
-    ``"23rd"`` and ``"2.3.4"`` are not, ``"23.0"`` equals ``"23"``). With ``y`` the reference,
+    The completion's numbers are its number tokens (``-?[0-9]+`` or ``-?[0-9]+.[0-9]+``, at most
+    50 digits each side, not glued to a letter, digit, ``_`` or ``.``: ``"23"``, ``"23."`` and
+    ``"-4"`` are numbers, ``"v23"``, ``"23rd"``, ``"2.3.4"`` and a 51-digit run are not,
+    ``"23.0"`` equals ``"23"``). With ``y`` the reference,
     ``x`` the offered number closest to it and ``d = |x - y|``, the tier is (first that
     applies, in exact rational arithmetic)::
 
@@ -322,9 +323,10 @@ def check_synthetic(records: Sequence[Mapping], where: str = "synthetic") -> Non
 
 # --------------------------------------------------------------------------- rewards
 
-# A number token: not glued to a word character or a decimal point on either side (so "v23",
-# "23rd", "1.2.3" hold no number); a trailing sentence period is allowed ("23.").
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w]|\.\d)")
+# A number token: ASCII digits, at most 50 before and 50 after the point (a longer digit run is
+# no number: it would only cost time), not glued to a word character or a decimal point on
+# either side (so "v23", "23rd", "1.2.3" hold no number); a trailing period is allowed ("23.").
+_NUMBER = re.compile(r"(?<![\w.])-?[0-9]{1,50}(?:\.[0-9]{1,50})?(?!\w|\.\d)")
 _WORDS = re.compile(r"\w+")
 
 #: syn_short tiers: (largest relative distance d / max(|y|, 1), reward); d == 0 is tier 1.0.
