@@ -1,7 +1,7 @@
 """Dynamic sampling on the real SFT model: informative groups trained per CPU-second (issue 15)
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_dynamic_sampling.py --root <project>
-        [--methods grpo,hargo] [--steps 4] [--json out.json]
+        [--params params.yaml] [--methods grpo,hargo] [--steps 4] [--json out.json]
 
 ``<project>`` is a project folder after the main job (``models/sft``, ``data/prepared``). For
 each method, runs the ``rl`` stage (:func:`hargo.training.rl.run`, the committed params.yaml
@@ -66,13 +66,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", required=True, help="project folder after the main job")
     ap.add_argument("--methods", default="grpo,hargo")
+    ap.add_argument("--params", default=None,
+                    help="params.yaml to use (default: the project's own)")
     ap.add_argument("--steps", type=int, default=None, help="rl.steps (default: params.yaml)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     from hargo.params import load_params
 
     root = Path(a.root).resolve()
-    params = load_params(root / "params.yaml")
+    params = load_params(a.params or root / "params.yaml")
     if a.steps:
         params["rl"]["steps"] = a.steps
     rows = [one_run(params, m, root, on) for m in a.methods.split(",") for on in (False, True)]

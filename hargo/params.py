@@ -153,6 +153,18 @@ def _num(params, key, lo=None, hi=None, integer=False, lo_open=False, allow_none
         raise ParamsError(f"{key}: must be <= {hi}, got {v!r}")
 
 
+def _budget(params, key):
+    """A completion budget: an integer >= 1, or one per task of ``TASKS``
+    (:func:`hargo.generation_budget.check_budget`)."""
+    from hargo.generation_budget import check_budget
+
+    raw = get(params, key)
+    if isinstance(raw, str) or isinstance(raw, float):   # "16", 16.0: a number's other spellings
+        _num(params, key, 1, integer=True)
+        return
+    check_budget(raw, key, TASKS)
+
+
 def _choice(params, key, choices):
     v = get(params, key)
     if v not in choices:
@@ -233,7 +245,7 @@ def validate_params(params: Mapping) -> None:
     _num(params, "rl.num_generations", 2, integer=True)
     _num(params, "rl.steps", 1, integer=True)
     _num(params, "rl.prompts_per_step", 1, integer=True)
-    _num(params, "rl.max_new_tokens", 1, integer=True)
+    _budget(params, "rl.max_new_tokens")
     if get(params, "rl").get("max_prompt_tokens") is not None:
         _num(params, "rl.max_prompt_tokens", 1, integer=True)
     _num(params, "rl.temperature", 0, lo_open=True)
@@ -249,7 +261,7 @@ def validate_params(params: Mapping) -> None:
     _choice(params, "rl.generation_backend", ("transformers", "vllm"))
     _choice(params, "evaluate.backend", ("vllm", "transformers"))
     _num(params, "evaluate.samples_per_task", 1, integer=True, allow_none=True)
-    _num(params, "evaluate.max_new_tokens", 1, integer=True)
+    _budget(params, "evaluate.max_new_tokens")
     _num(params, "evaluate.temperature", 0)
     _num(params, "evaluate.max_prompt_tokens", 1, integer=True)
     _num(params, "evaluate.batch_size", 1, integer=True)
@@ -311,6 +323,6 @@ def _validate_compare(params: Mapping) -> None:
     _num(params, "compare.hpcgpt.lora_r", 1, integer=True)
     _num(params, "compare.hpcgpt.lora_alpha", 0, lo_open=True)
     _num(params, "compare.evaluate.samples_per_task", 1, integer=True, allow_none=True)
-    _num(params, "compare.evaluate.max_new_tokens", 1, integer=True)
+    _budget(params, "compare.evaluate.max_new_tokens")
     _num(params, "compare.report.bootstrap_resamples", 100, integer=True)
     _num(params, "compare.report.confidence", 0, 1, lo_open=True)

@@ -61,6 +61,17 @@ def char_reward(completions, **_) -> list[float]:
     return [len(c[0]["content"] if isinstance(c, list) else c) / 10.0 for c in completions]
 
 
+#: tasks whose :func:`known_reward` is constant (every group of them has zero variance)
+CONSTANT_REWARD = {"race_c": 1.0, "race_fortran": 0.0, "mlperf": 0.5}
+
+
+def known_reward(completions, task, **_) -> list[float]:
+    """A TRL reward function whose zero-variance groups are known in advance: constant per task
+    for ``CONSTANT_REWARD``'s tasks; for plp the completion's position in the call / 10, so every
+    plp group's rewards differ whatever the model samples."""
+    return [CONSTANT_REWARD[t] if t in CONSTANT_REWARD else i / 10.0 for i, t in enumerate(task)]
+
+
 def set_method_knobs(p: dict, **knobs) -> dict:
     """Set a knob in every ``rl.<method>`` block that has it (``beta`` also sets PPO's
     ``kl_coef``); returns ``p``."""

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from rl_helpers import rl_params, write_jsonl
+from rl_helpers import CONSTANT_REWARD, known_reward, rl_params, write_jsonl
 
 from hargo.param_values import ParamsError
 from hargo.testing import crafted_records
@@ -120,23 +120,21 @@ def test_join_rows_aligns_padding_and_keeps_a_single_batch_exact():
 
 # ------------------------------------------------------------------------- in the trainer
 
-#: tasks whose reward is constant (every group of them has zero variance)
-CONSTANT = {"race_c": 1.0, "race_fortran": 0.0, "mlperf": 0.5}
+CONSTANT = CONSTANT_REWARD
 
 
 class KnownReward:
-    """Constant per task for CONSTANT's tasks; for plp the completion's position in the call /
-    10, so every plp group's rewards differ (whatever the random model samples). Keeps the
-    prompts of every call (one call per scored batch: the step's own, then each refill)."""
+    """:func:`rl_helpers.known_reward` that keeps the prompts of every call (one call per scored
+    batch: the step's own, then each refill)."""
 
     __name__ = "known_reward"
 
     def __init__(self):
         self.calls: list[list] = []
 
-    def __call__(self, prompts, completions, task, **_) -> list[float]:
+    def __call__(self, prompts, completions, task, **kw) -> list[float]:
         self.calls.append(list(prompts))
-        return [CONSTANT[t] if t in CONSTANT else i / 10.0 for i, t in enumerate(task)]
+        return known_reward(completions, task)
 
 
 class _Recorder:

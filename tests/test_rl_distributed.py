@@ -134,6 +134,65 @@ def one_step_loss_and_grads(params: dict, method: str, out_dir: str, world_size:
             "backend": str(torch.distributed.get_backend()) if world_size > 1 else None}
 
 
+def dynamic_sampling_run(params: dict, method: str, out_dir: str, world_size: int) -> dict | None:
+    """Train ``params["rl"]["steps"]`` steps with dynamic sampling on (``rl_helpers.known_reward``:
+    the zero-variance groups are known); on process 0 return what the recorder got per step
+    (trained tasks, the sampled groups of all processes) and the largest LoRA B entry."""
+    from hargo.testing import crafted_records
+    from hargo.training.rl import build_trainer
+    from rl_helpers import known_reward
+
+    class Rec:
+        def __init__(self):
+            self.gens = []
+
+        def add_generation(self, *, tasks, sampled_groups=None, **_):
+            self.gens.append({"tasks": list(tasks), "sampled": sampled_groups})
+
+        def add_loss(self, **_):
+            pass
+
+    rec = Rec()
+    trainer = build_trainer(params, method, params["sft"]["out_dir"], crafted_records(per_task=3),
+                            Path(out_dir) / "ckpt", recorder=rec, reward_funcs=[known_reward],
+                            world_size=world_size, save_strategy="no")
+    assert trainer.accelerator.num_processes == world_size
+    trainer.train()
+    if not trainer.accelerator.is_main_process:
+        return None
+    return {"gens": rec.gens, "steps": trainer.state.global_step,
+            "max_lora_b": max(p.detach().abs().max().item()
+                              for n, p in trainer.model.named_parameters() if "lora_B" in n)}
+
+
+def test_two_process_dynamic_sampling_refills_whole_groups_on_each_process(
+        committed_params, tiny_model_dir, tmp_path):
+    """Dynamic sampling on 2 processes (4 prompts x G=2 per step, 2 groups per process): every
+    process runs the same refill rounds (TRL gathers inside each), keeps its own whole groups,
+    and the step trains on exactly prompts_per_step groups, all informative when enough were
+    sampled; the zero-variance flags gathered from both processes match the known reward."""
+    from rl_helpers import CONSTANT_REWARD, rl_params
+
+    params = rl_params(committed_params, tiny_model_dir, ".", steps=3, prompts_per_step=4,
+                       num_generations=2, max_new_tokens=3, log_completions_steps=0)
+    params["rl"]["dynamic_sampling"] = {"enabled": True, "refill_factor": 2.0, "max_refills": 1}
+    (tmp_path / "params.json").write_text(json.dumps(params))
+    r = _torchrun(tmp_path, "--method", "hargo", "--dynamic-sampling")
+    assert r["steps"] == 3 and len(r["gens"]) == 3
+    refilled = 0
+    for gen in r["gens"]:
+        s = gen["sampled"]
+        assert s["zero_variance"] == [t in CONSTANT_REWARD for t in s["tasks"]]
+        assert sum(s["kept"]) == 4 and len(gen["tasks"]) == 8
+        trained = sorted(gen["tasks"][::2])
+        assert trained == sorted(t for t, k in zip(s["tasks"], s["kept"]) if k)
+        refilled += any(s["refill"])
+        # per process: its own 2 groups first, then its refill groups; each process keeps 2
+        # (the gathered list is process 0's groups, then process 1's)
+    assert refilled                          # the crafted data makes a refill happen
+    assert r["max_lora_b"] > 0               # it trained
+
+
 def _torchrun(tmp_path, *args) -> dict:
     from rl_helpers import free_port
 
@@ -251,6 +310,8 @@ def _main() -> None:
                     help="train straight, then resume from this checkpoint (straight_and_resumed)")
     ap.add_argument("--one-step", action="store_true",
                     help="one training step's loss and gradients (one_step_loss_and_grads)")
+    ap.add_argument("--dynamic-sampling", action="store_true",
+                    help="train with dynamic sampling on (dynamic_sampling_run)")
     a = ap.parse_args()
     import torch
 
@@ -258,6 +319,8 @@ def _main() -> None:
     params = json.loads(Path(a.params).read_text())
     if a.one_step:
         res = one_step_loss_and_grads(params, a.method, a.out, a.world_size)
+    elif a.dynamic_sampling:
+        res = dynamic_sampling_run(params, a.method, a.out, a.world_size)
     elif a.resume_stop is None:
         res = score_fixed_batch(params, a.method, a.out, a.world_size)
     else:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from hargo.generation_budget import budget_record
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
 from hargo.compare.layout import BASE_RUN, EVAL_ROOT, SFT_RUN  # re-exported
 from hargo.params import ParamsError, validate_params
@@ -126,7 +127,8 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
 
         t0 = time.perf_counter()
         res = gen.run_generation(mdir, [r["prompt"] for r in subset], ev, ev["backend"],
-                                 seed=seed, param_names=eval_param_names(params))
+                                 seed=seed, param_names=eval_param_names(params),
+                                 tasks=[r["task"] for r in subset])
         scored = score_samples(subset, res.completions, reward_fn)
         metrics = compute_metrics(subset, res.completions, rewards=[s["reward"] for s in scored],
                                   reward_fn=reward_fn)
@@ -140,7 +142,7 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
         entry.update(run=run, method=run if parsed is None else parsed[0], score_s=score_s,
                      seed=None if parsed is None else parsed[1], n_prompts=len(subset),
                      skipped=skipped, backend=ev["backend"],
-                     max_new_tokens=int(ev["max_new_tokens"]),
+                     max_new_tokens=budget_record(ev["max_new_tokens"]),
                      wall_s=round(time.perf_counter() - t0, 3), load_s=res.load_s,
                      generate_s=res.generate_s, completion_tokens=sum(res.completion_tokens),
                      gen_tokens_per_s=res.tokens_per_s)

@@ -58,6 +58,7 @@ from hargo.data.records import read_prepared, select_subset
 # the baselines' entries of metrics/eval.json, re-exported beside the stage that writes them
 from hargo.evaluation.baselines import (ALWAYS_YES, BASE, BASELINES, NEAREST_TRAIN,
                                         baseline_entries, race_entry)
+from hargo.generation_budget import budget_record
 from hargo.hardware import generation_dtype
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl, \
     require_complete_dir
@@ -227,7 +228,8 @@ def run(params: dict, root: str | Path = ".") -> dict:
         entries: dict[str, dict] = {}
         for name, d in dirs.items():
             t0 = time.perf_counter()
-            res = gen.run_generation(d, prompts, ev, backend, seed=seed)
+            res = gen.run_generation(d, prompts, ev, backend, seed=seed,
+                                     tasks=[r["task"] for r in subset])
             s = score_samples(subset, res.completions, reward_fn)
             m = compute_metrics(subset, res.completions, rewards=[r["reward"] for r in s],
                                 reward_fn=reward_fn)
@@ -266,7 +268,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
         info = {"judge": judge.name, "backend": backend, "dtype": dtype,
                 "n_prompts": len(subset), "skipped_total": sum(skipped.values()),
                 "max_prompt_tokens": int(ev["max_prompt_tokens"]),
-                "max_new_tokens": int(ev["max_new_tokens"]),
+                "max_new_tokens": budget_record(ev["max_new_tokens"]),
                 "temperature": float(ev.get("temperature", 0.0)),
                 **{f"n_{t}": n for t, n in n_task.items()},
                 **{f"skipped_{t}": k for t, k in skipped.items()}}

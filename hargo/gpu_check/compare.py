@@ -37,7 +37,8 @@ def _eval_model(name: str, model_dir: Path, subset: list[dict], ev: Mapping, rew
     from hargo.metrics import compute_metrics, score_samples
 
     t0 = _now()
-    res = run_generation(model_dir, [r["prompt"] for r in subset], ev, "transformers", seed=seed)
+    res = run_generation(model_dir, [r["prompt"] for r in subset], ev, "transformers", seed=seed,
+                         tasks=[r["task"] for r in subset])
     scored = score_samples(subset, res.completions, reward_fn)
     m = compute_metrics(subset, res.completions, rewards=[s["reward"] for s in scored],
                         reward_fn=reward_fn)

@@ -122,7 +122,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
 
     def __init__(self, *args, method: str, hargo_config: HargoConfig | None = None,
                  recorder: Any = None, task_column: str = "task",
-                 dynamic_sampling: DynamicSamplingConfig | None = None, **kwargs):
+                 dynamic_sampling: DynamicSamplingConfig | None = None,
+                 task_budgets: dict[str, int] | None = None, **kwargs):
         if method not in self.accepted_methods:
             raise ValueError(f"unknown RL method {method!r} for {type(self).__name__}; valid: "
                              f"{', '.join(self.accepted_methods)}")
@@ -140,6 +141,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         self.task_column = task_column
         self.dynamic_sampling = dynamic_sampling or DynamicSamplingConfig()
         self._prompt_rows: dict[str, list[int]] | None = None
+        self.task_budgets = dict(task_budgets) if task_budgets else None
+        self._row_budgets: list[int] | None = None
         self.timing = {"generation_s": 0.0, "scoring_s": 0.0}
         self._hargo_loss = method in HARGO_METHODS
         self._needs_ref = method in HARGO_METHODS and needs_reference(method)
@@ -194,9 +197,20 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         # TRL samples with transformers in full precision; run it under the same (bf16) autocast
         # as the policy forward, which is ~3x faster on a CPU with AMX (stack.md).
         ctx = self.accelerator.autocast() if not self.use_vllm else contextlib.nullcontext()
-        with ctx:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields,
-                                                 num_generations, has_tool_images)
+        budgets = self._row_budgets
+        if budgets is not None and len(budgets) != len(prompt_ids):
+            budgets = None     # not the rows of the batch being scored (e.g. TRL's eval path)
+        cap = contextlib.nullcontext()
+        if budgets is not None and not self.use_vllm:
+            cap = _max_new_tokens(self.generation_config, max(budgets))   # the batch's largest
+        with ctx, cap:
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        if budgets is not None:   # each completion stops at its own task's budget
+            completion_ids = [list(c)[:b] for c, b in zip(completion_ids, budgets)]
+            if logprobs is not None:
+                logprobs = [list(lp)[:b] for lp, b in zip(logprobs, budgets)]
+        return completion_ids, logprobs
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
@@ -296,11 +310,18 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         saved = {k: self._logs[k] for k in ("prompt", "completion")}
         self._logs["prompt"], self._logs["completion"] = deque(), deque()
         self._gathered_rewards_per_func = None
+        if self.task_budgets is not None:
+            from hargo.generation_budget import row_budgets
+
+            self._row_budgets = row_budgets(
+                self.task_budgets, [str(x.get(self.task_column)) for x in inputs],
+                "rl.max_new_tokens")
         try:
             output = super()._generate_and_score_completions(inputs)
             texts = list(self._logs["prompt"]), list(self._logs["completion"])
         finally:
             self._logs.update(saved)
+            self._row_budgets = None
         return _ScoredBatch(list(inputs), output, self._gathered_rewards_per_func, *texts)
 
     def _combined_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
@@ -521,3 +542,15 @@ class _ScoredBatch:
 def _prompt_key(prompt: Any) -> str:
     """A hashable identity of a dataset prompt (text, or a chat as JSON)."""
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+
+
+@contextlib.contextmanager
+def _max_new_tokens(generation_config, n: int):
+    """``generation_config.max_new_tokens = n`` for the duration (TRL 1.16's transformers path
+    reads it in ``_generate_single_turn``)."""
+    old = generation_config.max_new_tokens
+    generation_config.max_new_tokens = int(n)
+    try:
+        yield
+    finally:
+        generation_config.max_new_tokens = old

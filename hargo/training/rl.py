@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hargo.data.records import read_prepared
+from hargo.generation_budget import check_budget, describe_budget, max_budget
 from hargo.io import HargoInputError, atomic_write_json
 from hargo.method_config import kl_coef, method_params
 from hargo.params import RL_METHODS, ParamsError, validate_params
@@ -116,7 +117,8 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
     """The ``trl.GRPOConfig`` of one RL run from params.yaml.
 
     Mapping: ``num_generations=G``, ``per_device_train_batch_size = prompts_per_step * G /
-    world_size`` (TRL counts completions), ``max_completion_length=max_new_tokens``,
+    world_size`` (TRL counts completions), ``max_completion_length`` = the largest of
+    ``max_new_tokens`` (an int, or per task: the trainer cuts each completion at its task's),
     ``epsilon=clip_range``, ``max_steps=steps``, ``beta`` = the method's KL coefficient
     (``rl.<method>.beta``, PPO's ``rl.ppo.kl_coef``), ``temperature``, ``learning_rate``
     (constant schedule), device and precision from :func:`hargo.hardware.trainer_precision_kwargs`,
@@ -143,7 +145,7 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
         **trainer_precision_kwargs(params),
         gradient_checkpointing=bool(params["train"]["gradient_checkpointing"]),
         per_device_train_batch_size=completions // world_size, gradient_accumulation_steps=1,
-        num_generations=G, max_completion_length=int(rl["max_new_tokens"]),
+        num_generations=G, max_completion_length=max_budget(rl["max_new_tokens"]),
         temperature=float(rl["temperature"]), beta=kl_coef(params, method),
         epsilon=float(rl["clip_range"]), learning_rate=float(rl["learning_rate"]),
         lr_scheduler_type="constant", warmup_steps=0, max_steps=int(rl["steps"]),
@@ -157,7 +159,7 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
         from hargo.training.vllm_rollout import check_colocated_vllm
 
         check_colocated_vllm()   # TRL's vLLM range, and not vLLM's CPU build (see the module)
-        max_len = prompt_cap(params) + int(rl["max_new_tokens"]) + 8
+        max_len = prompt_cap(params) + max_budget(rl["max_new_tokens"]) + 8
         kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=max_len,
                   vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
                   vllm_enable_sleep_mode=False)
@@ -216,6 +218,9 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     if reward_funcs is None:
         reward_funcs = [TaskReward(RewardConfig.from_params(params.get("rewards")))]
     trainer_cls, extra = HargoGRPOTrainer, {"dynamic_sampling": dynamic_sampling_config(params)}
+    if isinstance(rl["max_new_tokens"], Mapping):   # per-task completion budgets
+        trainer_kwargs = {"task_budgets": check_budget(rl["max_new_tokens"], "rl.max_new_tokens"),
+                          **dict(trainer_kwargs or {})}
     if method == "ppo":
         from hargo.training.ppo import HargoPPOTrainer
 
@@ -300,7 +305,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
                               f"rl.prompts_per_step needs {rl['prompts_per_step']}")
     # prompt + completion must fit the policy's context; the error names the knob to lower
     check_context(context_length(model_dir), max(prompt_tokens(tok, r["prompt"]) for r in records),
-                  int(rl["max_new_tokens"]), prompt_cap_name(params), "rl.max_new_tokens")
+                  max_budget(rl["max_new_tokens"]), prompt_cap_name(params), "rl.max_new_tokens")
     fingerprint = run_fingerprint(params, method, model_dir, data_path)
     launch = launch_state()
     if launch.is_main:
@@ -332,6 +337,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
             print(f"[rl {name}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
                   f"{rl['steps']} steps x {rl['prompts_per_step']} prompts x "
                   f"G={rl['num_generations']}, backend {rl['generation_backend']}, "
+                  f"new tokens {describe_budget(rl['max_new_tokens'])}, "
                   f"bf16 {trainer.args.bf16}, dynamic sampling "
                   + (_describe_dynamic_sampling(getattr(trainer, "dynamic_sampling", None))
                      if method != "ppo" else "off (GRPO family only)")

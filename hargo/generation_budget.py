@@ -1,0 +1,93 @@
+"""Completion budgets per task: how many new tokens a rollout or an evaluation may generate.
+
+The tasks' reference answers differ ~65x in length (``data/prepared/stats.json``
+``answer_length``): a race answer is one word, an MLPerf fact a few, a PLP answer a sentence or
+two. One budget for every task either cuts PLP answers (the RL default used to be 16 tokens for
+all) or lets race completions ramble at the cost of the longest. A budget is therefore either one
+integer (every task) or a mapping with one integer per task::
+
+    rl:
+      max_new_tokens: {race_c: 4, race_fortran: 4, mlperf: 32, plp: 64}
+
+A budget is a *cap*: generation of a completion stops at its end-of-sequence token or at its
+task's budget, whichever comes first; a batch runs as long as its longest budget (RL pads a step
+to it), so a step without a long-budget task is shorter. Pure Python.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from hargo.param_values import ParamsError
+
+__all__ = ["Budget", "check_budget", "max_budget", "task_budget", "row_budgets",
+           "budget_record", "describe_budget"]
+
+#: One integer for every task, or a mapping task -> integer.
+Budget = "int | Mapping[str, int]"
+
+
+def check_budget(value, key: str, tasks: Sequence[str] | None = None):
+    """``value`` validated as a budget: an integer >= 1, or a non-empty mapping of task names to
+    integers >= 1 (when ``tasks`` is given, exactly those tasks, no more, no fewer).
+
+    Returns:
+        the int, or a plain ``dict`` (task -> int).
+
+    Raises:
+        ParamsError: anything else, naming ``key`` (and ``key.<task>``).
+    """
+    def one(v, k: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ParamsError(f"{k}: expected an integer >= 1, got {v!r}")
+        return int(v)
+
+    if isinstance(value, Mapping):
+        if not value:
+            raise ParamsError(f"{key}: an empty mapping; give an integer or one per task")
+        out = {str(t): one(v, f"{key}.{t}") for t, v in value.items()}
+        if tasks is not None:
+            missing = [t for t in tasks if t not in out]
+            unknown = [t for t in out if t not in tasks]
+            if missing or unknown:
+                raise ParamsError(f"{key}: needs one budget per task {list(tasks)}"
+                                  + (f"; missing {missing}" if missing else "")
+                                  + (f"; unknown {unknown}" if unknown else ""))
+        return out
+    return one(value, key)
+
+
+def max_budget(value) -> int:
+    """The largest budget (what a batch of mixed tasks may run to)."""
+    return max(value.values()) if isinstance(value, Mapping) else int(value)
+
+
+def task_budget(value, task: str, key: str = "max_new_tokens") -> int:
+    """The budget of ``task``.
+
+    Raises:
+        ParamsError: a mapping without ``task`` (names ``key.<task>``).
+    """
+    if not isinstance(value, Mapping):
+        return int(value)
+    if task not in value:
+        raise ParamsError(f"{key}.{task}: no budget for task {task!r} (given for "
+                          f"{sorted(value)})")
+    return int(value[task])
+
+
+def row_budgets(value, tasks: Sequence[str], key: str = "max_new_tokens") -> list[int]:
+    """One budget per row, for rows of the given tasks."""
+    return [task_budget(value, t, key) for t in tasks]
+
+
+def budget_record(value):
+    """The JSON form of a budget for metrics and the evaluation identity: the int, or a dict with
+    sorted task keys (so equal budgets compare and hash equal)."""
+    return {t: int(value[t]) for t in sorted(value)} if isinstance(value, Mapping) else int(value)
+
+
+def describe_budget(value) -> str:
+    """``"16"`` or ``"race_c 4, race_fortran 4, mlperf 32, plp 64"`` for a console line."""
+    if not isinstance(value, Mapping):
+        return str(int(value))
+    return ", ".join(f"{t} {int(v)}" for t, v in value.items())
