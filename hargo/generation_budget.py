@@ -9,9 +9,11 @@ integer (every task) or a mapping with one integer per task::
     rl:
       max_new_tokens: {race_c: 4, race_fortran: 4, mlperf: 32, plp: 64}
 
-A budget is a *cap*: generation of a completion stops at its end-of-sequence token or at its
-task's budget, whichever comes first; a batch runs as long as its longest budget (RL pads a step
-to it), so a step without a long-budget task is shorter. Pure Python.
+A budget is a *cap*: a completion ends at its end-of-sequence token or at its task's budget,
+whichever comes first. Evaluation: vLLM gets one ``SamplingParams`` per budget, transformers runs
+each batch to its largest. RL with transformers runs each step's generation to the largest
+budget among its tasks (a step without a long-budget task is shorter); RL with vLLM generates to
+the largest budget of all tasks and cuts each completion after. Pure Python.
 """
 from __future__ import annotations
 

@@ -242,9 +242,12 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
 
 
 def generate(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
-             params_evaluate: Mapping, backend: str, seed: int = 0) -> list[str]:
-    """One completion string per prompt (see :func:`run_generation`, same arguments and errors)."""
-    return run_generation(model_dir, prompts, params_evaluate, backend, seed).completions
+             params_evaluate: Mapping, backend: str, seed: int = 0,
+             tasks: Sequence[str] | None = None) -> list[str]:
+    """One completion string per prompt (see :func:`run_generation`, same arguments and errors;
+    ``tasks`` is needed when ``max_new_tokens`` is a per-task mapping, as by default)."""
+    return run_generation(model_dir, prompts, params_evaluate, backend, seed,
+                          tasks=tasks).completions
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,14 +10,17 @@ carry a signal:
 
 1. the step's own prompts are sampled and scored as usual (TRL);
 2. if some groups have all-equal rewards, ``refill_factor`` x (the number of missing groups) more
-   prompts are drawn from the train split (:func:`draw_refill_indices`, reproducible from
+   prompts are drawn from the RL prompt pool (the trainer's dataset: ``rl.samples_per_task``
+   train prompts per task; :func:`draw_refill_indices`, reproducible from
    ``(seed, step, round, process)`` alone, so a resumed run draws the same), sampled and scored,
    up to ``max_refills`` rounds;
 3. the step trains on exactly ``prompts_per_step`` groups (:func:`select_groups`): the
    informative groups of the step's own prompts, then informative refill groups; if there are
    still too few, zero-variance groups of the step's own prompts fill the rest (counted as
-   *unfilled*), so a step's shape never changes. Dropped groups get no reference pass (HARGO),
-   no forward and no backward.
+   *unfilled*), so a step's shape never changes. Dropped groups get no policy forward or
+   backward, and for ``hargo``/``hargo_b2`` no reference pass (hargo's own, after the
+   selection); TRL's reference pass (``grpo``, ``dr_grpo``, ``hargo_b1`` with ``beta > 0``) and,
+   with vLLM, its old-log-prob forward run inside each scored call, refills included.
 
 This module holds the pure parts (which groups, which prompts, how two scored batches are joined);
 :class:`hargo.training.grpo.HargoGRPOTrainer` calls them inside ``_generate_and_score_completions``.
@@ -176,7 +179,7 @@ def refill_prompt_count(missing: int, refill_factor: float) -> int:
 
 def draw_refill_indices(n_rows: int, n: int, *, seed: int, step: int, round_: int, process: int,
                         exclude: Sequence[int] = ()) -> list[int]:
-    """``n`` row indices of the train split for a refill round, reproducible from the arguments
+    """``n`` row indices of the RL prompt pool for a refill round, reproducible from the arguments
     alone (so a resumed run draws what the uninterrupted run drew).
 
     Rows not in ``exclude`` (the prompts the step already sampled) are drawn without
