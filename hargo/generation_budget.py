@@ -21,11 +21,8 @@ from typing import Mapping, Sequence
 
 from hargo.param_values import ParamsError
 
-__all__ = ["Budget", "check_budget", "max_budget", "task_budget", "row_budgets",
+__all__ = ["check_budget", "max_budget", "task_budget", "row_budgets",
            "budget_record", "describe_budget"]
-
-#: One integer for every task, or a mapping task -> integer.
-Budget = "int | Mapping[str, int]"
 
 
 def check_budget(value, key: str, tasks: Sequence[str] | None = None):

@@ -448,14 +448,9 @@ class SyntheticReward:
 
     def __call__(self, prompts=None, completions=None, task=None, answer=None, label=None,
                  **kwargs) -> list[float]:
-        from hargo.rewards import _column, completion_text
+        from hargo.rewards import reward_columns
 
-        if completions is None:
-            raise ValueError("synthetic_reward: completions are required")
-        texts = [completion_text(c) for c in completions]
-        n = len(texts)
-        tasks = _column("task", task, n)
-        answers = [None] * n if answer is None else _column("answer", answer, n)
-        labels = [None] * n if label is None else _column("label", label, n)
+        texts, tasks, answers, labels = reward_columns(completions, task, answer, label,
+                                                       "synthetic_reward")
         return [synthetic_reward(t, x, a, lab, self.config)
                 for t, x, a, lab in zip(tasks, texts, answers, labels)]

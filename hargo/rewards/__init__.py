@@ -32,7 +32,8 @@ from hargo.rewards.mlperf import MLPerfConfig, exact_match, mlperf_em, mlperf_re
 from hargo.rewards.plp import PLPConfig, PLPScorer, get_scorer, plp_rewards
 from hargo.rewards.race import extract_yes_no, race_reward
 
-__all__ = ["TASKS", "RACE_TASKS", "RewardConfig", "TaskReward", "completion_text", "question_text",
+__all__ = ["TASKS", "RACE_TASKS", "RewardConfig", "TaskReward", "reward_columns", "completion_text",
+           "question_text",
            "MLPerfConfig", "PLPConfig", "PLPScorer", "get_scorer", "extract_yes_no",
            "exact_match", "mlperf_em", "race_reward", "mlperf_reward", "plp_rewards", "check_task"]
 
@@ -113,6 +114,23 @@ def _column(name: str, values, n: int) -> list:
     return values
 
 
+def reward_columns(completions, task, answer, label, name: str = "task_reward"):
+    """The columns a reward function gets from TRL, checked: ``(texts, tasks, answers, labels)``,
+    one per completion (``answer``/``label`` None: a list of None).
+
+    Raises:
+        ValueError: ``completions`` or ``task`` missing, or a column of the wrong length.
+    """
+    if completions is None:
+        raise ValueError(f"{name}: completions are required")
+    texts = [completion_text(c) for c in completions]
+    n = len(texts)
+    tasks = _column("task", task, n)
+    answers = [None] * n if answer is None else _column("answer", answer, n)
+    labels = [None] * n if label is None else _column("label", label, n)
+    return texts, tasks, answers, labels
+
+
 class TaskReward:
     """TRL-compatible reward function dispatching on each sample's task.
 
@@ -157,13 +175,8 @@ class TaskReward:
         Raises:
             ValueError: missing/mismatched columns, an unknown task (named), a bad race label.
         """
-        if completions is None:
-            raise ValueError("task_reward: completions are required")
-        texts = [completion_text(c) for c in completions]
+        texts, tasks, answers, labels = reward_columns(completions, task, answer, label)
         n = len(texts)
-        tasks = _column("task", task, n)
-        answers = [None] * n if answer is None else _column("answer", answer, n)
-        labels = [None] * n if label is None else _column("label", label, n)
         questions = [""] * n if prompts is None else [
             question_text(p) for p in _column("prompts", prompts, n)]
         out: list[float | None] = [None] * n
