@@ -2,6 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_dynamic_sampling.py --root <project>
         [--params params.yaml] [--methods grpo,hargo] [--steps 4] [--json out.json]
+        [--budget-ab 16]
 
 ``<project>`` is a project folder after the main job (``models/sft``, ``data/prepared``). For
 each method, runs the ``rl`` stage (:func:`hargo.training.rl.run`, the committed params.yaml
@@ -10,7 +11,10 @@ true, into temporary folders, and prints per run: training seconds; groups train
 informative ones (rewards not all equal; with dynamic sampling off every zero-variance group is
 trained, with it on only the unfilled ones); informative groups per training second (the figure
 dynamic sampling is meant to raise: the update only learns from these); groups sampled and
-dropped per task; the generation share of the time. Run it alone on the machine (2-thread torch
+dropped per task; the generation share of the time. ``--budget-ab N`` instead runs each method
+with dynamic sampling off twice, with ``rl.max_new_tokens: N`` for every task and with the
+params' own (per-task) budgets, and prints training and generation seconds and the final reward
+per task of both (README "Completion budgets per task"). Run it alone on the machine (2-thread torch
 with a busy neighbour is ~11x slower) and name the CPU with the figures.
 """
 from __future__ import annotations
@@ -70,6 +74,8 @@ def main(argv=None) -> int:
                     help="params.yaml to use (default: the project's own)")
     ap.add_argument("--steps", type=int, default=None, help="rl.steps (default: params.yaml)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--budget-ab", type=int, default=None, metavar="N",
+                    help="compare one budget of N tokens for every task with the params' own")
     a = ap.parse_args(argv)
     from hargo.params import load_params
 
@@ -77,6 +83,19 @@ def main(argv=None) -> int:
     params = load_params(a.params or root / "params.yaml")
     if a.steps:
         params["rl"]["steps"] = a.steps
+    if a.budget_ab:
+        flat = copy.deepcopy(params)
+        flat["rl"]["max_new_tokens"] = a.budget_ab
+        ab = [(label, m, one_run(p, m, root, False)) for m in a.methods.split(",")
+              for label, p in ((f"{a.budget_ab} for all", flat), ("per task", params))]
+        print("\nmethod  budget        train_s  gen_s  final reward per task")
+        for label, m, r in ab:
+            fr = " ".join(f"{t} {v:.3f}" for t, v in sorted(r["final_reward"].items())
+                          if v is not None and t != "all")
+            print(f"{m:<7} {label:<12} {r['train_s']:8.1f}  {r['generation_s'] or 0:5.1f}  {fr}")
+        if a.json:
+            Path(a.json).write_text(json.dumps([r for _, _, r in ab], indent=2))
+        return 0
     rows = [one_run(params, m, root, on) for m in a.methods.split(",") for on in (False, True)]
     print("\nmethod  dyn.sampling  train_s  gen_s  trained  informative  informative/s  "
           "sampled/dropped per task")
