@@ -139,6 +139,23 @@ def compare_train(method: str = typer.Option(..., "--method", "-m", help="a meth
     _run(stage.run, _params(params, set_), method, seed)
 
 
+@app.command("synthetic")
+def synthetic(step: str = typer.Argument(..., help="data | sft | rl | report"),
+              config: str = typer.Option("heterogeneous", "--config", "-c",
+                                         help="rl: heterogeneous | homogeneous"),
+              params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Synthetic test bed (synthetic/dvc.yaml): data -> data/synthetic, sft ->
+    models/synthetic/sft, rl (every method x seed of one configuration) ->
+    metrics/synthetic/<config>.json, report -> reports/synthetic.md."""
+    from hargo.compare import synthetic as stage
+
+    steps = {"data": stage.prepare_data, "sft": stage.train_sft,
+             "rl": lambda p: stage.train_configuration(p, config), "report": stage.report}
+    if step not in steps:
+        raise typer.BadParameter(f"unknown step {step!r}; valid: {', '.join(steps)}")
+    _run(steps[step], _params(params, set_))
+
+
 @app.command("compare-eval")
 def compare_eval(run: str = typer.Option(..., "--run", help="'sft', 'base' or '<method>-s<seed>'"),
                  params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):

@@ -8,6 +8,10 @@
 #                                  (~28 h on a 2-core CPU, estimated from the quick run).
 #   scripts/compare.sh paper       the paper's full recipe (Qwen2.5-0.5B-Instruct from the hub,
 #                                  all 5,273 training samples, its hyperparameters; GPU host).
+#   scripts/compare.sh synthetic   the synthetic test bed (synthetic/dvc.yaml): grpo, dr_grpo,
+#                                  hargo, hargo_b1, hargo_b2 x 10 seeds on generated tasks with a
+#                                  tiny policy, heterogeneous and homogeneous rewards (~35 min on
+#                                  a 2-core CPU; README "Synthetic test bed"); no HPC-GPT data.
 # Extra arguments go to `dvc exp run` (research, paper), e.g. -S 'compare.seeds=[1,2,3,4,5]'.
 # Results: reports/comparison.md and .html, metrics/compare/summary.json; `dvc exp show`.
 set -euo pipefail
@@ -17,8 +21,13 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" TOKENIZERS_PARALLELISM=false
 size="${1:-quick}"
 [ $# -gt 0 ] && shift
 start=$(date +%s)
-dvc pull -q data/raw/hpc-gpt.dvc
+[ "$size" = synthetic ] || dvc pull -q data/raw/hpc-gpt.dvc
 case "$size" in
+  synthetic)
+    # a DVC experiment when options are given (e.g. -S synthetic.data.scale_long=0.2), else a repro
+    if [ $# -gt 0 ]; then dvc exp run synthetic/dvc.yaml "$@"; else dvc repro synthetic/dvc.yaml; fi
+    echo "comparison (synthetic) wall time: $(( $(date +%s) - start )) s"
+    echo "report: reports/synthetic.md"; exit 0 ;;
   quick)
     dvc repro compare/dvc.yaml ;;
   research)
@@ -47,7 +56,7 @@ case "$size" in
       -S compare.evaluate.samples_per_task=null -S compare.evaluate.max_new_tokens=256 \
       -S evaluate.max_prompt_tokens=8192 -S evaluate.gpu_memory_utilization=0.4 "$@" ;;
   *)
-    echo "usage: scripts/compare.sh [quick|research|paper] [dvc exp run options]" >&2; exit 2 ;;
+    echo "usage: scripts/compare.sh [quick|research|paper|synthetic] [dvc exp run options]" >&2; exit 2 ;;
 esac
 echo "comparison ($size) wall time: $(( $(date +%s) - start )) s"
 [ -f reports/comparison.md ] && echo "report: reports/comparison.md, reports/comparison.html"

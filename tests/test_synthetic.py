@@ -65,7 +65,7 @@ def test_yesno_labels_balanced_on_1000():
 
 
 def test_yesno_labels_are_true_facts():
-    train, _ = generate(SyntheticConfig(n_train=300, n_eval=0, difficulty=4), 2)
+    train, _ = generate(SyntheticConfig(n_train=300, n_eval=0, difficulty=4, yesno_question="mixed"), 2)
     for r in (r for r in train if r["task"] == "syn_yesno"):
         q = r["prompt"][0]["content"]
         xs = [int(t) for t in q.split("?")[0].split() if t.isdigit()]

@@ -8,8 +8,9 @@ Three tasks (``SYNTHETIC_TASKS``), each a copy of one real task's reward shape:
 task           copies                 question                        reference answer
 =============  =====================  ==============================  ===========================
 syn_yesno      race_c / race_fortran  yes/no about a short list of     ``"yes"`` / ``"no"``
-                                      integers (sum parity, a repeat,  (label = answer), labels
-                                      sorted order)                    balanced per split
+                                      digits (is the last one even;    (label = answer), labels
+                                      or sum parity, a repeat, sorted  balanced per split
+                                      order: ``yesno_question``)
 syn_short      mlperf                 the sum of a list of integers    the sum, e.g. ``"23"``
 syn_long       plp                    a list of words reversed or      the words, space-separated
                                       sorted alphabetically            (``long_answer_words``)
@@ -87,6 +88,9 @@ __all__ = ["SYNTHETIC_TASKS", "SyntheticConfig", "generate", "synthetic_reward",
 
 SYNTHETIC_TASKS: tuple[str, ...] = ("syn_yesno", "syn_short", "syn_long")
 
+#: syn_yesno's question kinds (``SyntheticConfig.yesno_question``).
+YESNO_QUESTIONS: tuple[str, ...] = ("last_even", "mixed")
+
 #: The real task whose prepared-record schema (and reward shape) each synthetic task copies.
 SCHEMA_TASK: dict[str, str] = {"syn_yesno": "race_c", "syn_short": "mlperf", "syn_long": "plp"}
 
@@ -113,6 +117,10 @@ class SyntheticConfig:
             integers are drawn from 1..(10 * difficulty), so sums grow with it too.
         long_answer_words: words in every syn_long reference answer (>= 2).
         homogeneous: the control: every task gets a 0/1 exact-match reward (module docstring).
+        yesno_question: syn_yesno's question: ``"last_even"`` (is the last of ``difficulty``
+            digits even: one token decides, so a tiny policy learns it by SFT on a few hundred
+            examples) or ``"mixed"`` (sum parity, a repeated number or sorted order, drawn per
+            example: beyond a tiny policy at that budget, ~chance after SFT).
         scale_yesno, scale_short, scale_long: multiply the task's reward (>= 0).
         long_budget_ratio: syn_long's length budget, in multiples of the reference's characters.
         long_length_penalty: syn_long's penalty per character past the budget.
@@ -124,6 +132,7 @@ class SyntheticConfig:
     difficulty: int = 5
     long_answer_words: int = 18
     homogeneous: bool = False
+    yesno_question: str = "last_even"
     scale_yesno: float = 1.0
     scale_short: float = 1.0
     scale_long: float = 1.0
@@ -140,6 +149,9 @@ class SyntheticConfig:
         if self.long_answer_words < 2:
             raise ValueError("SyntheticConfig.long_answer_words must be >= 2, got "
                              f"{self.long_answer_words}")
+        if self.yesno_question not in YESNO_QUESTIONS:
+            raise ValueError(f"SyntheticConfig.yesno_question must be one of {list(YESNO_QUESTIONS)}"
+                             f", got {self.yesno_question!r}")
         for name in ("scale_yesno", "scale_short", "scale_long", "long_budget_ratio",
                      "long_length_penalty"):
             v = getattr(self, name)
@@ -166,7 +178,11 @@ class SyntheticConfig:
         kw = {}
         for k, v in d.items():
             t = types[k]
-            if t in ("bool", bool):
+            if t in ("str", str):
+                if not isinstance(v, str):
+                    raise ValueError(f"synthetic.{k} must be a string, got {v!r}")
+                kw[k] = v
+            elif t in ("bool", bool):
                 if not isinstance(v, bool):
                     raise ValueError(f"synthetic.{k} must be true or false, got {v!r}")
                 kw[k] = v
@@ -195,9 +211,16 @@ def _check_task(task) -> str:
 
 # --------------------------------------------------------------------------- generation
 
-def _yesno_example(rng: random.Random, label: str, n: int) -> tuple[str, str]:
-    """(question, label) with the given label; one of three question kinds, drawn by ``rng``."""
+def _yesno_example(rng: random.Random, label: str, n: int, question: str = "mixed"
+                   ) -> tuple[str, str]:
+    """(question, label) with the given label. ``question="last_even"``: is the last of ``n``
+    digits even; ``"mixed"``: one of three kinds drawn by ``rng`` (sum parity, a repeated
+    number, sorted order)."""
     want = label == "yes"
+    if question == "last_even":
+        xs = [rng.randint(1, 9) for _ in range(n)]
+        xs[-1] = rng.choice((2, 4, 6, 8) if want else (1, 3, 5, 7, 9))
+        return f"Is the last number of {_join(xs)} even? Answer yes or no.", label
     kind = rng.randrange(3)
     hi = max(9, 2 * n)  # enough distinct values for a list without repeats
     if kind == 0:  # sum parity
@@ -256,7 +279,8 @@ def _split_records(task: str, split: str, n: int, config: SyntheticConfig, seed:
     for i in range(n):
         for _ in range(1000):
             if task == "syn_yesno":
-                q, answer = _yesno_example(rng, labels[i], config.difficulty)
+                q, answer = _yesno_example(rng, labels[i], config.difficulty,
+                                               config.yesno_question)
             elif task == "syn_short":
                 q, answer = _short_example(rng, config.difficulty)
             else:

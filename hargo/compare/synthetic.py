@@ -1,0 +1,504 @@
+"""The synthetic test bed: "does HARGO beat GRPO?" decided on a CPU in minutes.
+
+Tasks with the HPC tasks' reward heterogeneity and none of their content
+(:mod:`hargo.data.synthetic`: a yes/no task with a 0/1 reward, a short answer with tiered
+credit, a long answer with a continuous similarity minus a length penalty), a tiny policy built
+from a config (:mod:`hargo.models.tiny`), and the project's own trainers and estimators:
+:func:`hargo.training.sft.train` warm-starts the policy so that groups have reward variance,
+then :func:`hargo.training.rl.build_trainer` (TRL's GRPO machinery with HARGO's weights) trains
+every method of ``synthetic.methods`` with every seed of ``synthetic.seeds`` at the same budget.
+Two configurations share the data and the SFT policy:
+
+``heterogeneous``
+    the rewards of ``synthetic.data`` (the three reward shapes);
+``homogeneous``
+    the control: every task gets a 0/1 exact-match reward (``SyntheticConfig.homogeneous``);
+    there HARGO's weighting has no reward heterogeneity to exploit and should not differ from
+    GRPO.
+
+The pipeline (``synthetic/dvc.yaml``, ``scripts/compare.sh synthetic``), one function per stage:
+
+:func:`prepare_data`  ``data/synthetic/{train,eval}.jsonl`` and ``stats.json`` (the prepared
+                      schema, checked by :func:`hargo.data.synthetic.check_synthetic`)
+:func:`train_sft`     ``models/synthetic/sft`` (tiny policy + SFT) and
+                      ``metrics/synthetic/sft.json`` (its eval rewards: the untuned baseline)
+:func:`train_configuration`  every method x seed of one configuration:
+                      ``metrics/synthetic/<configuration>.json``; each finished run is kept in
+                      ``checkpoints/synthetic/<configuration>/<method>-s<seed>.json`` with a
+                      fingerprint of its inputs, so an interrupted stage resumes at the next run
+:func:`report`        ``reports/synthetic.md``, its figures in ``reports/synthetic/`` and
+                      ``metrics/synthetic/summary.json``
+
+Evaluation: greedy completions of the eval split (``synthetic.evaluate.max_new_tokens``, per
+task) scored with the configuration's reward divided by the task's scale (so the reward-scale
+knobs change training, not the yardstick) and by exact match (:func:`score`). Intervals: the paired bootstrap
+over seeds and prompts (:func:`hargo.stats.paired_bootstrap_ci_seeds`) of HARGO minus each
+method, on the mean eval reward over all prompts and per task.
+
+The *update mass* of a response is ``w_i * |A_i|`` (its weight times the absolute advantage
+that multiplies its policy-gradient term, ``hargo.advantages``); a task's share of a step's
+update mass is how much of the update the task drives. Uniform GRPO weights give a task the
+share its groups' advantages give it; HARGO moves the mass toward the groups whose rewards
+disagree (method.md). :class:`MassRecorder` adds ``<task>/update_mass_share`` to every step.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from hargo.compare.layout import run_name
+from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward, check_synthetic
+from hargo.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from hargo.models.tiny import TinyPolicyConfig
+from hargo.param_values import ParamsError
+from hargo.training.rl_logging import StepRecorder
+from hargo.vocab import GRPO_FAMILY
+
+__all__ = ["CONFIGURATIONS", "SyntheticPlan", "plan", "configuration", "stage_params",
+           "rl_prompts", "score", "MassRecorder", "prepare_data", "train_sft",
+           "train_configuration", "report", "DATA_DIR", "MODEL_DIR", "RUNS_DIR", "METRICS_DIR",
+           "REPORT_MD", "FIGURES_DIR"]
+
+CONFIGURATIONS: tuple[str, ...] = ("heterogeneous", "homogeneous")
+DATA_DIR = Path("data") / "synthetic"
+MODEL_DIR = Path("models") / "synthetic" / "sft"
+RUNS_DIR = Path("checkpoints") / "synthetic"
+METRICS_DIR = Path("metrics") / "synthetic"
+REPORT_MD = Path("reports") / "synthetic.md"
+FIGURES_DIR = Path("reports") / "synthetic"
+
+
+# --------------------------------------------------------------------------- params
+
+@dataclass(frozen=True)
+class SyntheticPlan:
+    """params.yaml ``synthetic``, checked (:func:`plan`).
+
+    Attributes:
+        data: the tasks (:class:`hargo.data.synthetic.SyntheticConfig`; ``homogeneous`` is
+            set per configuration, not here).
+        policy: the tiny policy (:class:`hargo.models.tiny.TinyPolicyConfig`).
+        sft: ``epochs``, ``learning_rate``, ``batch_size``, ``max_length`` (tokens).
+        rl: ``prompts_per_task`` (task -> prompts in the RL pool: the task mix; 0 leaves a task
+            out), ``steps``, ``prompts_per_step``, ``num_generations``, ``max_new_tokens`` (task
+            -> tokens), ``temperature``, ``learning_rate``.
+        methods: GRPO-family methods compared (``hargo`` among them for the intervals).
+        seeds: RL seeds; seed s of one method is paired with seed s of another.
+        eval_max_new_tokens: task -> tokens for the greedy evaluation.
+        resamples, confidence: of the paired bootstrap.
+    """
+
+    data: SyntheticConfig
+    policy: TinyPolicyConfig
+    sft: dict
+    rl: dict
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    eval_max_new_tokens: dict
+    resamples: int = 2000
+    confidence: float = 0.95
+
+
+_SFT_KEYS = {"epochs": int, "learning_rate": float, "batch_size": int, "max_length": int}
+_RL_KEYS = {"prompts_per_task": dict, "steps": int, "prompts_per_step": int,
+            "num_generations": int, "max_new_tokens": dict, "temperature": float,
+            "learning_rate": float}
+
+
+def _block(d: Any, keys: Mapping[str, type], where: str) -> dict:
+    if not isinstance(d, Mapping):
+        raise ParamsError(f"{where}: expected a mapping, got {d!r}")
+    missing, unknown = sorted(set(keys) - set(d)), sorted(set(d) - set(keys))
+    if missing or unknown:
+        raise ParamsError(f"{where}: " + "; ".join(
+            ([f"missing {missing}"] if missing else []) + ([f"unknown {unknown}"] if unknown else [])))
+    out = {}
+    for k, t in keys.items():
+        v = d[k]
+        if t is dict:
+            out[k] = _per_task(v, f"{where}.{k}", allow_zero=k == "prompts_per_task")
+        elif t is int:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ParamsError(f"{where}.{k}: expected an integer >= 1, got {v!r}")
+            out[k] = int(v)
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ParamsError(f"{where}.{k}: expected a number > 0, got {v!r}")
+            out[k] = float(v)
+    return out
+
+
+def _per_task(v: Any, where: str, allow_zero: bool = False) -> dict:
+    if not isinstance(v, Mapping) or sorted(v) != sorted(SYNTHETIC_TASKS):
+        raise ParamsError(f"{where}: expected one integer per task {list(SYNTHETIC_TASKS)}, "
+                          f"got {v!r}")
+    lo = 0 if allow_zero else 1
+    for t, n in v.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < lo:
+            raise ParamsError(f"{where}.{t}: expected an integer >= {lo}, got {n!r}")
+    return {t: int(v[t]) for t in SYNTHETIC_TASKS}
+
+
+def plan(params: Mapping) -> SyntheticPlan:
+    """params.yaml ``synthetic`` as a :class:`SyntheticPlan`.
+
+    Raises:
+        ParamsError: a missing, unknown or bad key, named as ``synthetic.<block>.<key>``; a
+            method outside the GRPO family; no seeds; an RL pool smaller than a step.
+    """
+    s = params.get("synthetic")
+    if not isinstance(s, Mapping):
+        raise ParamsError("params.yaml has no `synthetic` block (the synthetic test bed)")
+    expected = {"data", "policy", "sft", "rl", "methods", "seeds", "evaluate", "bootstrap"}
+    if set(s) != expected:
+        raise ParamsError(f"synthetic: expected keys {sorted(expected)}, got {sorted(s)}")
+    try:
+        data = SyntheticConfig.from_params(s["data"])
+        policy = TinyPolicyConfig.from_params(s["policy"])
+    except ValueError as e:
+        raise ParamsError(str(e) if str(e).startswith("synthetic") else f"synthetic: {e}") from None
+    if data.homogeneous:
+        raise ParamsError("synthetic.data.homogeneous: leave it false; the homogeneous control "
+                          "is the second configuration of every run")
+    methods = tuple(s["methods"] or ())
+    bad = [m for m in methods if m not in GRPO_FAMILY]
+    if not methods or bad:
+        raise ParamsError(f"synthetic.methods: GRPO-family methods {list(GRPO_FAMILY)} only, "
+                          f"got {list(methods)}")
+    seeds = s["seeds"]
+    if not isinstance(seeds, (list, tuple)) or not seeds or len(set(seeds)) != len(seeds) or any(
+            isinstance(x, bool) or not isinstance(x, int) for x in seeds):
+        raise ParamsError(f"synthetic.seeds: a non-empty list of distinct integers, got {seeds!r}")
+    sft = _block(s["sft"], _SFT_KEYS, "synthetic.sft")
+    rl = _block(s["rl"], _RL_KEYS, "synthetic.rl")
+    if sum(rl["prompts_per_task"].values()) < rl["prompts_per_step"]:
+        raise ParamsError(f"synthetic.rl.prompts_per_task: {sum(rl['prompts_per_task'].values())}"
+                          f" prompts in the pool, fewer than prompts_per_step "
+                          f"{rl['prompts_per_step']}")
+    short = {t: n for t, n in rl["prompts_per_task"].items() if n > data.n_train}
+    if short:
+        raise ParamsError(f"synthetic.rl.prompts_per_task: {short} exceed synthetic.data.n_train "
+                          f"{data.n_train}")
+    ev = s["evaluate"]
+    if not isinstance(ev, Mapping) or set(ev) != {"max_new_tokens"}:
+        raise ParamsError(f"synthetic.evaluate: expected {{max_new_tokens: ...}}, got {ev!r}")
+    b = s["bootstrap"]
+    if not isinstance(b, Mapping) or set(b) != {"resamples", "confidence"}:
+        raise ParamsError(f"synthetic.bootstrap: expected resamples and confidence, got {b!r}")
+    if not (isinstance(b["resamples"], int) and b["resamples"] >= 1
+            and 0 < float(b["confidence"]) < 1):
+        raise ParamsError(f"synthetic.bootstrap: resamples >= 1 and 0 < confidence < 1, got {b!r}")
+    return SyntheticPlan(data=data, policy=policy, sft=sft, rl=rl, methods=methods,
+                         seeds=tuple(int(x) for x in seeds),
+                         eval_max_new_tokens=_per_task(ev["max_new_tokens"],
+                                                       "synthetic.evaluate.max_new_tokens"),
+                         resamples=int(b["resamples"]), confidence=float(b["confidence"]))
+
+
+def configuration(p: SyntheticPlan, name: str) -> SyntheticConfig:
+    """The reward configuration ``name`` (:data:`CONFIGURATIONS`).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name not in CONFIGURATIONS:
+        raise ValueError(f"unknown synthetic configuration {name!r}; valid: {list(CONFIGURATIONS)}")
+    return replace(p.data, homogeneous=name == "homogeneous")
+
+
+def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> dict:
+    """A full params dict for :func:`hargo.training.sft.train` and
+    :func:`hargo.training.rl.build_trainer` on the tiny policy: a copy of ``params`` with
+    ``seed``, full fine-tuning (no LoRA: the policy is tiny), fp32, no gradient checkpointing,
+    transformers generation, dynamic sampling off, and ``synthetic.sft`` / ``synthetic.rl`` in
+    place of ``sft`` / ``rl``'s shared keys. Each method's own knobs (``rl.hargo.alpha``,
+    ``rho``, ``beta``, ...) and ``rl.clip_range`` stay the main pipeline's."""
+    q = copy.deepcopy(dict(params))
+    q["seed"] = int(seed)
+    q["model"] = {**q["model"], "dtype": "float32", "trust_remote_code": False}
+    q["train"] = {**q["train"], "gradient_checkpointing": False}
+    q["sft"] = {**q["sft"], "samples_per_task": None, "max_steps": -1, "grad_accum": 1,
+                "epochs": p.sft["epochs"], "learning_rate": p.sft["learning_rate"],
+                "batch_size": p.sft["batch_size"], "max_length": p.sft["max_length"],
+                "lora": {**q["sft"]["lora"], "enabled": False}}
+    rl = p.rl
+    q["rl"] = {**q["rl"], "steps": rl["steps"], "prompts_per_step": rl["prompts_per_step"],
+               "num_generations": rl["num_generations"],
+               "max_new_tokens": {t: n for t, n in rl["max_new_tokens"].items()},
+               "temperature": rl["temperature"], "learning_rate": rl["learning_rate"],
+               "lora": {**q["rl"]["lora"], "enabled": False}, "generation_backend": "transformers",
+               "dynamic_sampling": {**(q["rl"].get("dynamic_sampling") or {}), "enabled": False},
+               "save_steps": rl["steps"] + 1, "log_completions_steps": 0}
+    return q
+
+
+def rl_prompts(train: Sequence[Mapping], p: SyntheticPlan, seed: int) -> list[dict]:
+    """The RL prompt pool of one seed: ``synthetic.rl.prompts_per_task[t]`` train records of
+    each task ``t``, drawn without replacement with ``seed`` (in task order, then drawn order)."""
+    import random
+
+    out = []
+    for t in SYNTHETIC_TASKS:
+        recs = [dict(r) for r in train if r["task"] == t]
+        rng = random.Random(f"hargo.synthetic.rl:{seed}:{t}")
+        out += rng.sample(recs, p.rl["prompts_per_task"][t])
+    return out
+
+
+# --------------------------------------------------------------------------- evaluation
+
+def score(config: SyntheticConfig, tasks: Sequence[str], completions: Sequence[str],
+          answers: Sequence[str], labels: Sequence[str | None]) -> dict[str, list[float]]:
+    """Per prompt: ``reward``, the configuration's reward divided by the task's scale (in
+    [``long_min_reward``, 1]; 0/1 in the homogeneous configuration), and ``correct``, the
+    exact-match reward (the homogeneous one, 0/1) -- so a scale knob changes training, not the
+    yardstick.
+
+    Returns:
+        ``{"reward": [N floats], "correct": [N floats]}``.
+    """
+    from hargo.data.synthetic import synthetic_reward
+
+    exact = replace(config, homogeneous=True)
+    rewards, correct = [], []
+    for t, c, a, lab in zip(tasks, completions, answers, labels, strict=True):
+        s = config.scale(t) or 1.0
+        rewards.append(synthetic_reward(t, c, a, lab, config) / s)
+        correct.append(synthetic_reward(t, c, a, lab, exact) / (exact.scale(t) or 1.0))
+    return {"reward": rewards, "correct": correct}
+
+
+def evaluate_policy(model_dir: str | Path, records: Sequence[Mapping], p: SyntheticPlan,
+                    config: SyntheticConfig) -> dict:
+    """Greedy completions of ``records`` by the model in ``model_dir`` (transformers backend,
+    per-task budgets), scored by :func:`score`: ``{"ids", "tasks", "reward", "correct",
+    "completions"}`` (lists in record order)."""
+    from hargo.evaluation.generate import run_generation
+
+    tasks = [r["task"] for r in records]
+    res = run_generation(model_dir, [r["prompt"] for r in records],
+                         {"max_new_tokens": dict(p.eval_max_new_tokens), "temperature": 0.0,
+                          "dtype": "float32", "batch_size": 64}, "transformers", tasks=tasks,
+                         param_names=("synthetic.policy.max_positions",
+                                      "synthetic.evaluate.max_new_tokens"))
+    s = score(config, tasks, res.completions, [r["answer"] for r in records],
+              [r.get("label") for r in records])
+    return {"ids": [r["id"] for r in records], "tasks": tasks, **s,
+            "completions": list(res.completions)}
+
+
+def eval_summary(ev: Mapping) -> dict[str, float]:
+    """Mean ``reward`` and ``correct`` over all prompts (``all/...``) and per task."""
+    out = {}
+    for scope in ("all",) + SYNTHETIC_TASKS:
+        idx = [i for i, t in enumerate(ev["tasks"]) if scope == "all" or t == scope]
+        for k in ("reward", "correct"):
+            out[f"{scope}/{k}"] = sum(ev[k][i] for i in idx) / len(idx) if idx else float("nan")
+    return out
+
+
+# --------------------------------------------------------------------------- training
+
+class MassRecorder(StepRecorder):
+    """:class:`hargo.training.rl_logging.StepRecorder` plus each task's share of the step's
+    update mass, ``<task>/update_mass_share = sum_{i in task} w_i |A_i| / sum_i w_i |A_i|``
+    (``w_i`` the response's loss weight, ``A_i`` the advantage in its surrogate; NaN when the
+    step's mass is 0, e.g. every group zero-variance)."""
+
+    def finish_step(self, step: int, step_s: float | None = None) -> dict[str, float]:
+        gens = list(self._gen)
+        metrics = super().finish_step(step, step_s)
+        if gens:
+            mass: dict[str, float] = {}
+            for g in gens:
+                for t, w, a in zip(g["tasks"], g["weights"], g["advantages"]):
+                    mass[t] = mass.get(t, 0.0) + float(w) * abs(float(a))
+            total = sum(mass.values())
+            for t, m in mass.items():
+                metrics[f"{t}/update_mass_share"] = m / total if total > 0 else float("nan")
+            self.history[-1] = dict(metrics)
+        return metrics
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
+                    model_digest: str) -> str:
+    """What a finished run depends on: the plan, the configuration, the method's own knobs
+    (``rl.<method>``, ``rl.clip_range``), the seed and the SFT policy's digest."""
+    return _digest({"plan": asdict(p), "configuration": name, "method": method, "seed": seed,
+                    "method_params": params["rl"].get(method), "clip": params["rl"]["clip_range"],
+                    "model": model_digest})
+
+
+def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
+              train: Sequence[Mapping], eval_records: Sequence[Mapping], model_dir: Path,
+              print_fn=print) -> dict:
+    """Train ``method`` with ``seed`` in configuration ``name`` from the SFT policy and evaluate
+    it: ``{"method", "seed", "configuration", "history", "eval", "eval_summary", "wall_s",
+    "train_s"}`` (``history``: per-step rows of :class:`MassRecorder`)."""
+    from hargo.hardware import setup_torch
+    from hargo.models.loading import load_tokenizer
+    from hargo.training.rl import build_trainer
+    from hargo.training.rl_logging import RLLoggingCallback
+
+    t0 = time.perf_counter()
+    config = configuration(p, name)
+    q = stage_params(params, p, seed)
+    setup_torch(q)
+    recorder = MassRecorder(max_table_rows=0)
+    label = f"{name}/{run_name(method, seed)}"
+    callback = RLLoggingCallback(recorder, label, 0, print_fn=print_fn)
+    with tempfile.TemporaryDirectory(prefix="hargo-synthetic-") as work:
+        work = Path(work)
+        trainer = build_trainer(q, method, model_dir, rl_prompts(train, p, seed), work / "trainer",
+                                recorder=recorder, callbacks=[callback],
+                                reward_funcs=[SyntheticReward(config)])
+        trainer.train()
+        train_s = time.perf_counter() - t0
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        _save_policy(model, load_tokenizer(model_dir), work / "policy")
+        ev = evaluate_policy(work / "policy", eval_records, p, config)
+    return {"method": method, "seed": int(seed), "configuration": name,
+            "history": recorder.history, "eval": ev, "eval_summary": eval_summary(ev),
+            "train_s": round(train_s, 2), "wall_s": round(time.perf_counter() - t0, 2)}
+
+
+def _save_policy(model, tokenizer, out: Path) -> None:
+    from hargo.io import atomic_dir
+
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+
+
+# --------------------------------------------------------------------------- stages
+
+def prepare_data(params: Mapping, root: str | Path = ".") -> dict:
+    """Stage ``synthetic_data``: the train and eval splits (seed ``params["seed"]``) and
+    ``stats.json`` (records and mean reference length in characters per task and split).
+
+    Raises:
+        ParamsError: a bad ``synthetic`` block.
+        ValueError: the prompt space is too small for the counts asked.
+    """
+    from hargo.data.synthetic import generate
+
+    p = plan(params)
+    train, ev = generate(p.data, int(params["seed"]))
+    check_synthetic(train, "synthetic train split")
+    check_synthetic(ev, "synthetic eval split")
+    out = Path(root) / DATA_DIR
+    stats = {"seed": int(params["seed"]), "config": asdict(p.data), "splits": {}}
+    for split, recs in (("train", train), ("eval", ev)):
+        stats["splits"][split] = {t: {"records": sum(r["task"] == t for r in recs),
+                                      "answer_chars_mean": round(
+                                          sum(len(r["answer"]) for r in recs if r["task"] == t)
+                                          / max(1, sum(r["task"] == t for r in recs)), 2)}
+                                  for t in SYNTHETIC_TASKS}
+    atomic_write_jsonl(out / "train.jsonl", train)
+    atomic_write_jsonl(out / "eval.jsonl", ev)
+    atomic_write_json(out / "stats.json", stats)
+    return stats
+
+
+def _read_split(root: Path, split: str) -> list[dict]:
+    path = root / DATA_DIR / f"{split}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run stage synthetic_data "
+                                "(dvc repro synthetic/dvc.yaml)")
+    recs = read_jsonl(path)
+    check_synthetic(recs, str(path))
+    return recs
+
+
+def train_sft(params: Mapping, root: str | Path = ".") -> dict:
+    """Stage ``synthetic_sft``: build the tiny policy (its small tokenizer trained on the train
+    split's prompts and answers), SFT it on the whole train split (``synthetic.sft``), write
+    ``models/synthetic/sft`` and ``metrics/synthetic/sft.json`` (SFT metrics, the policy's
+    size, its greedy eval rewards under both configurations: the untuned row of the report)."""
+    from hargo.hardware import setup_torch
+    from hargo.models.loading import describe, load_model
+    from hargo.models.tiny import build_tiny_policy
+    from hargo.training import sft
+
+    root = Path(root)
+    p = plan(params)
+    train, ev = _read_split(root, "train"), _read_split(root, "eval")
+    q = stage_params(params, p, int(params["seed"]))
+    setup_torch(q)
+    texts = [m["content"] for r in train for m in r["prompt"]] + [r["answer"] for r in train]
+    with tempfile.TemporaryDirectory(prefix="hargo-synthetic-init-") as work:
+        init = build_tiny_policy(Path(work) / "init", p.policy, texts, seed=int(params["seed"]))
+        size = describe(load_model(init))
+        metrics = sft.train(q, init, train, root / MODEL_DIR, report_to=())
+    metrics.pop("loss_curve", None)
+    evals = {name: evaluate_policy(root / MODEL_DIR, ev, p, configuration(p, name))
+             for name in CONFIGURATIONS}
+    out = {"sft": metrics, "parameters": size, "policy": asdict(p.policy),
+           "eval": {name: {"summary": eval_summary(e), **e} for name, e in evals.items()}}
+    atomic_write_json(root / METRICS_DIR / "sft.json", out)
+    return out
+
+
+def train_configuration(params: Mapping, name: str, root: str | Path = ".",
+                        print_fn=print) -> dict:
+    """Stage ``synthetic_rl@<name>``: every method x seed, resumable per run (module
+    docstring); writes ``metrics/synthetic/<name>.json``: ``{"configuration", "runs":
+    {"<method>-s<seed>": train_run's dict}, "wall_s"}``.
+
+    Raises:
+        ValueError: an unknown configuration.
+        FileNotFoundError: the data or the SFT policy is missing.
+    """
+    from hargo.models.loading import model_digest, resolve_model_dir
+
+    root = Path(root)
+    p = plan(params)
+    configuration(p, name)
+    train, ev = _read_split(root, "train"), _read_split(root, "eval")
+    model_dir = resolve_model_dir(root / MODEL_DIR)
+    digest = model_digest(model_dir)
+    cache = root / RUNS_DIR / name
+    t0 = time.perf_counter()
+    runs: dict[str, dict] = {}
+    todo = [(m, s) for s in p.seeds for m in p.methods]
+    for i, (method, seed) in enumerate(todo, 1):
+        rn = run_name(method, seed)
+        fp = run_fingerprint(params, p, name, method, seed, digest)
+        path = cache / f"{rn}.json"
+        if path.exists():
+            done = json.loads(path.read_text())
+            if done.get("fingerprint") == fp:
+                runs[rn] = done["run"]
+                print_fn(f"[synthetic {name}] {i}/{len(todo)} {rn}: done earlier, kept")
+                continue
+        run = train_run(params, p, name, method, seed, train, ev, model_dir, print_fn=print_fn)
+        atomic_write_json(path, {"fingerprint": fp, "run": run})
+        runs[rn] = run
+        s = run["eval_summary"]
+        per_task = ", ".join(f"{t} {s[f'{t}/reward']:.3f}" for t in SYNTHETIC_TASKS)
+        print_fn(f"[synthetic {name}] {i}/{len(todo)} {rn}: eval reward {s['all/reward']:.3f} "
+                 f"({per_task}) in {run['wall_s']:.0f} s")
+    out = {"configuration": name, "runs": runs, "wall_s": round(time.perf_counter() - t0, 1)}
+    atomic_write_json(root / METRICS_DIR / f"{name}.json", out)
+    return out
+
+
+def report(params: Mapping, root: str | Path = ".") -> dict:
+    """Stage ``synthetic_report``: per configuration, the eval table (mean +- std over seeds of
+    the mean eval reward, overall and per task; the SFT policy as the untuned row), the paired
+    bootstrap intervals of HARGO minus every other method, per-task training reward curves and
+    update-mass shares (GRPO vs HARGO); ``reports/synthetic.md``, figures in
+    ``reports/synthetic/``, ``metrics/synthetic/summary.json``. Returns the summary."""
+    from hargo.compare.synthetic_report import write_report
+
+    return write_report(params, plan(params), Path(root))

@@ -1,0 +1,221 @@
+"""The synthetic test bed's report (stage ``synthetic_report``, :mod:`hargo.compare.synthetic`).
+
+Per configuration (``heterogeneous``, ``homogeneous``):
+
+- the eval table: per method the mean and std over seeds of the mean greedy eval reward (all
+  prompts, and per task) and the exact-match share; the SFT policy (the untuned start of every
+  run) as its own row;
+- the paired bootstrap intervals of HARGO minus every other method on the same metrics
+  (:func:`hargo.stats.paired_bootstrap_ci_seeds`: seeds paired by number, prompts resampled
+  jointly), with a verdict per interval: above 0, below 0, or containing 0;
+- figures: training reward per task (mean over seeds, per step) and each task's share of the
+  update mass (``<task>/update_mass_share``), GRPO against HARGO.
+
+Written whole or not at all: ``reports/synthetic.md``, ``reports/synthetic/*.png``,
+``metrics/synthetic/summary.json``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from hargo.compare.aggregate import mean_curve
+from hargo.compare.layout import run_name
+from hargo.data.synthetic import SYNTHETIC_TASKS
+from hargo.io import atomic_files, atomic_write_json
+from hargo.stats import mean_statistic, paired_bootstrap_ci_seeds
+
+__all__ = ["METRICS", "prompt_values", "method_table", "intervals", "verdict", "write_report"]
+
+#: Report metrics: (key in eval_summary, column title).
+METRICS: tuple[tuple[str, str], ...] = (
+    ("all/reward", "reward, all"), ("syn_yesno/reward", "syn_yesno"),
+    ("syn_short/reward", "syn_short"), ("syn_long/reward", "syn_long"),
+    ("all/correct", "exact match, all"))
+
+
+def prompt_values(ev: Mapping, metric: str) -> np.ndarray:
+    """The per-prompt values of ``metric`` (``"<scope>/<reward|correct>"``) from one run's
+    ``eval`` dict, in prompt order: shape ``(n,)`` with ``n`` the scope's prompts."""
+    scope, key = metric.split("/")
+    return np.asarray([v for t, v in zip(ev["tasks"], ev[key]) if scope == "all" or t == scope],
+                      dtype=float)
+
+
+def method_table(runs: Mapping[str, Mapping], methods: Sequence[str], seeds: Sequence[int]
+                 ) -> dict[str, dict[str, dict[str, float]]]:
+    """``{method: {metric: {"mean", "std", "n"}}}`` over seeds (population std) of each run's
+    ``eval_summary``."""
+    out = {}
+    for m in methods:
+        out[m] = {}
+        for key, _ in METRICS:
+            xs = [float(runs[run_name(m, s)]["eval_summary"][key]) for s in seeds]
+            out[m][key] = {"mean": float(np.mean(xs)), "std": float(np.std(xs)), "n": len(xs)}
+    return out
+
+
+def intervals(runs: Mapping[str, Mapping], methods: Sequence[str], seeds: Sequence[int],
+              resamples: int, confidence: float, seed: int) -> dict[str, dict[str, dict]]:
+    """``{"hargo-<other>": {metric: interval}}`` for every other method (GRPO first); empty
+    when ``hargo`` is not compared. Intervals from :func:`hargo.stats.paired_bootstrap_ci_seeds`
+    with the mean statistic."""
+    if "hargo" not in methods:
+        return {}
+    others = sorted((m for m in methods if m != "hargo"), key=lambda m: (m != "grpo", m))
+    out = {}
+    for other in others:
+        out[f"hargo-{other}"] = {
+            key: paired_bootstrap_ci_seeds(
+                [prompt_values(runs[run_name("hargo", s)]["eval"], key) for s in seeds],
+                [prompt_values(runs[run_name(other, s)]["eval"], key) for s in seeds],
+                mean_statistic, resamples, confidence, seed)
+            for key, _ in METRICS}
+    return out
+
+
+def verdict(ci: Mapping) -> str:
+    """``"HARGO better"`` (interval above 0), ``"HARGO worse"`` (below 0) or ``"no
+    difference shown"`` (0 inside)."""
+    if ci["low"] > 0:
+        return "HARGO better"
+    if ci["high"] < 0:
+        return "HARGO worse"
+    return "no difference shown"
+
+
+def _plot_curves(path: Path, histories: Mapping[str, list], metric: str, title: str,
+                 ylabel: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(SYNTHETIC_TASKS), figsize=(4 * len(SYNTHETIC_TASKS), 3.2),
+                             sharex=True)
+    for ax, task in zip(axes, SYNTHETIC_TASKS):
+        for method, hists in histories.items():
+            steps, vals = mean_curve(hists, f"{task}/{metric}")
+            if steps:
+                ax.plot(steps, vals, marker="o", ms=3, label=method)
+        ax.set_title(task)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    axes[-1].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _fmt(x: float) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapping[str, str]
+             ) -> list[str]:
+    runs = data["runs"]
+    table = method_table(runs, plan.methods, plan.seeds)
+    lines = [f"## {name} rewards" + (" (the control: 0/1 exact match for every task)"
+                                     if name == "homogeneous" else ""), ""]
+    head = ["method"] + [title for _, title in METRICS]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines.append("| SFT (start of every run) | " + " | ".join(
+        _fmt(sft_summary[k]) for k, _ in METRICS) + " |")
+    for m in plan.methods:
+        lines.append(f"| {m} | " + " | ".join(
+            f"{table[m][k]['mean']:.3f} ± {table[m][k]['std']:.3f}" for k, _ in METRICS) + " |")
+    lines += ["", f"Mean ± std over {len(plan.seeds)} seeds of the mean greedy eval reward "
+              f"({len(runs[run_name(plan.methods[0], plan.seeds[0])]['eval']['ids'])} eval "
+              "prompts; each task's reward divided by its scale; exact match: the 0/1 reward).",
+              ""]
+    ci = data["intervals"]
+    if ci:
+        lines += [f"Paired bootstrap {int(plan.confidence * 100)}% intervals of HARGO minus each "
+                  f"method ({plan.resamples} resamples over prompts, seeds paired):", "",
+                  "| HARGO minus | " + " | ".join(t for _, t in METRICS) + " |",
+                  "|" + "---|" * (len(METRICS) + 1)]
+        for pair, cis in ci.items():
+            lines.append(f"| {pair.split('-', 1)[1]} | " + " | ".join(
+                f"{cis[k]['diff']:+.3f} [{cis[k]['low']:+.3f}, {cis[k]['high']:+.3f}]"
+                for k, _ in METRICS) + " |")
+        grpo = ci.get("hargo-grpo", {}).get("all/reward")
+        if grpo:
+            lines += ["", f"HARGO vs GRPO on the mean eval reward: **{verdict(grpo)}** "
+                      f"({grpo['diff']:+.3f} [{grpo['low']:+.3f}, {grpo['high']:+.3f}])."]
+    else:
+        lines.append("hargo is not among synthetic.methods: no intervals.")
+    lines += [""] + [f"![{cap}]({path})" for cap, path in figures.items()] + [""]
+    return lines
+
+
+def write_report(params: Mapping, plan, root: Path) -> dict:
+    """Build and write the report (module docstring); returns ``metrics/synthetic/summary.json``'s
+    content.
+
+    Raises:
+        FileNotFoundError: a configuration's or the SFT metrics file is missing (names the
+            stage to run).
+    """
+    from hargo.compare.synthetic import CONFIGURATIONS, FIGURES_DIR, METRICS_DIR, REPORT_MD
+    from hargo.hardware import describe_cpu
+
+    def load(name: str) -> dict:
+        path = root / METRICS_DIR / f"{name}.json"
+        if not path.exists():
+            stage = "synthetic_sft" if name == "sft" else f"synthetic_rl@{name}"
+            raise FileNotFoundError(f"{path} is missing: run stage {stage} "
+                                    "(dvc repro synthetic/dvc.yaml)")
+        return json.loads(path.read_text())
+
+    sft = load("sft")
+    summary: dict = {"cpu": describe_cpu(), "methods": list(plan.methods),
+                     "seeds": list(plan.seeds), "sft": {n: sft["eval"][n]["summary"]
+                                                        for n in CONFIGURATIONS},
+                     "parameters": sft["parameters"]["parameters"], "configurations": {}}
+    lines = ["# Synthetic test bed: HARGO against the GRPO family", "",
+             f"CPU: {summary['cpu']}. Tiny policy: {summary['parameters']:,} parameters "
+             f"({plan.policy.tokenizer} tokenizer, {plan.policy.num_layers} layers of "
+             f"{plan.policy.hidden_size}); SFT {sft['sft']['steps']} steps in "
+             f"{sft['sft']['train_seconds']:.0f} s. RL: {plan.rl['steps']} steps x "
+             f"{plan.rl['prompts_per_step']} prompts x G={plan.rl['num_generations']}, prompt "
+             f"pool {plan.rl['prompts_per_task']}, per method and seed.", ""]
+    figures_dir = root / FIGURES_DIR
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    (root / REPORT_MD).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_files() as place:
+        for name in CONFIGURATIONS:
+            data = load(name)
+            runs = data["runs"]
+            missing = [run_name(m, s) for m in plan.methods for s in plan.seeds
+                       if run_name(m, s) not in runs]
+            if missing:
+                raise FileNotFoundError(f"{root / METRICS_DIR / (name + '.json')} lacks runs "
+                                        f"{missing}: re-run stage synthetic_rl@{name}")
+            ci = intervals(runs, plan.methods, plan.seeds, plan.resamples, plan.confidence,
+                           int(params["seed"]))
+            shown = [m for m in ("grpo", "hargo") if m in plan.methods] or list(plan.methods[:2])
+            hists = {m: [runs[run_name(m, s)]["history"] for s in plan.seeds] for m in shown}
+            figures = {}
+            for metric, title, ylabel in (
+                    ("reward_mean", "training reward per task (mean over seeds)", "reward"),
+                    ("update_mass_share", "share of the update mass sum w|A| per task",
+                     "share")):
+                fname = f"{name}_{metric}.png"
+                _plot_curves(place(figures_dir / fname), hists, metric,
+                             f"{name}: {title}", ylabel)
+                figures[f"{name}: {title}"] = f"synthetic/{fname}"
+            lines += _section(name, {"runs": runs, "intervals": ci}, sft["eval"][name]["summary"],
+                              plan, figures)
+            summary["configurations"][name] = {
+                "table": method_table(runs, plan.methods, plan.seeds), "intervals": ci,
+                "wall_s": data.get("wall_s"),
+                "train_s_mean": float(np.mean([r["train_s"] for r in runs.values()]))}
+        place(root / REPORT_MD).write_text("\n".join(lines))
+    atomic_write_json(root / METRICS_DIR / "summary.json", summary)
+    return summary
