@@ -139,21 +139,39 @@ def compare_train(method: str = typer.Option(..., "--method", "-m", help="a meth
     _run(stage.run, _params(params, set_), method, seed)
 
 
-@app.command("synthetic")
-def synthetic(step: str = typer.Argument(..., help="data | sft | rl | report"),
-              config: str = typer.Option("heterogeneous", "--config", "-c",
-                                         help="rl: heterogeneous | homogeneous"),
-              params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
-    """Synthetic test bed (synthetic/dvc.yaml): data -> data/synthetic, sft ->
-    models/synthetic/sft, rl (every method x seed of one configuration) ->
-    metrics/synthetic/<config>.json, report -> reports/synthetic.md."""
-    from hargo.compare import synthetic as stage
+@app.command("synthetic-data")
+def synthetic_data(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Synthetic test bed: the generated train/eval splits -> data/synthetic."""
+    from hargo.compare.synthetic_data import prepare_data
 
-    steps = {"data": stage.prepare_data, "sft": stage.train_sft,
-             "rl": lambda p: stage.train_configuration(p, config), "report": stage.report}
-    if step not in steps:
-        raise typer.BadParameter(f"unknown step {step!r}; valid: {', '.join(steps)}")
-    _run(steps[step], _params(params, set_))
+    _run(prepare_data, _params(params, set_))
+
+
+@app.command("synthetic-sft")
+def synthetic_sft(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Synthetic test bed: the tiny policy, SFT on the train split -> models/synthetic/sft."""
+    from hargo.compare.synthetic import train_sft
+
+    _run(train_sft, _params(params, set_))
+
+
+@app.command("synthetic-rl")
+def synthetic_rl(config: str = typer.Option(..., "--config", "-c",
+                                            help="heterogeneous | homogeneous"),
+                 params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Synthetic test bed: every method x seed of one reward configuration ->
+    metrics/synthetic/<config>.json (resumable per run)."""
+    from hargo.compare.synthetic import train_configuration
+
+    _run(train_configuration, _params(params, set_), config)
+
+
+@app.command("synthetic-report")
+def synthetic_report(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Synthetic test bed: tables, intervals, curves -> reports/synthetic.md, MLflow run."""
+    from hargo.compare.synthetic_report import report as stage
+
+    _run(stage, _params(params, set_))
 
 
 @app.command("compare-eval")

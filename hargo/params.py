@@ -273,6 +273,10 @@ def validate_params(params: Mapping) -> None:
         raise ParamsError("evaluate.judge_endpoint: required when evaluate.judge is 'llm'")
     if "compare" in params:
         _validate_compare(params)
+    if "synthetic" in params:                    # the synthetic test bed's own plan
+        from hargo.compare.synthetic_plan import plan as synthetic_plan
+
+        synthetic_plan(params)
     _num(params, "register.tolerance", 0)        # any number spelling -> a number
     from hargo.gate import check_gate_params     # the gate's own rule, one definition
 

@@ -114,7 +114,7 @@ def _command_modules(command: str) -> set[str]:
 
 
 def _stages():
-    for dvc_yaml in ("dvc.yaml", "compare/dvc.yaml"):
+    for dvc_yaml in ("dvc.yaml", "compare/dvc.yaml", "synthetic/dvc.yaml"):
         for name, spec in yaml.safe_load((ROOT / dvc_yaml).read_text())["stages"].items():
             yield pytest.param(dvc_yaml, name, spec.get("do", spec), id=f"{dvc_yaml}:{name}")
 

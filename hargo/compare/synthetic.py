@@ -16,18 +16,19 @@ Two configurations share the data and the SFT policy:
     there HARGO's weighting has no reward heterogeneity to exploit and should not differ from
     GRPO.
 
-The pipeline (``synthetic/dvc.yaml``, ``scripts/compare.sh synthetic``), one function per stage:
+The pipeline (``synthetic/dvc.yaml``, ``scripts/compare.sh synthetic``), one function per stage
+(the plan and paths: :mod:`hargo.compare.synthetic_plan`):
 
-:func:`prepare_data`  ``data/synthetic/{train,eval}.jsonl`` and ``stats.json`` (the prepared
-                      schema, checked by :func:`hargo.data.synthetic.check_synthetic`)
+``synthetic_data``    :func:`hargo.compare.synthetic_data.prepare_data`:
+                      ``data/synthetic/{train,eval}.jsonl`` and ``stats.json``
 :func:`train_sft`     ``models/synthetic/sft`` (tiny policy + SFT) and
                       ``metrics/synthetic/sft.json`` (its eval rewards: the untuned baseline)
 :func:`train_configuration`  every method x seed of one configuration:
                       ``metrics/synthetic/<configuration>.json``; each finished run is kept in
                       ``checkpoints/synthetic/<configuration>/<method>-s<seed>.json`` with a
                       fingerprint of its inputs, so an interrupted stage resumes at the next run
-:func:`report`        ``reports/synthetic.md``, its figures in ``reports/synthetic/`` and
-                      ``metrics/synthetic/summary.json``
+``synthetic_report``  :func:`hargo.compare.synthetic_report.report`: ``reports/synthetic.md``,
+                      its figures in ``reports/synthetic/``, ``metrics/synthetic/summary.json``
 
 Evaluation: greedy completions of the eval split (``synthetic.evaluate.max_new_tokens``, per
 task) scored with the configuration's reward divided by the task's scale (so the reward-scale
@@ -48,168 +49,21 @@ import hashlib
 import json
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hargo.compare.layout import run_name
-from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward, check_synthetic
-from hargo.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from hargo.models.tiny import TinyPolicyConfig
-from hargo.param_values import ParamsError
+from hargo.compare.synthetic_data import read_split
+from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
+                                          SyntheticPlan, configuration, plan)
+from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward
+from hargo.io import atomic_write_json
 from hargo.training.rl_logging import StepRecorder
-from hargo.vocab import GRPO_FAMILY
 
-__all__ = ["CONFIGURATIONS", "SyntheticPlan", "plan", "configuration", "stage_params",
-           "rl_prompts", "score", "MassRecorder", "prepare_data", "train_sft",
-           "train_configuration", "report", "DATA_DIR", "MODEL_DIR", "RUNS_DIR", "METRICS_DIR",
-           "REPORT_MD", "FIGURES_DIR"]
+__all__ = ["stage_params", "rl_prompts", "score", "evaluate_policy", "eval_summary",
+           "MassRecorder", "run_fingerprint", "train_run", "train_sft", "train_configuration"]
 
-CONFIGURATIONS: tuple[str, ...] = ("heterogeneous", "homogeneous")
-DATA_DIR = Path("data") / "synthetic"
-MODEL_DIR = Path("models") / "synthetic" / "sft"
-RUNS_DIR = Path("checkpoints") / "synthetic"
-METRICS_DIR = Path("metrics") / "synthetic"
-REPORT_MD = Path("reports") / "synthetic.md"
-FIGURES_DIR = Path("reports") / "synthetic"
-
-
-# --------------------------------------------------------------------------- params
-
-@dataclass(frozen=True)
-class SyntheticPlan:
-    """params.yaml ``synthetic``, checked (:func:`plan`).
-
-    Attributes:
-        data: the tasks (:class:`hargo.data.synthetic.SyntheticConfig`; ``homogeneous`` is
-            set per configuration, not here).
-        policy: the tiny policy (:class:`hargo.models.tiny.TinyPolicyConfig`).
-        sft: ``epochs``, ``learning_rate``, ``batch_size``, ``max_length`` (tokens).
-        rl: ``prompts_per_task`` (task -> prompts in the RL pool: the task mix; 0 leaves a task
-            out), ``steps``, ``prompts_per_step``, ``num_generations``, ``max_new_tokens`` (task
-            -> tokens), ``temperature``, ``learning_rate``.
-        methods: GRPO-family methods compared (``hargo`` among them for the intervals).
-        seeds: RL seeds; seed s of one method is paired with seed s of another.
-        eval_max_new_tokens: task -> tokens for the greedy evaluation.
-        resamples, confidence: of the paired bootstrap.
-    """
-
-    data: SyntheticConfig
-    policy: TinyPolicyConfig
-    sft: dict
-    rl: dict
-    methods: tuple[str, ...]
-    seeds: tuple[int, ...]
-    eval_max_new_tokens: dict
-    resamples: int = 2000
-    confidence: float = 0.95
-
-
-_SFT_KEYS = {"epochs": int, "learning_rate": float, "batch_size": int, "max_length": int}
-_RL_KEYS = {"prompts_per_task": dict, "steps": int, "prompts_per_step": int,
-            "num_generations": int, "max_new_tokens": dict, "temperature": float,
-            "learning_rate": float}
-
-
-def _block(d: Any, keys: Mapping[str, type], where: str) -> dict:
-    if not isinstance(d, Mapping):
-        raise ParamsError(f"{where}: expected a mapping, got {d!r}")
-    missing, unknown = sorted(set(keys) - set(d)), sorted(set(d) - set(keys))
-    if missing or unknown:
-        raise ParamsError(f"{where}: " + "; ".join(
-            ([f"missing {missing}"] if missing else []) + ([f"unknown {unknown}"] if unknown else [])))
-    out = {}
-    for k, t in keys.items():
-        v = d[k]
-        if t is dict:
-            out[k] = _per_task(v, f"{where}.{k}", allow_zero=k == "prompts_per_task")
-        elif t is int:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ParamsError(f"{where}.{k}: expected an integer >= 1, got {v!r}")
-            out[k] = int(v)
-        else:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ParamsError(f"{where}.{k}: expected a number > 0, got {v!r}")
-            out[k] = float(v)
-    return out
-
-
-def _per_task(v: Any, where: str, allow_zero: bool = False) -> dict:
-    if not isinstance(v, Mapping) or sorted(v) != sorted(SYNTHETIC_TASKS):
-        raise ParamsError(f"{where}: expected one integer per task {list(SYNTHETIC_TASKS)}, "
-                          f"got {v!r}")
-    lo = 0 if allow_zero else 1
-    for t, n in v.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < lo:
-            raise ParamsError(f"{where}.{t}: expected an integer >= {lo}, got {n!r}")
-    return {t: int(v[t]) for t in SYNTHETIC_TASKS}
-
-
-def plan(params: Mapping) -> SyntheticPlan:
-    """params.yaml ``synthetic`` as a :class:`SyntheticPlan`.
-
-    Raises:
-        ParamsError: a missing, unknown or bad key, named as ``synthetic.<block>.<key>``; a
-            method outside the GRPO family; no seeds; an RL pool smaller than a step.
-    """
-    s = params.get("synthetic")
-    if not isinstance(s, Mapping):
-        raise ParamsError("params.yaml has no `synthetic` block (the synthetic test bed)")
-    expected = {"data", "policy", "sft", "rl", "methods", "seeds", "evaluate", "bootstrap"}
-    if set(s) != expected:
-        raise ParamsError(f"synthetic: expected keys {sorted(expected)}, got {sorted(s)}")
-    try:
-        data = SyntheticConfig.from_params(s["data"])
-        policy = TinyPolicyConfig.from_params(s["policy"])
-    except ValueError as e:
-        raise ParamsError(str(e) if str(e).startswith("synthetic") else f"synthetic: {e}") from None
-    if data.homogeneous:
-        raise ParamsError("synthetic.data.homogeneous: leave it false; the homogeneous control "
-                          "is the second configuration of every run")
-    methods = tuple(s["methods"] or ())
-    bad = [m for m in methods if m not in GRPO_FAMILY]
-    if not methods or bad:
-        raise ParamsError(f"synthetic.methods: GRPO-family methods {list(GRPO_FAMILY)} only, "
-                          f"got {list(methods)}")
-    seeds = s["seeds"]
-    if not isinstance(seeds, (list, tuple)) or not seeds or len(set(seeds)) != len(seeds) or any(
-            isinstance(x, bool) or not isinstance(x, int) for x in seeds):
-        raise ParamsError(f"synthetic.seeds: a non-empty list of distinct integers, got {seeds!r}")
-    sft = _block(s["sft"], _SFT_KEYS, "synthetic.sft")
-    rl = _block(s["rl"], _RL_KEYS, "synthetic.rl")
-    if sum(rl["prompts_per_task"].values()) < rl["prompts_per_step"]:
-        raise ParamsError(f"synthetic.rl.prompts_per_task: {sum(rl['prompts_per_task'].values())}"
-                          f" prompts in the pool, fewer than prompts_per_step "
-                          f"{rl['prompts_per_step']}")
-    short = {t: n for t, n in rl["prompts_per_task"].items() if n > data.n_train}
-    if short:
-        raise ParamsError(f"synthetic.rl.prompts_per_task: {short} exceed synthetic.data.n_train "
-                          f"{data.n_train}")
-    ev = s["evaluate"]
-    if not isinstance(ev, Mapping) or set(ev) != {"max_new_tokens"}:
-        raise ParamsError(f"synthetic.evaluate: expected {{max_new_tokens: ...}}, got {ev!r}")
-    b = s["bootstrap"]
-    if not isinstance(b, Mapping) or set(b) != {"resamples", "confidence"}:
-        raise ParamsError(f"synthetic.bootstrap: expected resamples and confidence, got {b!r}")
-    if not (isinstance(b["resamples"], int) and b["resamples"] >= 1
-            and 0 < float(b["confidence"]) < 1):
-        raise ParamsError(f"synthetic.bootstrap: resamples >= 1 and 0 < confidence < 1, got {b!r}")
-    return SyntheticPlan(data=data, policy=policy, sft=sft, rl=rl, methods=methods,
-                         seeds=tuple(int(x) for x in seeds),
-                         eval_max_new_tokens=_per_task(ev["max_new_tokens"],
-                                                       "synthetic.evaluate.max_new_tokens"),
-                         resamples=int(b["resamples"]), confidence=float(b["confidence"]))
-
-
-def configuration(p: SyntheticPlan, name: str) -> SyntheticConfig:
-    """The reward configuration ``name`` (:data:`CONFIGURATIONS`).
-
-    Raises:
-        ValueError: an unknown name.
-    """
-    if name not in CONFIGURATIONS:
-        raise ValueError(f"unknown synthetic configuration {name!r}; valid: {list(CONFIGURATIONS)}")
-    return replace(p.data, homogeneous=name == "homogeneous")
 
 
 def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> dict:
@@ -382,44 +236,6 @@ def _save_policy(model, tokenizer, out: Path) -> None:
 
 # --------------------------------------------------------------------------- stages
 
-def prepare_data(params: Mapping, root: str | Path = ".") -> dict:
-    """Stage ``synthetic_data``: the train and eval splits (seed ``params["seed"]``) and
-    ``stats.json`` (records and mean reference length in characters per task and split).
-
-    Raises:
-        ParamsError: a bad ``synthetic`` block.
-        ValueError: the prompt space is too small for the counts asked.
-    """
-    from hargo.data.synthetic import generate
-
-    p = plan(params)
-    train, ev = generate(p.data, int(params["seed"]))
-    check_synthetic(train, "synthetic train split")
-    check_synthetic(ev, "synthetic eval split")
-    out = Path(root) / DATA_DIR
-    stats = {"seed": int(params["seed"]), "config": asdict(p.data), "splits": {}}
-    for split, recs in (("train", train), ("eval", ev)):
-        stats["splits"][split] = {t: {"records": sum(r["task"] == t for r in recs),
-                                      "answer_chars_mean": round(
-                                          sum(len(r["answer"]) for r in recs if r["task"] == t)
-                                          / max(1, sum(r["task"] == t for r in recs)), 2)}
-                                  for t in SYNTHETIC_TASKS}
-    atomic_write_jsonl(out / "train.jsonl", train)
-    atomic_write_jsonl(out / "eval.jsonl", ev)
-    atomic_write_json(out / "stats.json", stats)
-    return stats
-
-
-def _read_split(root: Path, split: str) -> list[dict]:
-    path = root / DATA_DIR / f"{split}.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run stage synthetic_data "
-                                "(dvc repro synthetic/dvc.yaml)")
-    recs = read_jsonl(path)
-    check_synthetic(recs, str(path))
-    return recs
-
-
 def train_sft(params: Mapping, root: str | Path = ".") -> dict:
     """Stage ``synthetic_sft``: build the tiny policy (its small tokenizer trained on the train
     split's prompts and answers), SFT it on the whole train split (``synthetic.sft``), write
@@ -432,7 +248,7 @@ def train_sft(params: Mapping, root: str | Path = ".") -> dict:
 
     root = Path(root)
     p = plan(params)
-    train, ev = _read_split(root, "train"), _read_split(root, "eval")
+    train, ev = read_split(root, "train"), read_split(root, "eval")
     q = stage_params(params, p, int(params["seed"]))
     setup_torch(q)
     texts = [m["content"] for r in train for m in r["prompt"]] + [r["answer"] for r in train]
@@ -464,7 +280,7 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
     root = Path(root)
     p = plan(params)
     configuration(p, name)
-    train, ev = _read_split(root, "train"), _read_split(root, "eval")
+    train, ev = read_split(root, "train"), read_split(root, "eval")
     model_dir = resolve_model_dir(root / MODEL_DIR)
     digest = model_digest(model_dir)
     cache = root / RUNS_DIR / name
@@ -493,12 +309,3 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
     return out
 
 
-def report(params: Mapping, root: str | Path = ".") -> dict:
-    """Stage ``synthetic_report``: per configuration, the eval table (mean +- std over seeds of
-    the mean eval reward, overall and per task; the SFT policy as the untuned row), the paired
-    bootstrap intervals of HARGO minus every other method, per-task training reward curves and
-    update-mass shares (GRPO vs HARGO); ``reports/synthetic.md``, figures in
-    ``reports/synthetic/``, ``metrics/synthetic/summary.json``. Returns the summary."""
-    from hargo.compare.synthetic_report import write_report
-
-    return write_report(params, plan(params), Path(root))

@@ -12,7 +12,9 @@ Per configuration (``heterogeneous``, ``homogeneous``):
   update mass (``<task>/update_mass_share``), GRPO against HARGO.
 
 Written whole or not at all: ``reports/synthetic.md``, ``reports/synthetic/*.png``,
-``metrics/synthetic/summary.json``.
+``metrics/synthetic/summary.json``; then logged as one MLflow run ``synthetic`` (tag
+``hargo.kind = synthetic``) in the project's experiment: :func:`flat_metrics`, the plan's sizes
+as params, the report, summary and figures as artifacts.
 """
 from __future__ import annotations
 
@@ -25,11 +27,14 @@ import numpy as np
 
 from hargo.compare.aggregate import mean_curve
 from hargo.compare.layout import run_name
+from hargo.compare.synthetic_plan import CONFIGURATIONS, FIGURES_DIR, METRICS_DIR, REPORT_MD
+from hargo.compare.synthetic_plan import plan as synthetic_plan
 from hargo.data.synthetic import SYNTHETIC_TASKS
 from hargo.io import atomic_files, atomic_write_json
 from hargo.stats import mean_statistic, paired_bootstrap_ci_seeds
 
-__all__ = ["METRICS", "prompt_values", "method_table", "intervals", "verdict", "write_report"]
+__all__ = ["METRICS", "prompt_values", "method_table", "intervals", "verdict", "flat_metrics",
+           "log_to_mlflow", "report"]
 
 #: Report metrics: (key in eval_summary, column title).
 METRICS: tuple[tuple[str, str], ...] = (
@@ -86,6 +91,55 @@ def verdict(ci: Mapping) -> str:
     if ci["high"] < 0:
         return "HARGO worse"
     return "no difference shown"
+
+
+def flat_metrics(summary: Mapping) -> dict[str, float]:
+    """The summary as MLflow metric names: ``<configuration>.<method>.<scope>.<reward|correct>``
+    (mean over seeds) and ``<configuration>.hargo-<other>.<scope>.<reward|correct>.<diff|low|
+    high>`` (the intervals); ``/`` in a metric key becomes ``.``."""
+    out: dict[str, float] = {}
+    for name, conf in summary["configurations"].items():
+        for method, row in conf["table"].items():
+            for key, v in row.items():
+                out[f"{name}.{method}.{key.replace('/', '.')}"] = float(v["mean"])
+        for pair, cis in conf["intervals"].items():
+            for key, ci in cis.items():
+                for part in ("diff", "low", "high"):
+                    out[f"{name}.{pair}.{key.replace('/', '.')}.{part}"] = float(ci[part])
+    return out
+
+
+def log_to_mlflow(params: Mapping, plan, root: Path, summary: Mapping,
+                  files: Sequence[Path]) -> str:
+    """Log the test bed's results as an MLflow run ``synthetic`` (tag ``hargo.kind =
+    synthetic``): :func:`flat_metrics`, the plan's sizes as params, ``files`` as artifacts
+    (under ``synthetic/``). Returns the run id.
+
+    Raises:
+        RuntimeError: the MLflow store cannot be used (:func:`hargo.tracking.setup`).
+    """
+    import mlflow
+
+    from hargo import tracking
+
+    exp_id = tracking.setup(params, root)
+    tags = {**tracking.common_tags(params, root), "hargo.kind": "synthetic",
+            "hargo.methods": ",".join(plan.methods), "hargo.seeds": ",".join(map(str, plan.seeds))}
+    with mlflow.start_run(experiment_id=exp_id, run_name="synthetic", tags=tags) as run:
+        mlflow.log_metrics(flat_metrics(summary))
+        mlflow.log_params({"synthetic.methods": ",".join(plan.methods),
+                           "synthetic.seeds": ",".join(map(str, plan.seeds)),
+                           "synthetic.rl.steps": plan.rl["steps"],
+                           "synthetic.rl.prompts_per_step": plan.rl["prompts_per_step"],
+                           "synthetic.rl.num_generations": plan.rl["num_generations"],
+                           "synthetic.data.n_train": plan.data.n_train,
+                           "synthetic.data.n_eval": plan.data.n_eval,
+                           "synthetic.parameters": summary["parameters"],
+                           "cpu": summary["cpu"]})
+        for f in files:
+            mlflow.log_artifact(str(f), artifact_path="synthetic" if f.suffix != ".png"
+                                else "synthetic/figures")
+        return run.info.run_id
 
 
 def _plot_curves(path: Path, histories: Mapping[str, list], metric: str, title: str,
@@ -154,16 +208,18 @@ def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapp
     return lines
 
 
-def write_report(params: Mapping, plan, root: Path) -> dict:
-    """Build and write the report (module docstring); returns ``metrics/synthetic/summary.json``'s
-    content.
+def report(params: Mapping, root: str | Path = ".") -> dict:
+    """Stage ``synthetic_report``: build, write and log the report (module docstring); returns
+    ``metrics/synthetic/summary.json``'s content.
 
     Raises:
         FileNotFoundError: a configuration's or the SFT metrics file is missing (names the
             stage to run).
     """
-    from hargo.compare.synthetic import CONFIGURATIONS, FIGURES_DIR, METRICS_DIR, REPORT_MD
     from hargo.hardware import describe_cpu
+
+    root = Path(root)
+    plan = synthetic_plan(params)
 
     def load(name: str) -> dict:
         path = root / METRICS_DIR / f"{name}.json"
@@ -218,4 +274,8 @@ def write_report(params: Mapping, plan, root: Path) -> dict:
                 "train_s_mean": float(np.mean([r["train_s"] for r in runs.values()]))}
         place(root / REPORT_MD).write_text("\n".join(lines))
     atomic_write_json(root / METRICS_DIR / "summary.json", summary)
+    figures = sorted(figures_dir.glob("*.png"))
+    run_id = log_to_mlflow(params, plan, root, summary,
+                           [root / REPORT_MD, root / METRICS_DIR / "summary.json", *figures])
+    print(f"report: {root / REPORT_MD}; MLflow run {run_id} (synthetic)", flush=True)
     return summary

@@ -1,0 +1,187 @@
+"""params.yaml ``synthetic``, checked: the plan of the synthetic test bed
+(:mod:`hargo.compare.synthetic`). Light imports only, so ``hargo check-params`` (the ``params``
+stage, :func:`hargo.params.validate_params`) checks the block without loading torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig
+from hargo.models.tiny import TinyPolicyConfig
+from hargo.param_values import ParamsError, as_number
+from hargo.vocab import GRPO_FAMILY
+
+__all__ = ["CONFIGURATIONS", "SyntheticPlan", "plan", "configuration", "DATA_DIR", "MODEL_DIR",
+           "RUNS_DIR", "METRICS_DIR", "REPORT_MD", "FIGURES_DIR"]
+
+#: The reward configurations every run of the test bed trains in.
+CONFIGURATIONS: tuple[str, ...] = ("heterogeneous", "homogeneous")
+#: The stages' outputs (synthetic/dvc.yaml), relative to the repository root.
+DATA_DIR = Path("data") / "synthetic"
+MODEL_DIR = Path("models") / "synthetic" / "sft"
+RUNS_DIR = Path("checkpoints") / "synthetic"
+METRICS_DIR = Path("metrics") / "synthetic"
+REPORT_MD = Path("reports") / "synthetic.md"
+FIGURES_DIR = Path("reports") / "synthetic"
+
+
+@dataclass(frozen=True)
+class SyntheticPlan:
+    """params.yaml ``synthetic``, checked (:func:`plan`).
+
+    Attributes:
+        data: the tasks (:class:`hargo.data.synthetic.SyntheticConfig`; ``homogeneous`` is
+            set per configuration, not here).
+        policy: the tiny policy (:class:`hargo.models.tiny.TinyPolicyConfig`).
+        sft: ``epochs``, ``learning_rate``, ``batch_size``, ``max_length`` (tokens).
+        rl: ``prompts_per_task`` (task -> prompts in the RL pool: the task mix; 0 leaves a task
+            out), ``steps``, ``prompts_per_step``, ``num_generations``, ``max_new_tokens`` (task
+            -> tokens), ``temperature``, ``learning_rate``.
+        methods: GRPO-family methods compared (``hargo`` among them for the intervals).
+        seeds: RL seeds; seed s of one method is paired with seed s of another.
+        eval_max_new_tokens: task -> tokens for the greedy evaluation.
+        resamples, confidence: of the paired bootstrap.
+    """
+
+    data: SyntheticConfig
+    policy: TinyPolicyConfig
+    sft: dict
+    rl: dict
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    eval_max_new_tokens: dict
+    resamples: int = 2000
+    confidence: float = 0.95
+
+
+_SFT_KEYS = {"epochs": int, "learning_rate": float, "batch_size": int, "max_length": int}
+_RL_KEYS = {"prompts_per_task": dict, "steps": int, "prompts_per_step": int,
+            "num_generations": int, "max_new_tokens": dict, "temperature": float,
+            "learning_rate": float}
+
+
+def _block(d: Any, keys: Mapping[str, type], where: str) -> dict:
+    if not isinstance(d, Mapping):
+        raise ParamsError(f"{where}: expected a mapping, got {d!r}")
+    missing, unknown = sorted(set(keys) - set(d)), sorted(set(d) - set(keys))
+    if missing or unknown:
+        raise ParamsError(f"{where}: " + "; ".join(
+            ([f"missing {missing}"] if missing else []) + ([f"unknown {unknown}"] if unknown else [])))
+    out = {}
+    for k, t in keys.items():
+        v = d[k]
+        if t is dict:
+            out[k] = _per_task(v, f"{where}.{k}", allow_zero=k == "prompts_per_task")
+        elif t is int:
+            n = as_number(f"{where}.{k}", v, integer=True)
+            if n < 1:
+                raise ParamsError(f"{where}.{k}: expected an integer >= 1, got {v!r}")
+            out[k] = n
+        else:
+            x = as_number(f"{where}.{k}", v)
+            if not x > 0:
+                raise ParamsError(f"{where}.{k}: expected a number > 0, got {v!r}")
+            out[k] = float(x)
+    return out
+
+
+def _per_task(v: Any, where: str, allow_zero: bool = False) -> dict:
+    if not isinstance(v, Mapping) or sorted(v) != sorted(SYNTHETIC_TASKS):
+        raise ParamsError(f"{where}: expected one integer per task {list(SYNTHETIC_TASKS)}, "
+                          f"got {v!r}")
+    lo = 0 if allow_zero else 1
+    out = {}
+    for t in SYNTHETIC_TASKS:
+        n = as_number(f"{where}.{t}", v[t], integer=True)
+        if n < lo:
+            raise ParamsError(f"{where}.{t}: expected an integer >= {lo}, got {v[t]!r}")
+        out[t] = n
+    return out
+
+
+def _numbers(d: Any, cls, where: str) -> dict:
+    """``d`` with every value of a numeric field of dataclass ``cls`` parsed by
+    :func:`hargo.param_values.as_number` (``2e-3`` may reach here as a string)."""
+    from dataclasses import fields
+
+    if d is None:
+        return {}
+    if not isinstance(d, Mapping):
+        raise ParamsError(f"{where}: expected a mapping, got {d!r}")
+    kinds = {f.name: str(f.type) for f in fields(cls)}
+    return {k: as_number(f"{where}.{k}", v, integer=kinds[k] == "int")
+            if kinds.get(k) in ("int", "float") and isinstance(v, str) else v
+            for k, v in d.items()}
+
+
+def plan(params: Mapping) -> SyntheticPlan:
+    """params.yaml ``synthetic`` as a :class:`SyntheticPlan`.
+
+    Raises:
+        ParamsError: a missing, unknown or bad key, named as ``synthetic.<block>.<key>``; a
+            method outside the GRPO family; no seeds; an RL pool smaller than a step.
+    """
+    s = params.get("synthetic")
+    if not isinstance(s, Mapping):
+        raise ParamsError("params.yaml has no `synthetic` block (the synthetic test bed)")
+    expected = {"data", "policy", "sft", "rl", "methods", "seeds", "evaluate", "bootstrap"}
+    if set(s) != expected:
+        raise ParamsError(f"synthetic: expected keys {sorted(expected)}, got {sorted(s)}")
+    try:
+        data = SyntheticConfig.from_params(_numbers(s["data"], SyntheticConfig, "synthetic.data"))
+    except ValueError as e:
+        raise ParamsError(f"synthetic.data: {e}") from None
+    try:
+        policy = TinyPolicyConfig.from_params(_numbers(s["policy"], TinyPolicyConfig,
+                                                       "synthetic.policy"))
+    except ValueError as e:
+        raise ParamsError(str(e)) from None
+    if data.homogeneous:
+        raise ParamsError("synthetic.data.homogeneous: leave it false; the homogeneous control "
+                          "is the second configuration of every run")
+    methods = tuple(s["methods"] or ())
+    bad = [m for m in methods if m not in GRPO_FAMILY]
+    if not methods or bad:
+        raise ParamsError(f"synthetic.methods: GRPO-family methods {list(GRPO_FAMILY)} only, "
+                          f"got {list(methods)}")
+    seeds = s["seeds"]
+    if not isinstance(seeds, (list, tuple)) or not seeds or len(set(seeds)) != len(seeds) or any(
+            isinstance(x, bool) or not isinstance(x, int) for x in seeds):
+        raise ParamsError(f"synthetic.seeds: a non-empty list of distinct integers, got {seeds!r}")
+    sft = _block(s["sft"], _SFT_KEYS, "synthetic.sft")
+    rl = _block(s["rl"], _RL_KEYS, "synthetic.rl")
+    if sum(rl["prompts_per_task"].values()) < rl["prompts_per_step"]:
+        raise ParamsError(f"synthetic.rl.prompts_per_task: {sum(rl['prompts_per_task'].values())}"
+                          f" prompts in the pool, fewer than prompts_per_step "
+                          f"{rl['prompts_per_step']}")
+    short = {t: n for t, n in rl["prompts_per_task"].items() if n > data.n_train}
+    if short:
+        raise ParamsError(f"synthetic.rl.prompts_per_task: {short} exceed synthetic.data.n_train "
+                          f"{data.n_train}")
+    ev = s["evaluate"]
+    if not isinstance(ev, Mapping) or set(ev) != {"max_new_tokens"}:
+        raise ParamsError(f"synthetic.evaluate: expected {{max_new_tokens: ...}}, got {ev!r}")
+    b = s["bootstrap"]
+    if not isinstance(b, Mapping) or set(b) != {"resamples", "confidence"}:
+        raise ParamsError(f"synthetic.bootstrap: expected resamples and confidence, got {b!r}")
+    resamples = as_number("synthetic.bootstrap.resamples", b["resamples"], integer=True)
+    confidence = as_number("synthetic.bootstrap.confidence", b["confidence"])
+    if resamples < 1 or not 0 < confidence < 1:
+        raise ParamsError(f"synthetic.bootstrap: resamples >= 1 and 0 < confidence < 1, got {b!r}")
+    return SyntheticPlan(data=data, policy=policy, sft=sft, rl=rl, methods=methods,
+                         seeds=tuple(int(x) for x in seeds),
+                         eval_max_new_tokens=_per_task(ev["max_new_tokens"],
+                                                       "synthetic.evaluate.max_new_tokens"),
+                         resamples=resamples, confidence=float(confidence))
+
+
+def configuration(p: SyntheticPlan, name: str) -> SyntheticConfig:
+    """The reward configuration ``name`` (:data:`CONFIGURATIONS`).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name not in CONFIGURATIONS:
+        raise ValueError(f"unknown synthetic configuration {name!r}; valid: {list(CONFIGURATIONS)}")
+    return replace(p.data, homogeneous=name == "homogeneous")

@@ -1,0 +1,273 @@
+"""The synthetic test bed (hargo/compare/synthetic.py, synthetic_plan.py, synthetic_report.py,
+hargo/models/tiny.py): params checks, the RL prompt pool, scoring, the update-mass share, the
+intervals, the tiny policy, that it learns the yes/no task by SFT alone, and the whole pipeline
+(data -> SFT -> both configurations -> report) at a tiny size, with its per-run resume."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from hargo.compare import synthetic as S
+from hargo.compare import synthetic_data as D
+from hargo.compare import synthetic_report as R
+from hargo.compare.synthetic_plan import configuration, plan
+from hargo.data.synthetic import SyntheticConfig, generate
+from hargo.models.tiny import TinyPolicyConfig, build_tiny_policy, train_small_tokenizer
+from hargo.params import ParamsError, validate_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def params() -> dict:
+    return yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def tiny_params(params: dict) -> dict:
+    """The committed params with a test-bed small enough for a test (~1 min in all)."""
+    p = copy.deepcopy(params)
+    p["synthetic"].update({
+        "data": {**p["synthetic"]["data"], "n_train": 24, "n_eval": 6},
+        "policy": {"tokenizer": "small", "vocab_size": 300, "hidden_size": 64, "num_layers": 2,
+                   "num_heads": 2, "intermediate_size": 128, "max_positions": 256},
+        "sft": {"epochs": 1, "learning_rate": 1e-3, "batch_size": 16, "max_length": 160},
+        "rl": {"prompts_per_task": {"syn_yesno": 2, "syn_short": 2, "syn_long": 2}, "steps": 1,
+               "prompts_per_step": 3, "num_generations": 2,
+               "max_new_tokens": {"syn_yesno": 4, "syn_short": 6, "syn_long": 12},
+               "temperature": 1.0, "learning_rate": 1e-4},
+        "methods": ["grpo", "hargo"], "seeds": [1, 2],
+        "evaluate": {"max_new_tokens": {"syn_yesno": 4, "syn_short": 6, "syn_long": 12}},
+        "bootstrap": {"resamples": 200, "confidence": 0.9}})
+    return p
+
+
+# ----------------------------------------------------------------------------- params
+
+def test_committed_params_make_a_plan(params):
+    p = plan(params)
+    assert p.methods == ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
+    assert len(p.seeds) == 10
+    assert configuration(p, "homogeneous").homogeneous is True
+    assert configuration(p, "heterogeneous").homogeneous is False
+    with pytest.raises(ValueError, match="unknown synthetic configuration 'mixed'"):
+        configuration(p, "mixed")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("methods", ["grpo", "ppo"], r"synthetic.methods: GRPO-family methods"),
+    ("seeds", [], r"synthetic.seeds: a non-empty list"),
+    ("seeds", [1, 1], r"synthetic.seeds: a non-empty list of distinct"),
+    ("rl.steps", 0, r"synthetic.rl.steps: expected an integer >= 1, got 0"),
+    ("rl.prompts_per_task", {"syn_yesno": 4, "syn_short": 4}, r"synthetic.rl.prompts_per_task"),
+    ("rl.prompts_per_task", {"syn_yesno": 400, "syn_short": 1, "syn_long": 1},
+     r"exceed synthetic.data.n_train 300"),
+    ("rl.max_new_tokens", {"syn_yesno": 0, "syn_short": 4, "syn_long": 4},
+     r"synthetic.rl.max_new_tokens.syn_yesno: expected an integer >= 1"),
+    ("data.homogeneous", True, r"synthetic.data.homogeneous: leave it false"),
+    ("data.yesno_question", "odd", r"yesno_question must be one of"),
+    ("policy.hidden_size", 250, r"not divisible by num_heads 4"),
+    ("policy.depth", 2, r"synthetic.policy: unknown keys \['depth'\]"),
+    ("sft.lr", 1.0, r"synthetic.sft: missing \['learning_rate'\]; unknown \['lr'\]"),
+])
+def test_bad_synthetic_params_fail_in_validate_params_naming_the_key(params, key, value, message):
+    p = copy.deepcopy(params)
+    *path, last = ["synthetic"] + key.split(".")
+    d = p
+    for k in path:
+        d = d[k]
+    if key == "sft.lr":
+        d.pop("learning_rate")
+    d[last] = value
+    with pytest.raises(ParamsError, match=message):
+        validate_params(p)
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+def test_rl_prompts_follow_the_task_mix_and_the_seed(params):
+    p = plan(params)
+    train, _ = generate(p.data, 42)
+    a, b, a2 = (S.rl_prompts(train, p, s) for s in (1, 2, 1))
+    assert [r["task"] for r in a].count("syn_long") == 32 and len(a) == 96
+    assert a == a2 and a != b
+    assert len({r["id"] for r in a}) == 96           # without replacement
+    q = copy.deepcopy(params)
+    q["synthetic"]["rl"]["prompts_per_task"] = {"syn_yesno": 10, "syn_short": 0, "syn_long": 2}
+    mix = S.rl_prompts(train, plan(q), 1)
+    assert [r["task"] for r in mix] == ["syn_yesno"] * 10 + ["syn_long"] * 2
+
+
+def test_score_divides_by_the_scale_and_counts_exact_matches():
+    cfg = SyntheticConfig(scale_yesno=2.0, scale_short=0.5, scale_long=3.0)
+    long_ref = "apple river stone"
+    out = S.score(cfg, ["syn_yesno", "syn_yesno", "syn_short", "syn_short", "syn_long"],
+                  ["yes", "no", "24", "23", long_ref],
+                  ["yes", "yes", "23", "23", long_ref], ["yes", "yes", None, None, None])
+    # yes/no: 1 and 0; short: 24 vs 23 is within 5% -> tier 0.5, not exact; long: the reference
+    assert out["reward"] == pytest.approx([1.0, 0.0, 0.5, 1.0, 1.0])
+    assert out["correct"] == [1.0, 0.0, 0.0, 1.0, 1.0]
+    homo = S.score(configuration(plan(yaml.safe_load((ROOT / "params.yaml").read_text())),
+                                 "homogeneous"), ["syn_short"], ["24"], ["23"], [None])
+    assert homo == {"reward": [0.0], "correct": [0.0]}
+
+
+def test_update_mass_share_is_hand_computed():
+    rec = S.MassRecorder()
+    # group 1 (task a): w = 1/2, 1/2, A = +1, -1 -> mass 1
+    # group 2 (task b): w = 1/4, 3/4, A = +2, -2 -> mass 0.5 + 1.5 = 2
+    rec.add_generation(tasks=["a", "a", "b", "b"], rewards=[1, 0, 1, 0],
+                       advantages=[1.0, -1.0, 2.0, -2.0], weights=[0.5, 0.5, 0.25, 0.75],
+                       completion_lengths=[1, 1, 1, 1], group_size=2)
+    m = rec.finish_step(1)
+    assert m["a/update_mass_share"] == pytest.approx(1 / 3)
+    assert m["b/update_mass_share"] == pytest.approx(2 / 3)
+    assert rec.history[-1]["b/update_mass_share"] == pytest.approx(2 / 3)
+    rec.add_generation(tasks=["a", "a"], rewards=[1, 1], advantages=[0.0, 0.0],
+                       weights=[0.5, 0.5], completion_lengths=[1, 1], group_size=2)
+    assert np.isnan(rec.finish_step(2)["a/update_mass_share"])   # no mass at all
+
+
+def _fake_run(values, tasks):
+    return {"eval": {"tasks": tasks, "reward": list(values), "correct": [float(v == 1)
+                                                                        for v in values],
+                     "ids": [str(i) for i in range(len(values))]},
+            "eval_summary": {}}
+
+
+def test_intervals_and_verdicts_on_crafted_runs():
+    tasks = ["syn_yesno", "syn_short", "syn_long"] * 4
+    base = [0.0, 0.2, 0.5] * 4
+    runs = {"grpo-s1": _fake_run(base, tasks), "grpo-s2": _fake_run(base, tasks),
+            "hargo-s1": _fake_run([v + 0.1 for v in base], tasks),
+            "hargo-s2": _fake_run([v + 0.1 for v in base], tasks),
+            "dr_grpo-s1": _fake_run([v + 0.1 for v in base], tasks),
+            "dr_grpo-s2": _fake_run([v + 0.1 for v in base], tasks)}
+    ci = R.intervals(runs, ["dr_grpo", "grpo", "hargo"], [1, 2], 200, 0.9, 0)
+    assert list(ci) == ["hargo-grpo", "hargo-dr_grpo"]             # GRPO first
+    g = ci["hargo-grpo"]["all/reward"]
+    assert g["diff"] == pytest.approx(0.1) and g["low"] == pytest.approx(0.1)
+    assert R.verdict(g) == "HARGO better"
+    assert R.verdict(ci["hargo-dr_grpo"]["syn_long/reward"]) == "no difference shown"
+    assert R.verdict({"low": -0.3, "high": -0.1}) == "HARGO worse"
+    assert R.prompt_values(runs["grpo-s1"]["eval"], "syn_short/reward").tolist() == [0.2] * 4
+    assert R.intervals(runs, ["grpo", "dr_grpo"], [1, 2], 10, 0.9, 0) == {}
+
+
+# ----------------------------------------------------------------------------- tiny policy
+
+def test_small_tokenizer_round_trips_and_speaks_chatml():
+    tok = train_small_tokenizer(["Is the last number of 1 2 3 even?", "apple river"] * 5, 300)
+    assert len(tok) <= 300
+    text = "Write 23 words: zebra Ünïcode ✓"
+    assert tok.decode(tok(text)["input_ids"]) == text               # byte fallback
+    rendered = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                       add_generation_prompt=True)
+    assert rendered == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+
+
+def test_tiny_policy_is_deterministic_per_seed(tmp_path):
+    from safetensors.torch import load_file
+
+    cfg = TinyPolicyConfig(vocab_size=300, hidden_size=64, num_layers=2, num_heads=2,
+                           intermediate_size=128)
+    texts = ["yes no 1 2 3 apple"] * 4
+    paths = [build_tiny_policy(tmp_path / n, cfg, texts, seed=s)
+             for n, s in (("a", 0), ("b", 0), ("c", 1))]
+    w = [load_file(str(p / "model.safetensors")) for p in paths]
+    assert all((p / ".complete").exists() for p in paths)
+    assert w[0].keys() == w[1].keys()
+    assert all(np.array_equal(w[0][k].numpy(), w[1][k].numpy()) for k in w[0])
+    assert not all(np.array_equal(w[0][k].numpy(), w[2][k].numpy()) for k in w[0])
+    with pytest.raises(ValueError, match="needs texts"):
+        build_tiny_policy(tmp_path / "d", cfg, [], seed=0)
+
+
+def test_tiny_policy_learns_the_yes_no_task_by_sft_alone(params, tmp_path):
+    """The test bed's premise: SFT on a few hundred examples makes the tiny policy (the
+    committed config) answer the yes/no task well above chance (0.5: balanced labels)."""
+    from hargo.training import sft
+
+    p = plan(params)
+    train, ev = generate(replace_counts(p.data, 300, 64), 1)
+    train = [r for r in train if r["task"] == "syn_yesno"]
+    ev = [r for r in ev if r["task"] == "syn_yesno"]
+    texts = [r["prompt"][0]["content"] for r in train] + [r["answer"] for r in train]
+    init = build_tiny_policy(tmp_path / "init", p.policy, texts, seed=0)
+    q = S.stage_params(params, p, 1)
+    before = S.evaluate_policy(init, ev, p, p.data)
+    sft.train(q, init, train, tmp_path / "sft", report_to=())
+    after = S.evaluate_policy(tmp_path / "sft", ev, p, p.data)
+    acc = float(np.mean(after["correct"]))
+    assert acc >= 0.85, acc
+    assert acc > float(np.mean(before["correct"])) + 0.3
+
+
+def replace_counts(cfg: SyntheticConfig, n_train: int, n_eval: int) -> SyntheticConfig:
+    from dataclasses import replace
+
+    return replace(cfg, n_train=n_train, n_eval=n_eval)
+
+
+# ----------------------------------------------------------------------------- the pipeline
+
+def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
+    p = tiny_params(params)
+    stats = D.prepare_data(p, tmp_path)
+    assert stats["splits"]["train"]["syn_long"]["records"] == 24
+    assert (tmp_path / "data/synthetic/eval.jsonl").read_text().count("\n") == 18
+    sft_out = S.train_sft(p, tmp_path)
+    assert sft_out["sft"]["steps"] == 5                     # 72 examples / 16, one epoch
+    assert set(sft_out["eval"]) == {"heterogeneous", "homogeneous"}
+    lines: list[str] = []
+    het = S.train_configuration(p, "heterogeneous", tmp_path, print_fn=lines.append)
+    assert sorted(het["runs"]) == ["grpo-s1", "grpo-s2", "hargo-s1", "hargo-s2"]
+    run = het["runs"]["hargo-s1"]
+    assert len(run["history"]) == 1 and len(run["eval"]["reward"]) == 18
+    shares = [v for k, v in run["history"][0].items() if k.endswith("/update_mass_share")]
+    assert shares and (sum(shares) == pytest.approx(1.0) or all(np.isnan(shares)))
+    # a second call keeps every finished run; a change of HARGO's own knob re-trains HARGO only
+    again = S.train_configuration(p, "heterogeneous", tmp_path, print_fn=lines.append)
+    assert again["runs"] == het["runs"]
+    assert sum("done earlier, kept" in ln for ln in lines) == 4
+    q = copy.deepcopy(p)
+    q["rl"]["hargo"]["alpha"] = 0.5
+    lines.clear()
+    S.train_configuration(q, "heterogeneous", tmp_path, print_fn=lines.append)
+    kept = [ln for ln in lines if "done earlier, kept" in ln]
+    assert len(kept) == 2 and all("grpo-s" in ln for ln in kept)
+    S.train_configuration(p, "homogeneous", tmp_path, print_fn=lines.append)
+    with pytest.raises(FileNotFoundError, match="homogeneous.json lacks runs"):
+        r = copy.deepcopy(p)
+        r["synthetic"]["seeds"] = [1, 2, 3]
+        R.report(r, tmp_path)
+    summary = R.report(p, tmp_path)
+    assert set(summary["configurations"]) == {"heterogeneous", "homogeneous"}
+    assert "all/reward" in summary["configurations"]["homogeneous"]["intervals"]["hargo-grpo"]
+    md = (tmp_path / "reports/synthetic.md").read_text()
+    assert "## heterogeneous rewards" in md and "HARGO vs GRPO on the mean eval reward" in md
+    for name in ("heterogeneous_reward_mean.png", "homogeneous_update_mass_share.png"):
+        assert (tmp_path / "reports/synthetic" / name).stat().st_size > 1000
+    assert json.loads((tmp_path / "metrics/synthetic/summary.json").read_text()) == json.loads(
+        json.dumps(summary))
+
+
+def test_numbers_spelled_as_strings_are_parsed(params):
+    """`dvc exp run -S synthetic.sft.learning_rate=2e-3` reaches params as the string '2e-3'
+    (YAML 1.1): it must parse, as the main pipeline's numbers do (hargo.param_values)."""
+    q = copy.deepcopy(params)
+    q["synthetic"]["sft"]["learning_rate"] = "2e-3"
+    q["synthetic"]["data"]["scale_long"] = "2e-1"
+    q["synthetic"]["policy"]["num_layers"] = "2"
+    q["synthetic"]["bootstrap"]["confidence"] = "9e-1"
+    p = plan(q)
+    assert p.sft["learning_rate"] == 0.002 and p.data.scale_long == 0.2
+    assert p.policy.num_layers == 2 and p.confidence == 0.9
+    q["synthetic"]["data"]["scale_long"] = "lots"
+    with pytest.raises(ParamsError, match="synthetic.data"):
+        plan(q)
