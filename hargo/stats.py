@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["mean_std", "paired_bootstrap_ci", "paired_bootstrap_ci_seeds", "f1_statistic",
+__all__ = ["mean_std", "paired_bootstrap_ci", "paired_bootstrap_ci_seeds",
+           "paired_bootstrap_ci_two_level", "f1_statistic",
            "precision_statistic", "recall_statistic", "race_f1_records", "mean_statistic"]
 
 
@@ -146,6 +147,46 @@ def paired_bootstrap_ci_seeds(a_runs: Sequence, b_runs: Sequence,
     low, high = np.quantile(diffs, [tail, 1.0 - tail])
     return {"diff": diff, "low": float(low), "high": float(high), "resamples": int(resamples),
             "confidence": float(confidence), "n_prompts": n, "n_seeds": len(a)}
+
+
+def paired_bootstrap_ci_two_level(a_runs: Sequence, b_runs: Sequence, resamples: int = 2000,
+                                  confidence: float = 0.95, seed: int = 0) -> dict:
+    """Two-level (hierarchical) percentile bootstrap CI of ``mean_s [mean(a_s) - mean(b_s)]``:
+    each resample draws ``S`` seed pairs with replacement *and* ``n`` prompt indices with
+    replacement (shared by every drawn pair), so the interval carries the seed-to-seed variance
+    of training as well as the prompt sampling (Davison & Hinkley 1997, sec. 3.8, resampling
+    both stages). :func:`paired_bootstrap_ci_seeds` keeps the seeds fixed; use this one when
+    there are enough seeds (>= 5) for their spread to be estimated.
+
+    Args:
+        a_runs, b_runs: ``S`` arrays of shape ``(n,)`` each (per-prompt values of one run, the
+            same prompt order in every run); seed ``s`` of a is paired with seed ``s`` of b.
+        resamples, confidence, seed: as :func:`paired_bootstrap_ci_seeds`.
+
+    Returns:
+        ``{"diff", "low", "high", "resamples", "confidence", "n_prompts", "n_seeds",
+        "method": "two-level"}``.
+
+    Raises:
+        ValueError: as :func:`paired_bootstrap_ci_seeds`, or a run that is not 1-D.
+    """
+    a = [np.asarray(x, dtype=float) for x in a_runs]
+    b = [np.asarray(x, dtype=float) for x in b_runs]
+    base = paired_bootstrap_ci_seeds(a, b, mean_statistic, 1, confidence, seed)  # the checks
+    if any(x.ndim != 1 for x in a + b):
+        raise ValueError("two-level bootstrap: every run must be a 1-D array of prompt values")
+    S, n, R = len(a), base["n_prompts"], int(resamples)
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(0, n, size=(R, n))
+    seeds = rng.integers(0, S, size=(R, S))
+    per_seed = np.stack([x[prompts].mean(axis=1) - y[prompts].mean(axis=1)
+                         for x, y in zip(a, b)])                     # (S, R)
+    diffs = per_seed[seeds.T, np.arange(R)].mean(axis=0)              # (R,)
+    tail = (1.0 - float(confidence)) / 2.0
+    low, high = np.quantile(diffs, [tail, 1.0 - tail])
+    return {"diff": base["diff"], "low": float(low), "high": float(high), "resamples": R,
+            "confidence": float(confidence), "n_prompts": n, "n_seeds": S,
+            "method": "two-level"}
 
 
 def paired_bootstrap_ci(a, b, statistic: Callable[[np.ndarray], float] = mean_statistic,

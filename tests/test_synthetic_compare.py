@@ -69,6 +69,8 @@ def test_committed_params_make_a_plan(params):
     ("rl.max_new_tokens", {"syn_yesno": 0, "syn_short": 4, "syn_long": 4},
      r"synthetic.rl.max_new_tokens.syn_yesno: expected an integer >= 1"),
     ("data.homogeneous", True, r"synthetic.data.homogeneous: leave it false"),
+    ("data.n_eval", 0, r"n_train and n_eval must be >= 1"),
+    ("methods", ["grpo", "hargo", "grpo"], r"a method is listed twice"),
     ("data.yesno_question", "odd", r"yesno_question must be one of"),
     ("policy.hidden_size", 250, r"not divisible by num_heads 4"),
     ("policy.depth", 2, r"synthetic.policy: unknown keys \['depth'\]"),
@@ -111,6 +113,8 @@ def test_score_divides_by_the_scale_and_counts_exact_matches():
     # yes/no: 1 and 0; short: 24 vs 23 is within 5% -> tier 0.5, not exact; long: the reference
     assert out["reward"] == pytest.approx([1.0, 0.0, 0.5, 1.0, 1.0])
     assert out["correct"] == [1.0, 0.0, 0.0, 1.0, 1.0]
+    zero = S.score(SyntheticConfig(scale_long=0.0), ["syn_long"], [long_ref], [long_ref], [None])
+    assert zero == {"reward": [1.0], "correct": [1.0]}          # the yardstick ignores scales
     homo = S.score(configuration(plan(yaml.safe_load((ROOT / "params.yaml").read_text())),
                                  "homogeneous"), ["syn_short"], ["24"], ["23"], [None])
     assert homo == {"reward": [0.0], "correct": [0.0]}
@@ -156,6 +160,34 @@ def test_intervals_and_verdicts_on_crafted_runs():
     assert R.verdict({"low": -0.3, "high": -0.1}) == "HARGO worse"
     assert R.prompt_values(runs["grpo-s1"]["eval"], "syn_short/reward").tolist() == [0.2] * 4
     assert R.intervals(runs, ["grpo", "dr_grpo"], [1, 2], 10, 0.9, 0) == {}
+    assert R.intervals(runs, ["hargo"], [1, 2], 10, 0.9, 0) == {}
+
+
+def test_two_level_interval_carries_the_spread_over_seeds():
+    """Same prompts, HARGO - GRPO = +0.3 on seed 1 and -0.1 on seed 2 on every prompt: with the
+    seeds fixed the interval is the point (+0.1); resampling seed pairs spreads it over
+    [-0.1, +0.3], so 0 is inside and no difference is shown."""
+    from hargo.stats import paired_bootstrap_ci_seeds, paired_bootstrap_ci_two_level
+
+    b = [np.zeros(20), np.zeros(20)]
+    a = [np.full(20, 0.3), np.full(20, -0.1)]
+    fixed = paired_bootstrap_ci_seeds(a, b, resamples=500, confidence=0.9, seed=0)
+    two = paired_bootstrap_ci_two_level(a, b, resamples=500, confidence=0.9, seed=0)
+    assert fixed["low"] == pytest.approx(0.1) and fixed["high"] == pytest.approx(0.1)
+    assert two["diff"] == pytest.approx(0.1)
+    assert two["low"] == pytest.approx(-0.1) and two["high"] == pytest.approx(0.3)
+    assert R.verdict(two) == "no difference shown" and R.verdict(fixed) == "HARGO better"
+    with pytest.raises(ValueError, match="1-D"):
+        paired_bootstrap_ci_two_level([np.zeros((3, 2))], [np.zeros((3, 2))])
+
+
+def test_share_curve_counts_an_absent_task_as_zero():
+    h1 = [{"step": 1, "a/update_mass_share": 1.0}, {"step": 2, "a/update_mass_share": 0.5,
+                                                    "b/update_mass_share": 0.5}]
+    h2 = [{"step": 1, "a/update_mass_share": 0.25, "b/update_mass_share": 0.75},
+          {"step": 2, "a/update_mass_share": float("nan")}]
+    assert R.share_curve([h1, h2], "b") == ([1, 2], [0.375, 0.5])
+    assert R.share_curve([h1, h2], "a") == ([1, 2], [0.625, 0.5])
 
 
 # ----------------------------------------------------------------------------- tiny policy
@@ -200,9 +232,9 @@ def test_tiny_policy_learns_the_yes_no_task_by_sft_alone(params, tmp_path):
     texts = [r["prompt"][0]["content"] for r in train] + [r["answer"] for r in train]
     init = build_tiny_policy(tmp_path / "init", p.policy, texts, seed=0)
     q = S.stage_params(params, p, 1)
-    before = S.evaluate_policy(init, ev, p, p.data)
+    before = S.evaluate_policy(init, ev, p, {"h": p.data})["h"]
     sft.train(q, init, train, tmp_path / "sft", report_to=())
-    after = S.evaluate_policy(tmp_path / "sft", ev, p, p.data)
+    after = S.evaluate_policy(tmp_path / "sft", ev, p, {"h": p.data})["h"]
     acc = float(np.mean(after["correct"]))
     assert acc >= 0.85, acc
     assert acc > float(np.mean(before["correct"])) + 0.3
@@ -233,7 +265,8 @@ def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
     assert shares and (sum(shares) == pytest.approx(1.0) or all(np.isnan(shares)))
     # a second call keeps every finished run; a change of HARGO's own knob re-trains HARGO only
     again = S.train_configuration(p, "heterogeneous", tmp_path, print_fn=lines.append)
-    assert again["runs"] == het["runs"]
+    same = lambda x: json.dumps(x, sort_keys=True)  # noqa: E731  (NaN != NaN, its text is equal)
+    assert same(again["runs"]) == same(json.loads(json.dumps(het["runs"])))
     assert sum("done earlier, kept" in ln for ln in lines) == 4
     q = copy.deepcopy(p)
     q["rl"]["hargo"]["alpha"] = 0.5
@@ -242,7 +275,7 @@ def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
     kept = [ln for ln in lines if "done earlier, kept" in ln]
     assert len(kept) == 2 and all("grpo-s" in ln for ln in kept)
     S.train_configuration(p, "homogeneous", tmp_path, print_fn=lines.append)
-    with pytest.raises(FileNotFoundError, match="homogeneous.json lacks runs"):
+    with pytest.raises(FileNotFoundError, match=r"heterogeneous.json lacks runs \[.grpo-s3., .hargo-s3.\]"):
         r = copy.deepcopy(p)
         r["synthetic"]["seeds"] = [1, 2, 3]
         R.report(r, tmp_path)
@@ -253,8 +286,9 @@ def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
     assert "## heterogeneous rewards" in md and "HARGO vs GRPO on the mean eval reward" in md
     for name in ("heterogeneous_reward_mean.png", "homogeneous_update_mass_share.png"):
         assert (tmp_path / "reports/synthetic" / name).stat().st_size > 1000
-    assert json.loads((tmp_path / "metrics/synthetic/summary.json").read_text()) == json.loads(
-        json.dumps(summary))
+    written = json.loads((tmp_path / "metrics/synthetic/summary.json").read_text())
+    assert json.dumps(written, sort_keys=True) == json.dumps(json.loads(json.dumps(summary)),
+                                                             sort_keys=True)
 
 
 def test_numbers_spelled_as_strings_are_parsed(params):

@@ -13,8 +13,8 @@ Two configurations share the data and the SFT policy:
     the rewards of ``synthetic.data`` (the three reward shapes);
 ``homogeneous``
     the control: every task gets a 0/1 exact-match reward (``SyntheticConfig.homogeneous``);
-    there HARGO's weighting has no reward heterogeneity to exploit and should not differ from
-    GRPO.
+    with no reward heterogeneity to exploit, HARGO is expected not to differ from GRPO there
+    (the report shows whether it does).
 
 The pipeline (``synthetic/dvc.yaml``, ``scripts/compare.sh synthetic``), one function per stage
 (the plan and paths: :mod:`hargo.compare.synthetic_plan`):
@@ -32,15 +32,15 @@ The pipeline (``synthetic/dvc.yaml``, ``scripts/compare.sh synthetic``), one fun
 
 Evaluation: greedy completions of the eval split (``synthetic.evaluate.max_new_tokens``, per
 task) scored with the configuration's reward divided by the task's scale (so the reward-scale
-knobs change training, not the yardstick) and by exact match (:func:`score`). Intervals: the paired bootstrap
-over seeds and prompts (:func:`hargo.stats.paired_bootstrap_ci_seeds`) of HARGO minus each
+knobs change training, not the yardstick) and by exact match (:func:`score`). Intervals: the
+paired bootstrap over seeds and prompts (:func:`hargo.stats.paired_bootstrap_ci_seeds`) of HARGO minus each
 method, on the mean eval reward over all prompts and per task.
 
 The *update mass* of a response is ``w_i * |A_i|`` (its weight times the absolute advantage
 that multiplies its policy-gradient term, ``hargo.advantages``); a task's share of a step's
 update mass is how much of the update the task drives. Uniform GRPO weights give a task the
-share its groups' advantages give it; HARGO moves the mass toward the groups whose rewards
-disagree (method.md). :class:`MassRecorder` adds ``<task>/update_mass_share`` to every step.
+share its groups' advantages give it; HARGO's weights are meant to move it toward the groups
+whose rewards discriminate (docs/method.md); the report draws both. :class:`MassRecorder` adds ``<task>/update_mass_share`` to every step.
 """
 from __future__ import annotations
 
@@ -62,15 +62,18 @@ from hargo.io import atomic_write_json
 from hargo.training.rl_logging import StepRecorder
 
 __all__ = ["stage_params", "rl_prompts", "score", "evaluate_policy", "eval_summary",
-           "MassRecorder", "run_fingerprint", "train_run", "train_sft", "train_configuration"]
+           "MassRecorder", "code_digest", "run_fingerprint", "train_run", "train_sft",
+           "train_configuration"]
 
 
 
 def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> dict:
     """A full params dict for :func:`hargo.training.sft.train` and
     :func:`hargo.training.rl.build_trainer` on the tiny policy: a copy of ``params`` with
-    ``seed``, full fine-tuning (no LoRA: the policy is tiny), fp32, no gradient checkpointing,
-    transformers generation, dynamic sampling off, and ``synthetic.sft`` / ``synthetic.rl`` in
+    ``seed``, full fine-tuning (no LoRA: the policy is tiny), fp32 weights (with the main
+    pipeline's ``train.bf16`` autocast where the hardware has native bf16, so results depend on
+    the CPU: the report names it), no gradient checkpointing, transformers generation, dynamic
+    sampling off, and ``synthetic.sft`` / ``synthetic.rl`` in
     place of ``sft`` / ``rl``'s shared keys. Each method's own knobs (``rl.hargo.alpha``,
     ``rho``, ``beta``, ...) and ``rl.clip_range`` stay the main pipeline's."""
     q = copy.deepcopy(dict(params))
@@ -109,30 +112,35 @@ def rl_prompts(train: Sequence[Mapping], p: SyntheticPlan, seed: int) -> list[di
 
 def score(config: SyntheticConfig, tasks: Sequence[str], completions: Sequence[str],
           answers: Sequence[str], labels: Sequence[str | None]) -> dict[str, list[float]]:
-    """Per prompt: ``reward``, the configuration's reward divided by the task's scale (in
+    """Per prompt: ``reward``, the configuration's reward with every scale 1 (in
     [``long_min_reward``, 1]; 0/1 in the homogeneous configuration), and ``correct``, the
     exact-match reward (the homogeneous one, 0/1) -- so a scale knob changes training, not the
-    yardstick.
+    yardstick (a scale of 0 included).
 
     Returns:
         ``{"reward": [N floats], "correct": [N floats]}``.
     """
     from hargo.data.synthetic import synthetic_reward
 
-    exact = replace(config, homogeneous=True)
+    unit = replace(config, scale_yesno=1.0, scale_short=1.0, scale_long=1.0)
+    exact = replace(unit, homogeneous=True)
     rewards, correct = [], []
     for t, c, a, lab in zip(tasks, completions, answers, labels, strict=True):
-        s = config.scale(t) or 1.0
-        rewards.append(synthetic_reward(t, c, a, lab, config) / s)
-        correct.append(synthetic_reward(t, c, a, lab, exact) / (exact.scale(t) or 1.0))
+        rewards.append(synthetic_reward(t, c, a, lab, unit))
+        correct.append(synthetic_reward(t, c, a, lab, exact))
     return {"reward": rewards, "correct": correct}
 
 
 def evaluate_policy(model_dir: str | Path, records: Sequence[Mapping], p: SyntheticPlan,
-                    config: SyntheticConfig) -> dict:
+                    configs: Mapping[str, SyntheticConfig]) -> dict[str, dict]:
     """Greedy completions of ``records`` by the model in ``model_dir`` (transformers backend,
-    per-task budgets), scored by :func:`score`: ``{"ids", "tasks", "reward", "correct",
-    "completions"}`` (lists in record order)."""
+    per-task budgets ``synthetic.evaluate.max_new_tokens``), generated once and scored by
+    :func:`score` under each of ``configs``: ``{name: {"ids", "tasks", "reward", "correct",
+    "completions"}}`` (lists in record order).
+
+    Raises:
+        ValueError: a prompt plus its budget does not fit ``synthetic.policy.max_positions``.
+    """
     from hargo.evaluation.generate import run_generation
 
     tasks = [r["task"] for r in records]
@@ -141,10 +149,11 @@ def evaluate_policy(model_dir: str | Path, records: Sequence[Mapping], p: Synthe
                           "dtype": "float32", "batch_size": 64}, "transformers", tasks=tasks,
                          param_names=("synthetic.policy.max_positions",
                                       "synthetic.evaluate.max_new_tokens"))
-    s = score(config, tasks, res.completions, [r["answer"] for r in records],
-              [r.get("label") for r in records])
-    return {"ids": [r["id"] for r in records], "tasks": tasks, **s,
-            "completions": list(res.completions)}
+    answers, labels = [r["answer"] for r in records], [r.get("label") for r in records]
+    return {name: {"ids": [r["id"] for r in records], "tasks": tasks,
+                   **score(cfg, tasks, res.completions, answers, labels),
+                   "completions": list(res.completions)}
+            for name, cfg in configs.items()}
 
 
 def eval_summary(ev: Mapping) -> dict[str, float]:
@@ -184,13 +193,33 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def code_digest(root: str | Path | None = None) -> str:
+    """sha256 of every ``hargo/**/*.py`` file (name and content, in path order): a run trained
+    by other code is not reused."""
+    from hargo.io import sha256_files
+
+    pkg = Path(root) / "hargo" if root is not None else Path(__file__).resolve().parents[1]
+    return sha256_files(sorted(pkg.rglob("*.py")), name_separator=b"\0")
+
+
 def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
-                    model_digest: str) -> str:
-    """What a finished run depends on: the plan, the configuration, the method's own knobs
-    (``rl.<method>``, ``rl.clip_range``), the seed and the SFT policy's digest."""
-    return _digest({"plan": asdict(p), "configuration": name, "method": method, "seed": seed,
+                    model_digest: str, code: str) -> str:
+    """What a finished run's result depends on: the tasks, the RL budget and the eval budgets
+    of the plan (not its method and seed lists or the bootstrap), the configuration, the
+    method's own knobs (``rl.<method>``, ``rl.clip_range``), the seed, the SFT policy's digest,
+    the code (:func:`code_digest`), bf16 autocast on this hardware and the versions of torch,
+    transformers and TRL."""
+    import torch
+    import transformers
+    import trl
+
+    from hargo.hardware import use_bf16
+
+    return _digest({"data": asdict(p.data), "rl": p.rl, "eval": p.eval_max_new_tokens,
+                    "configuration": name, "method": method, "seed": seed,
                     "method_params": params["rl"].get(method), "clip": params["rl"]["clip_range"],
-                    "model": model_digest})
+                    "model": model_digest, "code": code, "bf16": use_bf16(params),
+                    "versions": [torch.__version__, transformers.__version__, trl.__version__]})
 
 
 def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
@@ -220,7 +249,7 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
         train_s = time.perf_counter() - t0
         model = trainer.accelerator.unwrap_model(trainer.model)
         _save_policy(model, load_tokenizer(model_dir), work / "policy")
-        ev = evaluate_policy(work / "policy", eval_records, p, config)
+        ev = evaluate_policy(work / "policy", eval_records, p, {name: config})[name]
     return {"method": method, "seed": int(seed), "configuration": name,
             "history": recorder.history, "eval": ev, "eval_summary": eval_summary(ev),
             "train_s": round(train_s, 2), "wall_s": round(time.perf_counter() - t0, 2)}
@@ -257,8 +286,8 @@ def train_sft(params: Mapping, root: str | Path = ".") -> dict:
         size = describe(load_model(init))
         metrics = sft.train(q, init, train, root / MODEL_DIR, report_to=())
     metrics.pop("loss_curve", None)
-    evals = {name: evaluate_policy(root / MODEL_DIR, ev, p, configuration(p, name))
-             for name in CONFIGURATIONS}
+    evals = evaluate_policy(root / MODEL_DIR, ev, p,
+                            {name: configuration(p, name) for name in CONFIGURATIONS})
     out = {"sft": metrics, "parameters": size, "policy": asdict(p.policy),
            "eval": {name: {"summary": eval_summary(e), **e} for name, e in evals.items()}}
     atomic_write_json(root / METRICS_DIR / "sft.json", out)
@@ -282,14 +311,14 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
     configuration(p, name)
     train, ev = read_split(root, "train"), read_split(root, "eval")
     model_dir = resolve_model_dir(root / MODEL_DIR)
-    digest = model_digest(model_dir)
+    digest, code = model_digest(model_dir), code_digest()
     cache = root / RUNS_DIR / name
     t0 = time.perf_counter()
     runs: dict[str, dict] = {}
     todo = [(m, s) for s in p.seeds for m in p.methods]
     for i, (method, seed) in enumerate(todo, 1):
         rn = run_name(method, seed)
-        fp = run_fingerprint(params, p, name, method, seed, digest)
+        fp = run_fingerprint(params, p, name, method, seed, digest, code)
         path = cache / f"{rn}.json"
         if path.exists():
             done = json.loads(path.read_text())

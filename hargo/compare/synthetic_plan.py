@@ -137,11 +137,16 @@ def plan(params: Mapping) -> SyntheticPlan:
                                                        "synthetic.policy"))
     except ValueError as e:
         raise ParamsError(str(e)) from None
+    if data.n_train < 1 or data.n_eval < 1:
+        raise ParamsError(f"synthetic.data: n_train and n_eval must be >= 1, got {data.n_train} "
+                          f"and {data.n_eval}")
     if data.homogeneous:
         raise ParamsError("synthetic.data.homogeneous: leave it false; the homogeneous control "
                           "is the second configuration of every run")
     methods = tuple(s["methods"] or ())
     bad = [m for m in methods if m not in GRPO_FAMILY]
+    if len(set(methods)) != len(methods):
+        raise ParamsError(f"synthetic.methods: a method is listed twice: {list(methods)}")
     if not methods or bad:
         raise ParamsError(f"synthetic.methods: GRPO-family methods {list(GRPO_FAMILY)} only, "
                           f"got {list(methods)}")

@@ -5,9 +5,8 @@ Per configuration (``heterogeneous``, ``homogeneous``):
 - the eval table: per method the mean and std over seeds of the mean greedy eval reward (all
   prompts, and per task) and the exact-match share; the SFT policy (the untuned start of every
   run) as its own row;
-- the paired bootstrap intervals of HARGO minus every other method on the same metrics
-  (:func:`hargo.stats.paired_bootstrap_ci_seeds`: seeds paired by number, prompts resampled
-  jointly), with a verdict per interval: above 0, below 0, or containing 0;
+- the paired two-level bootstrap intervals of HARGO minus every other method on the same
+  metrics (:func:`hargo.stats.paired_bootstrap_ci_two_level`: seed pairs and prompts resampled), with a verdict per interval: above 0, below 0, or containing 0;
 - figures: training reward per task (mean over seeds, per step) and each task's share of the
   update mass (``<task>/update_mass_share``), GRPO against HARGO.
 
@@ -30,8 +29,8 @@ from hargo.compare.layout import run_name
 from hargo.compare.synthetic_plan import CONFIGURATIONS, FIGURES_DIR, METRICS_DIR, REPORT_MD
 from hargo.compare.synthetic_plan import plan as synthetic_plan
 from hargo.data.synthetic import SYNTHETIC_TASKS
-from hargo.io import atomic_files, atomic_write_json
-from hargo.stats import mean_statistic, paired_bootstrap_ci_seeds
+from hargo.io import atomic_files, write_json
+from hargo.stats import mean_std, paired_bootstrap_ci_two_level
 
 __all__ = ["METRICS", "prompt_values", "method_table", "intervals", "verdict", "flat_metrics",
            "log_to_mlflow", "report"]
@@ -53,32 +52,50 @@ def prompt_values(ev: Mapping, metric: str) -> np.ndarray:
 
 def method_table(runs: Mapping[str, Mapping], methods: Sequence[str], seeds: Sequence[int]
                  ) -> dict[str, dict[str, dict[str, float]]]:
-    """``{method: {metric: {"mean", "std", "n"}}}`` over seeds (population std) of each run's
-    ``eval_summary``."""
+    """``{method: {metric: {"mean", "std", "n"}}}`` over seeds of each run's ``eval_summary``
+    (:func:`hargo.stats.mean_std`: sample std, as the main comparison reports)."""
     out = {}
     for m in methods:
         out[m] = {}
         for key, _ in METRICS:
-            xs = [float(runs[run_name(m, s)]["eval_summary"][key]) for s in seeds]
-            out[m][key] = {"mean": float(np.mean(xs)), "std": float(np.std(xs)), "n": len(xs)}
+            mean, std = mean_std([runs[run_name(m, s)]["eval_summary"][key] for s in seeds])
+            out[m][key] = {"mean": mean, "std": std, "n": len(seeds)}
     return out
+
+
+def share_curve(histories: Sequence[Sequence[Mapping]], task: str
+                ) -> tuple[list[int], list[float]]:
+    """Mean over seeds of ``<task>/update_mass_share`` per step, a task absent from a step that
+    had update mass counting 0 (absent is no share of the update, and leaving it out would
+    average only the seeds that drew the task); steps without mass (all NaN) are left out."""
+    vals: dict[int, list[float]] = {}
+    for hist in histories:
+        for h in hist:
+            shares = {k: v for k, v in h.items() if k.endswith("/update_mass_share")}
+            if not shares or all(isinstance(v, float) and math.isnan(v) for v in shares.values()):
+                continue
+            vals.setdefault(int(h["step"]), []).append(float(h.get(f"{task}/update_mass_share",
+                                                                    0.0)))
+    steps = sorted(vals)
+    return steps, [float(np.mean(vals[s])) for s in steps]
 
 
 def intervals(runs: Mapping[str, Mapping], methods: Sequence[str], seeds: Sequence[int],
               resamples: int, confidence: float, seed: int) -> dict[str, dict[str, dict]]:
     """``{"hargo-<other>": {metric: interval}}`` for every other method (GRPO first); empty
-    when ``hargo`` is not compared. Intervals from :func:`hargo.stats.paired_bootstrap_ci_seeds`
-    with the mean statistic."""
+    when ``hargo`` is not compared or is alone. Intervals from
+    :func:`hargo.stats.paired_bootstrap_ci_two_level`: seed pairs and prompts both resampled,
+    so the spread of training over seeds is in the interval."""
     if "hargo" not in methods:
         return {}
     others = sorted((m for m in methods if m != "hargo"), key=lambda m: (m != "grpo", m))
     out = {}
     for other in others:
         out[f"hargo-{other}"] = {
-            key: paired_bootstrap_ci_seeds(
+            key: paired_bootstrap_ci_two_level(
                 [prompt_values(runs[run_name("hargo", s)]["eval"], key) for s in seeds],
                 [prompt_values(runs[run_name(other, s)]["eval"], key) for s in seeds],
-                mean_statistic, resamples, confidence, seed)
+                resamples, confidence, seed)
             for key, _ in METRICS}
     return out
 
@@ -153,7 +170,8 @@ def _plot_curves(path: Path, histories: Mapping[str, list], metric: str, title: 
                              sharex=True)
     for ax, task in zip(axes, SYNTHETIC_TASKS):
         for method, hists in histories.items():
-            steps, vals = mean_curve(hists, f"{task}/{metric}")
+            steps, vals = (share_curve(hists, task) if metric == "update_mass_share"
+                           else mean_curve(hists, f"{task}/{metric}"))
             if steps:
                 ax.plot(steps, vals, marker="o", ms=3, label=method)
         ax.set_title(task)
@@ -190,8 +208,8 @@ def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapp
               ""]
     ci = data["intervals"]
     if ci:
-        lines += [f"Paired bootstrap {int(plan.confidence * 100)}% intervals of HARGO minus each "
-                  f"method ({plan.resamples} resamples over prompts, seeds paired):", "",
+        lines += [f"Paired two-level bootstrap {int(plan.confidence * 100)}% intervals of HARGO "
+                  f"minus each method ({plan.resamples} resamples of seed pairs and prompts):", "",
                   "| HARGO minus | " + " | ".join(t for _, t in METRICS) + " |",
                   "|" + "---|" * (len(METRICS) + 1)]
         for pair, cis in ci.items():
@@ -203,7 +221,8 @@ def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapp
             lines += ["", f"HARGO vs GRPO on the mean eval reward: **{verdict(grpo)}** "
                       f"({grpo['diff']:+.3f} [{grpo['low']:+.3f}, {grpo['high']:+.3f}])."]
     else:
-        lines.append("hargo is not among synthetic.methods: no intervals.")
+        lines.append("No intervals: they compare hargo with the other methods, and "
+                     f"synthetic.methods is {list(plan.methods)}.")
     lines += [""] + [f"![{cap}]({path})" for cap, path in figures.items()] + [""]
     return lines
 
@@ -270,10 +289,10 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
                               plan, figures)
             summary["configurations"][name] = {
                 "table": method_table(runs, plan.methods, plan.seeds), "intervals": ci,
-                "wall_s": data.get("wall_s"),
+                "runs_wall_s": round(sum(r["wall_s"] for r in runs.values()), 1),
                 "train_s_mean": float(np.mean([r["train_s"] for r in runs.values()]))}
         place(root / REPORT_MD).write_text("\n".join(lines))
-    atomic_write_json(root / METRICS_DIR / "summary.json", summary)
+        write_json(place(root / METRICS_DIR / "summary.json"), summary)
     figures = sorted(figures_dir.glob("*.png"))
     run_id = log_to_mlflow(params, plan, root, summary,
                            [root / REPORT_MD, root / METRICS_DIR / "summary.json", *figures])
