@@ -305,3 +305,30 @@ def test_numbers_spelled_as_strings_are_parsed(params):
     q["synthetic"]["data"]["scale_long"] = "lots"
     with pytest.raises(ParamsError, match="synthetic.data"):
         plan(q)
+
+
+def test_gx_contract_passes_on_generated_splits_and_names_broken_records(params):
+    """The synthetic splits go through Great Expectations (the validate stage's adapter): the
+    generated splits pass every expectation; a leaked prompt, a bad label and a missing record
+    each fail their expectation, naming the records."""
+    from hargo.data.validate import ValidationFailed
+
+    p = plan(params)
+    data = SyntheticConfig(n_train=20, n_eval=6)
+    train, ev = generate(data, 3)
+    results = D.validate_splits(train, ev, data)
+    assert len(results) == len(D.contract_specs(data)) and all(r["success"] for r in results)
+    no = next(i for i, r in enumerate(ev) if i > 0 and r["label"] == "no")  # yes share kept
+    ev[0] = {**ev[0], "prompt": train[2]["prompt"]}
+    ev[no] = {**ev[no], "label": "maybe"}
+    ev.pop()
+    with pytest.raises(ValidationFailed) as e:
+        D.validate_splits(train, ev, data)
+    failed = {f["name"]: f["ids"] for f in e.value.failures}
+    assert set(failed) == {"synthetic.prepared.yesno_label_in_set",
+                           "synthetic.prepared.no_train_eval_leak",
+                           "synthetic.summary.count_eval"}
+    assert failed["synthetic.prepared.yesno_label_in_set"] == [ev[no]["id"]]
+    assert set(failed["synthetic.prepared.no_train_eval_leak"]) == {ev[0]["id"], train[2]["id"]}
+    assert failed["synthetic.summary.count_eval"] == ["eval:syn_long"]
+    assert p.data.n_eval == 64     # the committed size is what the stage validates
