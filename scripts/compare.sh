@@ -12,7 +12,7 @@
 #                                  hargo, hargo_b1, hargo_b2 x 10 seeds on generated tasks with a
 #                                  tiny policy, heterogeneous and homogeneous rewards (~35 min on
 #                                  a 2-core CPU; README "Synthetic test bed"); no HPC-GPT data.
-# Extra arguments go to `dvc exp run` (research, paper), e.g. -S 'compare.seeds=[1,2,3,4,5]'.
+# Extra arguments go to `dvc exp run` (research, paper, synthetic), e.g. -S 'compare.seeds=[1,2,3,4,5]'.
 # Results: reports/comparison.md and .html, metrics/compare/summary.json; `dvc exp show`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
