@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any
 
-__all__ = ["ParamsError", "as_number"]
+__all__ = ["ParamsError", "as_number", "dataclass_from_params"]
 
 
 class ParamsError(ValueError):
@@ -39,3 +39,39 @@ def as_number(key: str, value: Any, integer: bool = False) -> int | float:
             raise ParamsError(f"{key}: expected an integer, got {value!r}")
         return int(v)
     return v
+
+
+def dataclass_from_params(cls, d: Any, where: str):
+    """``cls(**d)`` for a dataclass of plain fields (``int``, ``float``, ``bool``, ``str``)
+    filled from a params block; missing keys keep the defaults, ``None`` is an empty block.
+    Numbers go through :func:`as_number` (``"2e-3"`` and ``4.0`` for an int pass), booleans
+    must be real booleans, strings real strings; the dataclass's own ``__post_init__`` checks
+    ranges.
+
+    Raises:
+        ValueError: not a mapping, an unknown key (named with the valid ones, as
+            ``<where>: unknown keys [...]``), or a value of the wrong kind (``<where>.<key>``).
+    """
+    from collections.abc import Mapping
+    from dataclasses import fields
+
+    if d is not None and not isinstance(d, Mapping):
+        raise ValueError(f"{where}: expected a mapping, got {d!r}")
+    d = dict(d or {})
+    kinds = {f.name: str(f.type) for f in fields(cls)}
+    unknown = sorted(set(d) - set(kinds))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; valid: {sorted(kinds)}")
+    kw = {}
+    for k, v in d.items():
+        kind = kinds[k]
+        if kind == "bool":
+            if not isinstance(v, bool):
+                raise ValueError(f"{where}.{k} must be true or false, got {v!r}")
+        elif kind in ("int", "float"):
+            v = as_number(f"{where}.{k}", v, integer=kind == "int")
+            v = float(v) if kind == "float" else v
+        elif kind == "str" and not isinstance(v, str):
+            raise ValueError(f"{where}.{k} must be a string, got {v!r}")
+        kw[k] = v
+    return cls(**kw)

@@ -100,21 +100,6 @@ def _per_task(v: Any, where: str, allow_zero: bool = False) -> dict:
     return out
 
 
-def _numbers(d: Any, cls, where: str) -> dict:
-    """``d`` with every value of a numeric field of dataclass ``cls`` parsed by
-    :func:`hargo.param_values.as_number` (``2e-3`` may reach here as a string)."""
-    from dataclasses import fields
-
-    if d is None:
-        return {}
-    if not isinstance(d, Mapping):
-        raise ParamsError(f"{where}: expected a mapping, got {d!r}")
-    kinds = {f.name: str(f.type) for f in fields(cls)}
-    return {k: as_number(f"{where}.{k}", v, integer=kinds[k] == "int")
-            if kinds.get(k) in ("int", "float") and isinstance(v, str) else v
-            for k, v in d.items()}
-
-
 def plan(params: Mapping) -> SyntheticPlan:
     """params.yaml ``synthetic`` as a :class:`SyntheticPlan`.
 
@@ -129,12 +114,11 @@ def plan(params: Mapping) -> SyntheticPlan:
     if set(s) != expected:
         raise ParamsError(f"synthetic: expected keys {sorted(expected)}, got {sorted(s)}")
     try:
-        data = SyntheticConfig.from_params(_numbers(s["data"], SyntheticConfig, "synthetic.data"))
+        data = SyntheticConfig.from_params(s["data"])
     except ValueError as e:
         raise ParamsError(f"synthetic.data: {e}") from None
     try:
-        policy = TinyPolicyConfig.from_params(_numbers(s["policy"], TinyPolicyConfig,
-                                                       "synthetic.policy"))
+        policy = TinyPolicyConfig.from_params(s["policy"])
     except ValueError as e:
         raise ParamsError(str(e)) from None
     if data.n_train < 1 or data.n_eval < 1:

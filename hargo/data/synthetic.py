@@ -76,10 +76,11 @@ import math
 import random
 import re
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Sequence
 
+from hargo.param_values import dataclass_from_params
 from hargo.rewards.race import canonical_label, extract_yes_no
 
 __all__ = ["SYNTHETIC_TASKS", "SyntheticConfig", "generate", "synthetic_reward",
@@ -170,32 +171,7 @@ class SyntheticConfig:
                 convert to its field's type (``homogeneous`` must be a real bool), or a value
                 out of range.
         """
-        d = dict(d or {})
-        types = {f.name: f.type for f in fields(cls)}
-        unknown = sorted(set(d) - set(types))
-        if unknown:
-            raise ValueError(f"synthetic: unknown keys {unknown}; valid: {sorted(types)}")
-        kw = {}
-        for k, v in d.items():
-            t = types[k]
-            if t in ("str", str):
-                if not isinstance(v, str):
-                    raise ValueError(f"synthetic.{k} must be a string, got {v!r}")
-                kw[k] = v
-            elif t in ("bool", bool):
-                if not isinstance(v, bool):
-                    raise ValueError(f"synthetic.{k} must be true or false, got {v!r}")
-                kw[k] = v
-            elif t in ("int", int):
-                if isinstance(v, bool) or not isinstance(v, int) and not (
-                        isinstance(v, float) and v.is_integer()):
-                    raise ValueError(f"synthetic.{k} must be an integer, got {v!r}")
-                kw[k] = int(v)
-            else:
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise ValueError(f"synthetic.{k} must be a number, got {v!r}")
-                kw[k] = float(v)
-        return cls(**kw)
+        return dataclass_from_params(cls, d, "synthetic")
 
     def scale(self, task: str) -> float:
         """The reward scale of ``task``."""

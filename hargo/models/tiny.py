@@ -13,9 +13,11 @@ small tokenizer's chat template has no default system prompt (SmolLM2's adds one
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
+
+from hargo.param_values import dataclass_from_params
 
 __all__ = ["TinyPolicyConfig", "CHATML_TEMPLATE", "SPECIAL_TOKENS", "train_small_tokenizer",
            "build_tiny_policy"]
@@ -70,20 +72,7 @@ class TinyPolicyConfig:
         Raises:
             ValueError: an unknown key (named, with the valid ones) or a bad value.
         """
-        d = dict(d or {})
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"synthetic.policy: unknown keys {unknown}; valid: {sorted(names)}")
-        kw = {}
-        for k, v in d.items():
-            if k == "tokenizer":
-                kw[k] = v
-            elif isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"synthetic.policy.{k} must be an integer, got {v!r}")
-            else:
-                kw[k] = v
-        return cls(**kw)
+        return dataclass_from_params(cls, d, "synthetic.policy")
 
 
 def train_small_tokenizer(texts: Iterable[str], vocab_size: int):
