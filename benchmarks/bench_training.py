@@ -149,6 +149,7 @@ def bench_rl(params: Mapping, base_dir: Path, train_path: Path, steps: int,
 
     from hargo.data.records import select_subset
     from hargo.models import loading
+    from hargo.generation_budget import describe_budget
     from hargo.training.rl import build_trainer, load_rl_records, prompt_cap
     from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
 
@@ -178,7 +179,7 @@ def bench_rl(params: Mapping, base_dir: Path, train_path: Path, steps: int,
         "benchmark": f"RL step ({method}, {backend})",
         "mode": f"LoRA r={rl['lora']['r']}" if rl["lora"]["enabled"] else "full",
         "batch": f"{rl['prompts_per_step']}x{rl['num_generations']}, {rl['max_new_tokens']} new,"
-                 f" prompts<={prompt_cap(p)}",
+                 f" prompts<={describe_budget(prompt_cap(p))}",
         "bf16": bool(trainer.args.bf16), "threads": p["train"]["threads"],
         "steps": len(hist),
         "s/step": round(train_s / n, 2),

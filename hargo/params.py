@@ -154,7 +154,7 @@ def _num(params, key, lo=None, hi=None, integer=False, lo_open=False, allow_none
 
 
 def _budget(params, key):
-    """A completion budget: an integer >= 1, or one per task of ``TASKS``
+    """A completion budget or a prompt cap: an integer >= 1, or one per task of ``TASKS``
     (:func:`hargo.generation_budget.check_budget`)."""
     from hargo.generation_budget import check_budget
 
@@ -228,6 +228,8 @@ def validate_params(params: Mapping) -> None:
         _num(params, f"{sec}.lora.r", 1, integer=True)
         _num(params, f"{sec}.lora.alpha", 0, lo_open=True)
         _num(params, f"{sec}.lora.dropout", 0, 1)
+    if "adapter_dtype" in get(params, "rl.lora"):
+        _choice(params, "rl.lora.adapter_dtype", ("float32", "bfloat16"))
     _num(params, "sft.batch_size", 1, integer=True)
     _num(params, "sft.grad_accum", 1, integer=True)
     _num(params, "sft.epochs", 0, lo_open=True)
@@ -247,7 +249,7 @@ def validate_params(params: Mapping) -> None:
     _num(params, "rl.prompts_per_step", 1, integer=True)
     _budget(params, "rl.max_new_tokens")
     if get(params, "rl").get("max_prompt_tokens") is not None:
-        _num(params, "rl.max_prompt_tokens", 1, integer=True)
+        _budget(params, "rl.max_prompt_tokens")     # one cap, or one per task
     _num(params, "rl.temperature", 0, lo_open=True)
     _num(params, "rl.clip_range", 0, 1, lo_open=True)
     from hargo.method_config import METHOD_PARAMS, method_params

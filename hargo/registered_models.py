@@ -195,7 +195,8 @@ def log_adapter_model(model_dir: Path, adapter: Path, base_dir: Path, base_local
         model_dir: the RL model folder (its tokenizer is logged).
         adapter: its ``adapter/`` folder (:func:`adapter_dir`).
         base_dir: the base model folder the adapter was trained on (loaded to build the
-            ``PeftModel``; float32).
+            ``PeftModel``; float32; the adapter keeps the dtype it was saved in,
+            ``rl.lora.adapter_dtype``).
         base_local: the base folder to record (MLflow checks it has a ``config.json``).
         name: the logged model's name; ``log_kwargs`` go to ``log_model`` (params, tags,
             pip_requirements, ...).
@@ -210,9 +211,37 @@ def log_adapter_model(model_dir: Path, adapter: Path, base_dir: Path, base_local
 
     base = load_model(base_dir, dtype="float32")
     model = PeftModel.from_pretrained(base, str(adapter))
+    # PEFT loads the adapter into fp32 LoRA layers (the base's dtype); MLflow saves them as they
+    # are, so a bf16 adapter (rl.lora.adapter_dtype) is put back to bf16: its values are bf16
+    # already, nothing is rounded, and loading it for use upcasts it to fp32 again
+    stored = adapter_weights_dtype(adapter)
+    for param_name, p in model.named_parameters():
+        if "lora_" in param_name:
+            p.data = p.data.to(stored)
     return mlflow.transformers.log_model(
         transformers_model={"model": model, "tokenizer": load_tokenizer(model_dir)},
         name=name, task="text-generation", base_model_path=str(base_local), **log_kwargs)
+
+
+def adapter_weights_dtype(adapter: Path):
+    """The torch dtype of the tensors in ``adapter/adapter_model.safetensors`` (one dtype: the
+    rl stage writes all of them in ``rl.lora.adapter_dtype``).
+
+    Raises:
+        HargoInputError: the file is missing or holds tensors of several dtypes.
+    """
+    import torch
+    from safetensors import safe_open
+
+    path = Path(adapter) / "adapter_model.safetensors"
+    if not path.is_file():
+        raise HargoInputError(path, "missing: the rl stage writes the adapter there")
+    with safe_open(str(path), "pt") as f:
+        kinds = {f.get_slice(k).get_dtype() for k in f.keys()}
+    names = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+    if len(kinds) != 1 or next(iter(kinds)) not in names:
+        raise HargoInputError(path, f"expected one float dtype for every tensor, got {sorted(kinds)}")
+    return names[kinds.pop()]
 
 
 def pip_requirements(peft: bool = False) -> list[str]:

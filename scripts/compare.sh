@@ -3,6 +3,11 @@
 #   scripts/compare.sh [quick]     params.yaml's `compare` as committed: 8 methods x 3 seeds,
 #                                  2 steps each (~1 h on a 2-core CPU): checks that everything
 #                                  runs and the report renders; it does not rank methods.
+#   scripts/compare.sh cpu         the CPU research size (a DVC experiment, < 90 min on a
+#                                  2-core CPU after the main job): SFT, GRPO and HARGO x 3
+#                                  seeds, 12 steps x 2 prompts (G=4) each, 96 eval prompts
+#                                  (24 per task), with the baselines and paired intervals.
+#                                  Resumable: an interrupted run keeps its finished stages.
 #   scripts/compare.sh research    a DVC experiment sized so that methods can differ: + the
 #                                  HARGO ablations B1/B2, 100 steps x 4 prompts per method
 #                                  (~28 h on a 2-core CPU, estimated from the quick run).
@@ -12,7 +17,7 @@
 #                                  hargo, hargo_b1, hargo_b2 x 10 seeds on generated tasks with a
 #                                  tiny policy, heterogeneous and homogeneous rewards (~35 min on
 #                                  a 2-core CPU; README "Synthetic test bed"); no HPC-GPT data.
-# Extra arguments go to `dvc exp run` (research, paper, synthetic), e.g. -S 'compare.seeds=[1,2,3,4,5]'.
+# Extra arguments go to `dvc exp run` (cpu, research, paper, synthetic), e.g. -S 'compare.seeds=[1,2,3,4,5]'.
 # Results: reports/comparison.md and .html, metrics/compare/summary.json; `dvc exp show`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +35,16 @@ case "$size" in
     echo "report: reports/synthetic.md"; exit 0 ;;
   quick)
     dvc repro compare/dvc.yaml ;;
+  cpu)
+    # sized from measured step times (README "The CPU research size"). It runs in the
+    # workspace: every finished stage is in dvc.lock and the cache, so after an interruption
+    # the same command re-runs only the missing stages. Preference pairs: the pipeline's
+    # preferences stage runs anyway (no preference method here), so at its smallest.
+    dvc exp run compare/dvc.yaml -n compare-cpu \
+      -S 'compare.methods=[grpo,hargo]' -S 'compare.seeds=[1,2,3]' \
+      -S compare.samples_per_task=16 -S compare.steps=12 -S compare.prompts_per_step=2 \
+      -S compare.preferences.samples_per_task=4 -S compare.evaluate.samples_per_task=24 \
+      -S 'compare.evaluate.max_new_tokens={race_c:8,race_fortran:8,mlperf:48,plp:48}' "$@" ;;
   research)
     dvc exp run compare/dvc.yaml -n compare-research \
       -S 'compare.methods=[hpcgpt,ppo,dpo,kto,simpo,grpo,dr_grpo,hargo,hargo_b1,hargo_b2]' \
@@ -56,7 +71,7 @@ case "$size" in
       -S compare.evaluate.samples_per_task=null -S compare.evaluate.max_new_tokens=256 \
       -S evaluate.max_prompt_tokens=8192 -S evaluate.gpu_memory_utilization=0.4 "$@" ;;
   *)
-    echo "usage: scripts/compare.sh [quick|research|paper|synthetic] [dvc exp run options]" >&2; exit 2 ;;
+    echo "usage: scripts/compare.sh [quick|cpu|research|paper|synthetic] [dvc exp run options]" >&2; exit 2 ;;
 esac
 echo "comparison ($size) wall time: $(( $(date +%s) - start )) s"
 [ -f reports/comparison.md ] && echo "report: reports/comparison.md, reports/comparison.html"

@@ -51,6 +51,21 @@ def test_params_accept_a_budget_per_task(committed_params):
     p["evaluate"]["max_new_tokens"] = {"race_c": 4}
     with pytest.raises(ParamsError, match="evaluate.max_new_tokens: needs one budget per task"):
         validate_params(p)
+    p["evaluate"]["max_new_tokens"] = dict(BUDGETS)
+    # the RL prompt cap takes the same two forms; the prompt cap RL uses follows it
+    from hargo.training.rl import prompt_cap
+
+    p["rl"]["max_prompt_tokens"] = 192
+    validate_params(p)
+    assert prompt_cap(p) == 192
+    p["rl"]["max_prompt_tokens"] = dict(BUDGETS)
+    validate_params(p)
+    assert prompt_cap(p) == BUDGETS and max_budget(prompt_cap(p)) == 6
+    p["rl"]["max_prompt_tokens"] = None
+    assert prompt_cap(p) == p["train"]["max_prompt_tokens"]
+    p["rl"]["max_prompt_tokens"] = {**BUDGETS, "plp": 0}
+    with pytest.raises(ParamsError, match=r"rl.max_prompt_tokens.plp: expected an integer >= 1"):
+        validate_params(p)
 
 
 # ------------------------------------------------------------------------------ evaluation

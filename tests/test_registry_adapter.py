@@ -18,9 +18,10 @@ pytestmark = pytest.mark.timeout(600)
 PROMPT = "Is there a data race? #pragma omp parallel for\nfor(i=0;i<n;i++) a[i]=a[i+1];"
 
 
-def make_lora_rl(sft_dir: Path, out_dir: Path, seed: int) -> None:
+def make_lora_rl(sft_dir: Path, out_dir: Path, seed: int, adapter_dtype: str = "bfloat16") -> None:
     """An RL model folder as the rl stage writes it with LoRA: a random (non-zero) LoRA adapter
-    on ``sft_dir``, merged, and kept in ``adapter/``."""
+    on ``sft_dir``, merged, and kept in ``adapter/`` (in ``adapter_dtype``, params.yaml's
+    ``rl.lora.adapter_dtype`` by default)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -29,7 +30,46 @@ def make_lora_rl(sft_dir: Path, out_dir: Path, seed: int) -> None:
     torch.manual_seed(seed)
     model = get_peft_model(load_model(sft_dir), LoraConfig(
         r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
-    save_merged(model, load_tokenizer(sft_dir), out_dir, dtype="float32", adapter_base=sft_dir)
+    save_merged(model, load_tokenizer(sft_dir), out_dir, dtype="float32", adapter_base=sft_dir,
+                adapter_dtype=adapter_dtype)
+
+
+def _tensor_dtypes(path: Path) -> set[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return {str(f.get_slice(k).get_dtype()) for k in f.keys()}
+
+
+def test_a_bf16_adapter_is_half_the_bytes_and_the_merge_is_exactly_base_plus_it(
+        tmp_path, tiny_model_dir):
+    """rl.lora.adapter_dtype: bfloat16 rounds the LoRA weights before saving and merging, so the
+    evaluated (merged) folder is what the stored adapter on its base computes."""
+    import torch
+    from peft import PeftModel
+
+    from hargo.models.loading import load_model, load_tokenizer
+
+    for dt in ("float32", "bfloat16"):
+        make_lora_rl(tiny_model_dir, tmp_path / dt, seed=3, adapter_dtype=dt)
+    f32 = tmp_path / "float32" / "adapter" / "adapter_model.safetensors"
+    b16 = tmp_path / "bfloat16" / "adapter" / "adapter_model.safetensors"
+    assert _tensor_dtypes(f32) == {"F32"} and _tensor_dtypes(b16) == {"BF16"}
+    # the same tensors at 2 bytes instead of 4 (the safetensors header is the same size)
+    assert 1.9 < f32.stat().st_size / b16.stat().st_size <= 2.0
+    tok = load_tokenizer(tiny_model_dir)
+    merged = load_model(tmp_path / "bfloat16")
+    on_base = PeftModel.from_pretrained(load_model(tiny_model_dir), str(b16.parent))
+    assert {p.dtype for n, p in on_base.named_parameters() if "lora_" in n} == {torch.float32}
+    torch.testing.assert_close(_logits(on_base, tok), _logits(merged, tok), atol=1e-5, rtol=1e-5)
+    # the rounding moved the merged weights, by a fraction of the update, not of the weights
+    w32 = load_model(tmp_path / "float32").state_dict()
+    wsft = load_model(tiny_model_dir).state_dict()
+    for k, w in merged.state_dict().items():
+        update = (w32[k] - wsft[k]).abs().max()
+        assert (w - w32[k]).abs().max() <= update * 2 ** -7 + 1e-7, k
+    with pytest.raises(ValueError, match="adapter_dtype must be one of"):
+        make_lora_rl(tiny_model_dir, tmp_path / "bad", seed=3, adapter_dtype="int8")
 
 
 @pytest.fixture()
@@ -109,6 +149,9 @@ def test_lora_versions_store_the_adapter_on_a_base_stored_once_and_load_as_evalu
     assert base_files["model/model.safetensors"] > 0
     adapter_bytes = stored["peft/adapter_model.safetensors"]
     assert adapter_bytes * 20 < base_files["model/model.safetensors"]
+    # the registry keeps the rl stage's bf16 adapter as it is (not upcast to fp32 on logging)
+    assert _tensor_dtypes(artifacts(client.get_model_version("hargo-hpc", "2"))
+                          / "peft" / "adapter_model.safetensors") == {"BF16"}
 
     # MLflow's own loader, as is: the adapter on the base version's folder in the store
     pipe = mlflow.transformers.load_model("models:/hargo-hpc@champion")

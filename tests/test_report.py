@@ -342,6 +342,9 @@ def test_run_metrics_hand_computed():
     m = aggregate.run_metrics(_rows("hargo-s2"), labels)
     assert m["mlperf_em"] == 0.5 and m["plp_similarity"] == pytest.approx(0.65)
     assert m["accuracy_race_fortran"] == 0.5 and m["accuracy_plp"] == 1.0
+    # per-task mean task reward: race_c both right, race_fortran one of two, plp (0.7 + 0.8) / 2
+    assert (m["reward_race_c"], m["reward_race_fortran"], m["reward_mlperf"]) == (1.0, 0.5, 0.5)
+    assert m["reward_plp"] == pytest.approx(0.75)
 
 
 @pytest.mark.fast
@@ -460,7 +463,10 @@ def test_report_renders_from_fixture(tmp_path, mlflow_uri):
     ci = s["ci"]["hargo-grpo"]
     assert ci["avg_score"]["diff"] == pytest.approx(((7.7 - 5.3) / 8 + (5.5 - 4.2) / 8) / 2)
     assert ci["dr_f1"]["diff"] == pytest.approx(((1.0 - 2 / 3) + (0.8 - 0.8)) / 2)
-    assert set(ci) == {"win_rate", "dr_f1", "plp_similarity", "mlperf_em", "avg_score"}
+    assert set(ci) == {"win_rate", "dr_f1", "plp_similarity", "mlperf_em", "avg_score",
+                       "reward_race_c", "reward_race_fortran", "reward_mlperf", "reward_plp"}
+    # per-task reward: hargo - grpo on plp, seed pairs ((0.8+0.9)-(0.6+0.7))/2 and (0.7+0.8-1.2)/2
+    assert ci["reward_plp"]["diff"] == pytest.approx((0.2 + 0.15) / 2)
     assert all(c["low"] <= c["diff"] <= c["high"] for c in ci.values())
     # the AvgScore interval exactly: per-prompt rewards of each seed pair, the report's resamples,
     # confidence and bootstrap seed (params.seed), one shared draw, by the hand loop

@@ -156,6 +156,25 @@ def test_select_subset_skips_overlong_and_is_balanced_and_deterministic(tiny_tok
     assert records.select_subset(recs[-1:], None, 7, tok, max_prompt_tokens=n - 1)[0] == []
 
 
+def test_select_subset_per_task_caps_keep_a_long_task_and_name_a_missing_one(tiny_tokenizer_dir):
+    """rl.max_prompt_tokens per task: the long plp prompt stays under a plp cap that fits it,
+    while the same cap for every task would let every other task's prompts grow too."""
+    tok = loading.load_tokenizer(tiny_tokenizer_dir)
+    recs = crafted_records()
+    recs.append({"task": "plp", "prompt": [{"role": "user", "content": "word " * 40}],
+                 "answer": "x"})
+    n = records.prompt_tokens(tok, recs[-1]["prompt"])
+    caps = {"race_c": 40, "race_fortran": 40, "mlperf": 40, "plp": n}
+    kept, skipped = records.select_subset(recs, None, 7, tok, max_prompt_tokens=caps)
+    assert skipped == {"mlperf": 0, "plp": 0, "race_c": 1, "race_fortran": 0}
+    assert recs[-1] in kept and len(kept) == 13
+    # one cap below the long prompt: skipped again, counted under its task
+    _, skipped = records.select_subset(recs, None, 7, tok, max_prompt_tokens={**caps, "plp": n - 1})
+    assert skipped["plp"] == 1
+    with pytest.raises(ValueError, match=r"no cap for task\(s\) \['mlperf', 'plp', 'race_fortran'\]"):
+        records.select_subset(recs, None, 7, tok, max_prompt_tokens={"race_c": 40})
+
+
 def test_lora_config_and_bf16_flag(committed_params):
     assert common.lora_config({"enabled": False}) is None
     cfg = common.lora_config({"enabled": True, "r": 8, "alpha": 16, "dropout": 0.05,

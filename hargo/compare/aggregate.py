@@ -24,7 +24,7 @@ from hargo.stats import (f1_statistic, mean_statistic, mean_std,
                                  paired_bootstrap_ci_seeds, race_f1_records)
 from hargo.rewards import RACE_TASKS, TASKS, completion_text
 
-__all__ = ["SFT", "HEADLINE", "METRIC_KEYS", "run_name", "run_metrics", "per_prompt_values",
+__all__ = ["SFT", "HEADLINE", "METRIC_KEYS", "INTERVAL_KEYS", "LABELS", "run_name", "run_metrics", "per_prompt_values",
            "StoredRewards", "RecordingJudge", "mean_curve", "confusion_counts", "seed_summary",
            "Aggregates", "aggregate", "bootstrap_cis"]
 
@@ -34,8 +34,14 @@ SFT = "sft"
 HEADLINE = {"win_rate": ("WinRate vs SFT", True), "dr_f1": ("DR-F1", True),
             "plp_similarity": ("PLP sim", False), "mlperf_em": ("MLPerf EM", True),
             "avg_score": ("AvgScore", False)}
-#: The metrics of the results table, in column order: the headline ones, then per-task accuracy.
-METRIC_KEYS = list(HEADLINE) + [f"accuracy_{t}" for t in TASKS]
+#: The metrics of the results table, in column order: the headline ones, then per-task
+#: accuracy and per-task mean task reward (the RL objective, on the eval prompts).
+METRIC_KEYS = list(HEADLINE) + [f"accuracy_{t}" for t in TASKS] + [f"reward_{t}" for t in TASKS]
+#: The metrics that get HARGO-minus-other bootstrap intervals.
+INTERVAL_KEYS = list(HEADLINE) + [f"reward_{t}" for t in TASKS]
+#: key -> (label, shown in percent?) for every metric of METRIC_KEYS.
+LABELS = HEADLINE | {f"accuracy_{t}": (f"acc {t}", True) for t in TASKS} \
+    | {f"reward_{t}": (f"reward {t}", False) for t in TASKS}
 
 
 def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
@@ -48,8 +54,8 @@ def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
 
     Returns:
         ``dr_f1``, ``plp_similarity``, ``mlperf_em``, ``avg_score`` and ``accuracy_<task>``,
-        ``n_<task>`` per task present (definitions of ``hargo.metrics``); a metric whose task
-        is absent is None.
+        ``reward_<task>`` (mean task reward), ``n_<task>`` per task present (definitions of
+        ``hargo.metrics``); a metric whose task is absent is None.
     """
     by = {t: [r for r in rows if r["task"] == t] for t in TASKS}
     race = [r for r in rows if r["task"] in RACE_TASKS]
@@ -62,6 +68,7 @@ def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
     for t, rs in by.items():
         if rs:
             m[f"accuracy_{t}"] = mean([float(r["correct"]) for r in rs])
+            m[f"reward_{t}"] = mean([float(r["reward"]) for r in rs])
             m[f"n_{t}"] = len(rs)
     return m
 
@@ -69,8 +76,8 @@ def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
 def per_prompt_values(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict[str, np.ndarray]:
     """Per-prompt arrays for the bootstrap, in the order of ``rows``: ``dr_f1`` (``(n_race, 2)``
     records of :func:`race_f1_records`), ``plp_similarity`` (``(n_plp,)``), ``mlperf_em``
-    (``(n_mlperf,)``, 0/1), ``avg_score`` (``(n,)`` rewards). Metrics without prompts are left
-    out."""
+    (``(n_mlperf,)``, 0/1), ``avg_score`` (``(n,)`` rewards), ``reward_<task>``
+    (``(n_task,)`` rewards). Metrics without prompts are left out."""
     race = [r for r in rows if r["task"] in RACE_TASKS]
     out = {"avg_score": np.array([float(r["reward"]) for r in rows])}
     if race:
@@ -80,6 +87,10 @@ def per_prompt_values(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dic
         vals = [float(r[field]) for r in rows if r["task"] == task]
         if vals:
             out[key] = np.array(vals)
+    for task in TASKS:
+        vals = [float(r["reward"]) for r in rows if r["task"] == task]
+        if vals:
+            out[f"reward_{task}"] = np.array(vals)
     return out
 
 
@@ -322,7 +333,7 @@ def bootstrap_cis(per_prompt: Mapping[str, Mapping[str, np.ndarray]], methods: S
     for other in others:
         pair = f"hargo-{other}"
         ci[pair] = {}
-        for k in HEADLINE:
+        for k in INTERVAL_KEYS:
             a = [per_prompt[run_name("hargo", s)].get(k) for s in seeds]
             b = [per_prompt[run_name(other, s)].get(k) for s in seeds]
             if any(x is None for x in a + b):

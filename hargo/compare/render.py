@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from hargo.compare.aggregate import HEADLINE, METRIC_KEYS, SFT, Aggregates, mean_curve
+from hargo.compare.aggregate import HEADLINE, LABELS, METRIC_KEYS, SFT, Aggregates, mean_curve
 from hargo.evaluation.plots import (PREDICTED, plot_confusion, plot_task_curves,
                                     plot_task_lengths)
 from hargo.rewards import TASKS
@@ -122,9 +122,9 @@ def _header(setup: Setup, samples: Sequence[Mapping]) -> list:
 
 
 def _results(setup: Setup, agg: Aggregates) -> list:
-    pct_label = lambda k: HEADLINE[k][0] + (" (%)" if HEADLINE[k][1] else "")  # noqa: E731
-    header = ["method"] + [pct_label(k) for k in HEADLINE] + [f"acc {t} (%)" for t in TASKS]
-    pct = {k: HEADLINE[k][1] for k in HEADLINE} | {f"accuracy_{t}": True for t in TASKS}
+    pct_label = lambda k: LABELS[k][0] + (" (%)" if LABELS[k][1] else "")  # noqa: E731
+    header = ["method"] + [pct_label(k) for k in METRIC_KEYS]
+    pct = {k: LABELS[k][1] for k in METRIC_KEYS}
     table = [["SFT"] + [_fmt(agg.per_run[SFT].get(k), pct[k]) for k in METRIC_KEYS]]
     for m in setup.methods:
         res = agg.results[m]
@@ -135,7 +135,8 @@ def _results(setup: Setup, agg: Aggregates) -> list:
         ("h", 2, "Results (mean ± sample std over seeds)"),
         ("table", header, table),
         ("p", "WinRate, DR-F1, MLPerf EM and accuracies in percent; PLP similarity (MiniLM "
-              "cosine) and AvgScore (mean task reward) as fractions."),
+              "cosine), AvgScore (mean task reward) and the per-task mean task rewards as "
+              "fractions."),
     ]
 
 
@@ -206,16 +207,16 @@ def _intervals(setup: Setup, ci: Mapping[str, Mapping], notes: Sequence[str]) ->
     ]
     lines = []
     for k, c in ci.get("hargo-grpo", {}).items():
-        p = HEADLINE[k][1]
-        lines.append(f"HARGO - GRPO, {HEADLINE[k][0]}: {_fmt_diff(c['diff'], p)} "
+        p = LABELS[k][1]
+        lines.append(f"HARGO - GRPO, {LABELS[k][0]}: {_fmt_diff(c['diff'], p)} "
                      f"[{_fmt_diff(c['low'], p)}, {_fmt_diff(c['high'], p)}]"
                      + (" (excludes 0)" if c["low"] > 0 or c["high"] < 0 else ""))
     if lines:
         blocks.append(("ul", lines))
     blocks += [("p", "Note: " + n) for n in notes]
-    rows = [[f"HARGO - {pretty(pair.split('-', 1)[1])}", HEADLINE[k][0],
-             _fmt_diff(c["diff"], HEADLINE[k][1]), _fmt_diff(c["low"], HEADLINE[k][1]),
-             _fmt_diff(c["high"], HEADLINE[k][1]), str(c["n_prompts"])]
+    rows = [[f"HARGO - {pretty(pair.split('-', 1)[1])}", LABELS[k][0],
+             _fmt_diff(c["diff"], LABELS[k][1]), _fmt_diff(c["low"], LABELS[k][1]),
+             _fmt_diff(c["high"], LABELS[k][1]), str(c["n_prompts"])]
             for pair, cs in ci.items() for k, c in cs.items()]
     if rows:
         blocks.append(("table", ["pair", "metric", "diff", "low", "high", "prompts"], rows))

@@ -120,12 +120,13 @@ def prompt_tokens(tokenizer, prompt_messages: Sequence[Mapping]) -> int:
 
 
 def select_subset(records: Sequence[dict], per_task: int | None, seed: int, tokenizer,
-                  max_prompt_tokens: int) -> tuple[list[dict], dict[str, int]]:
+                  max_prompt_tokens: int | Mapping[str, int]) -> tuple[list[dict], dict[str, int]]:
     """Drop over-long prompts, then draw a seeded, task-balanced sample.
 
-    1. A record whose prompt is longer than ``max_prompt_tokens`` (see :func:`prompt_tokens`)
-       is skipped and counted under its task. Prompts over ``MAX_CHARS_PER_TOKEN *
-       max_prompt_tokens`` characters are skipped without tokenising them.
+    1. A record whose prompt is longer than its task's cap (see :func:`prompt_tokens`) is
+       skipped and counted under its task. ``max_prompt_tokens`` is one cap for every task or a
+       mapping task -> cap (e.g. Fortran kernels are ~2x longer than C kernels in tokens).
+       Prompts over ``MAX_CHARS_PER_TOKEN * cap`` characters are skipped without tokenising them.
     2. Per task, ``per_task`` records are drawn without replacement from the kept ones with
        ``random.Random(f"{seed}:{task}")`` (all kept records when ``per_task`` is None or larger
        than what is left).
@@ -134,15 +135,24 @@ def select_subset(records: Sequence[dict], per_task: int | None, seed: int, toke
     Deterministic for fixed inputs and seed. Returns ``(subset, skipped)`` where ``skipped``
     maps every task seen in ``records`` (sorted) to its number of skipped records (0 included).
     Records need ``task`` and ``prompt`` (a list of ``{"role", "content"}``).
+
+    Raises:
+        ValueError: a mapping without a cap for a task of ``records`` (names the task).
     """
+    if isinstance(max_prompt_tokens, Mapping):
+        missing = sorted({r["task"] for r in records} - set(max_prompt_tokens))
+        if missing:
+            raise ValueError(f"max_prompt_tokens: no cap for task(s) {missing} (given for "
+                             f"{sorted(max_prompt_tokens)})")
     by_task: dict[str, list[dict]] = defaultdict(list)
     skipped: dict[str, int] = {}
-    char_limit = MAX_CHARS_PER_TOKEN * max_prompt_tokens
     for rec in records:
         task = rec["task"]
         skipped.setdefault(task, 0)
-        if _prompt_chars(rec["prompt"]) > char_limit or \
-                prompt_tokens(tokenizer, rec["prompt"]) > max_prompt_tokens:
+        cap = int(max_prompt_tokens[task] if isinstance(max_prompt_tokens, Mapping)
+                  else max_prompt_tokens)
+        if _prompt_chars(rec["prompt"]) > MAX_CHARS_PER_TOKEN * cap or \
+                prompt_tokens(tokenizer, rec["prompt"]) > cap:
             skipped[task] += 1
             continue
         by_task[task].append(rec)

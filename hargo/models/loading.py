@@ -89,7 +89,7 @@ def model_digest(model_dir: str | Path) -> str:
 
 
 def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
-                adapter_base: str | Path | None = None) -> None:
+                adapter_base: str | Path | None = None, adapter_dtype: str = "float32") -> None:
     """Save ``model`` as a plain model folder (safetensors, tokenizer, generation config).
 
     A PEFT model's adapters are merged into the base weights first (``merge_and_unload``), so
@@ -100,19 +100,30 @@ def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
     ``adapter_base``: the model folder a PEFT ``model`` was trained on; when given, ``model`` is
     a PEFT model and ``dtype`` is float32, the adapter is also kept, before merging, in
     ``out_dir/adapter`` (``PeftModel.save_pretrained``: ``adapter_config.json``,
-    ``adapter_model.safetensors`` in float32) with ``hargo_base.json`` =
+    ``adapter_model.safetensors`` in ``adapter_dtype``) with ``hargo_base.json`` =
     ``{"base_sha256": model_digest(adapter_base)}``, so the registry can store the adapter and a
     reference to its base instead of the merged copy. With bfloat16/float16 weights no adapter
     is kept: the saved model is the merge *rounded* to that dtype (most of a small update is
     rounded away), which the adapter on the base does not reproduce, so the registry stores the
     folder's full weights, the model that was evaluated.
+
+    ``adapter_dtype`` (``rl.lora.adapter_dtype``): ``bfloat16`` rounds the LoRA weights
+    (``lora_A``/``lora_B``, not the base) to bf16 *before* both the adapter is saved and the
+    merge, so the merged folder that is evaluated is exactly base + the stored adapter upcast
+    to fp32 (PEFT's default on loading): half the adapter's bytes, no difference between the
+    registered and the evaluated model. The rounding error is relative to the LoRA update
+    (~2^-9 of each entry), not to the base weights as rounding the merge would be.
+
+    Raises:
+        ValueError: ``dtype`` or ``adapter_dtype`` not one of :data:`DTYPES`.
     """
     import json
 
     import torch
 
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    for name, value in (("dtype", dtype), ("adapter_dtype", adapter_dtype)):
+        if value not in DTYPES:
+            raise ValueError(f"{name} must be one of {', '.join(DTYPES)}, got {value!r}")
     try:
         from peft import PeftModel
     except ImportError:  # peft is a dependency; keep plain models working without it
@@ -120,7 +131,12 @@ def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
     is_peft = bool(PeftModel) and isinstance(model, PeftModel)
     with atomic_dir(out_dir) as tmp:
         if is_peft and adapter_base is not None and dtype == "float32":
+            lora = [p for n, p in model.named_parameters() if "lora_" in n]
+            for p in lora:    # rounded once; the merge below uses the same values
+                p.data = p.data.to(getattr(torch, adapter_dtype))
             model.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
+            for p in lora:
+                p.data = p.data.float()
             (tmp / ADAPTER_DIR / ADAPTER_BASE_FILE).write_text(
                 json.dumps({"base_sha256": model_digest(adapter_base)}) + "\n")
         if is_peft:

@@ -4,9 +4,11 @@
 
 1. validates params and method, reads ``data/prepared/train.jsonl`` and draws
    ``rl.samples_per_task`` prompts per task (prompts over :func:`prompt_cap` tokens --
-   ``rl.max_prompt_tokens``, or ``train.max_prompt_tokens`` when that is absent or null -- are
-   skipped and counted, never truncated; ``hargo.data.records.select_subset``). RL pads every
-   prompt of a step to the longest one, so this cap bounds the cost of a step;
+   ``rl.max_prompt_tokens``, one cap or one per task, or ``train.max_prompt_tokens`` when that
+   is absent or null -- are skipped and counted, never truncated, since a cut kernel may lose
+   its race; ``hargo.data.records.select_subset``). RL pads every prompt of a step to the
+   longest one, so this cap bounds the cost of a step; a per-task cap keeps the longer Fortran
+   kernels in the mix without letting every task's prompts grow;
 2. builds :class:`hargo.training.grpo.HargoGRPOTrainer` on the SFT model (``sft.out_dir``, also
    the frozen reference model) with the task rewards (``hargo.rewards.TaskReward``) through
    TRL's ``reward_funcs``; LoRA (``rl.lora``) or full fine-tuning;
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hargo.data.records import read_prepared
-from hargo.generation_budget import check_budget, describe_budget, max_budget
+from hargo.generation_budget import budget_record, check_budget, describe_budget, max_budget
 from hargo.io import HargoInputError, atomic_write_json
 from hargo.method_config import kl_coef, method_params
 from hargo.params import RL_METHODS, ParamsError, validate_params
@@ -81,11 +83,14 @@ def _check_method(method: str) -> None:
         raise ParamsError(f"rl method: unknown method {method!r}; valid: {', '.join(RL_METHODS)}")
 
 
-def prompt_cap(params: Mapping) -> int:
-    """Longest prompt (chat-templated tokens) RL trains on: ``rl.max_prompt_tokens`` when set,
-    else ``train.max_prompt_tokens``."""
+def prompt_cap(params: Mapping) -> int | dict[str, int]:
+    """Longest prompt (chat-templated tokens) RL trains on: ``rl.max_prompt_tokens`` when set
+    (one int, or a mapping task -> int: :func:`hargo.generation_budget.check_budget`), else
+    ``train.max_prompt_tokens``. :func:`hargo.generation_budget.max_budget` gives the longest."""
     cap = params["rl"].get("max_prompt_tokens")
-    return int(cap if cap is not None else params["train"]["max_prompt_tokens"])
+    if cap is None:
+        return int(params["train"]["max_prompt_tokens"])
+    return check_budget(cap, "rl.max_prompt_tokens")
 
 
 def prompt_cap_name(params: Mapping) -> str:
@@ -159,7 +164,7 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
         from hargo.training.vllm_rollout import check_colocated_vllm
 
         check_colocated_vllm()   # TRL's vLLM range, and not vLLM's CPU build (see the module)
-        max_len = prompt_cap(params) + max_budget(rl["max_new_tokens"]) + 8
+        max_len = max_budget(prompt_cap(params)) + max_budget(rl["max_new_tokens"]) + 8
         kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=max_len,
                   vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
                   vllm_enable_sleep_mode=False)
@@ -301,7 +306,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
         skipped = {}
     if len(records) < int(rl["prompts_per_step"]):
         raise HargoInputError(data_path, f"only {len(records)} prompts left for RL after skipping "
-                              f"{sum(skipped.values())} over {prompt_cap(params)} prompt tokens; "
+                              f"{sum(skipped.values())} over {describe_budget(prompt_cap(params))} "
+                              f"prompt tokens; "
                               f"rl.prompts_per_step needs {rl['prompts_per_step']}")
     # prompt + completion must fit the policy's context; the error names the knob to lower
     check_context(context_length(model_dir), max(prompt_tokens(tok, r["prompt"]) for r in records),
@@ -354,7 +360,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
         if launch.is_main:   # one writer: atomic_dir's rename would race between processes
             # the LoRA adapter is kept beside the merged weights: the registry stores it
             save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                        dtype=params["model"]["dtype"], adapter_base=model_dir)
+                        dtype=params["model"]["dtype"], adapter_base=model_dir,
+                        adapter_dtype=rl["lora"].get("adapter_dtype", "float32"))
         save_s = time.perf_counter() - t0
 
         history = recorder.history
@@ -364,6 +371,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
             "max_steps": int(rl["steps"]),
             "resumed_from_step": resumed_step if resume is not None else None,
             "steps_this_run": steps_run, "prompts": len(records), "skipped_prompts": skipped,
+            "max_prompt_tokens": budget_record(prompt_cap(params)),
             "completions_per_step": int(rl["prompts_per_step"]) * int(rl["num_generations"]),
             "generation_backend": rl["generation_backend"], "bf16": bool(trainer.args.bf16),
             "lora": bool(rl["lora"]["enabled"]),
