@@ -348,6 +348,21 @@ def test_run_metrics_hand_computed():
 
 
 @pytest.mark.fast
+def test_cumulative_mass_share_counts_an_unsampled_task_as_zero():
+    # seed 1: step 1 race 1 of 4, step 2 race absent (NaN share, no mass key), 2 of total 6;
+    # seed 2: step 1 no mass at all (every group zero-variance) -> no value yet, step 2 race 3 of 3
+    h1 = [{"step": 1, "race_c/update_mass": 1.0, "all/update_mass": 4.0},
+          {"step": 2, "all/update_mass": 2.0}]
+    h2 = [{"step": 2, "race_c/update_mass": 3.0, "all/update_mass": 3.0},
+          {"step": 1, "race_c/update_mass": 0.0, "all/update_mass": 0.0}]
+    steps, vals = aggregate.cumulative_mass_share([h1, h2], "race_c")
+    assert steps == [1, 2]
+    assert vals == [pytest.approx(0.25), pytest.approx((1 / 6 + 1.0) / 2)]
+    assert aggregate.cumulative_mass_share([[{"step": 1, "all/update_mass": float("nan")}]],
+                                           "plp") == ([], [])
+
+
+@pytest.mark.fast
 def test_mean_curve_averages_seeds_per_step():
     h1 = [{"step": 1, "plp/reward_mean": 0.2}, {"step": 2, "plp/reward_mean": 0.4}]
     h2 = [{"step": 1, "plp/reward_mean": 0.4}, {"step": 2, "plp/reward_mean": None},
@@ -448,8 +463,9 @@ def test_report_renders_from_fixture(tmp_path, mlflow_uri):
     assert "data version: unknown" in md
 
     html = (tmp_path / "reports/comparison.html").read_text()
-    assert html.count("data:image/png;base64,") == 4 and "HARGO - GRPO" in html
-    for name in ("confusion", "reward_curves", "weight_curves", "answer_lengths"):
+    assert html.count("data:image/png;base64,") == 5 and "HARGO - GRPO" in html
+    for name in ("confusion", "reward_curves", "weight_curves", "update_mass_share",
+                 "answer_lengths"):
         assert (tmp_path / "reports/comparison" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
     s = json.loads((tmp_path / "metrics/compare/summary.json").read_text())

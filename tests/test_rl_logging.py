@@ -146,6 +146,10 @@ def test_finish_step_metrics_by_hand_with_hargo_weights():
         # the last batch's baseline; times summed over the batches, update = step - the rest
         "ema_baseline": -1.75, "time/generation_s": 5.0, "time/scoring_s": 1.5,
         "time/step_s": 10.0, "time/update_s": 3.5,
+        # update mass sum w|A|: race_c .75 + .25 = 1, plp .6 * .5 + .4 * .5 = .5, mlperf 0
+        "race_c/update_mass": 1.0, "plp/update_mass": 0.5, "mlperf/update_mass": 0.0,
+        "all/update_mass": 1.5, "race_c/update_mass_share": 2 / 3,
+        "plp/update_mass_share": 1 / 3, "mlperf/update_mass_share": 0.0,
     }
     assert set(m) == set(want)
     for k, v in want.items():

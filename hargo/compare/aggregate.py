@@ -25,7 +25,7 @@ from hargo.stats import (f1_statistic, mean_statistic, mean_std,
 from hargo.rewards import RACE_TASKS, TASKS, completion_text
 
 __all__ = ["SFT", "HEADLINE", "METRIC_KEYS", "INTERVAL_KEYS", "LABELS", "run_name", "run_metrics", "per_prompt_values",
-           "StoredRewards", "RecordingJudge", "mean_curve", "confusion_counts", "seed_summary",
+           "StoredRewards", "RecordingJudge", "mean_curve", "cumulative_mass_share", "confusion_counts", "seed_summary",
            "Aggregates", "aggregate", "bootstrap_cis"]
 
 SFT = "sft"
@@ -188,6 +188,31 @@ def mean_curve(histories: Sequence[Sequence[Mapping]], key: str) -> tuple[list[i
             if v is None or "step" not in h or (isinstance(v, float) and math.isnan(v)):
                 continue
             vals.setdefault(int(h["step"]), []).append(float(v))
+    steps = sorted(vals)
+    return steps, [float(np.mean(vals[s])) for s in steps]
+
+
+def cumulative_mass_share(histories: Sequence[Sequence[Mapping]],
+                          task: str) -> tuple[list[int], list[float]]:
+    """Mean over seeds of ``task``'s cumulative share of the update mass up to each step:
+    ``sum_{s <= t} mass_task(s) / sum_{s <= t} mass_all(s)`` with ``mass = sum_i w_i |A_i|``
+    (``<task>/update_mass`` and ``all/update_mass`` of :class:`hargo.training.rl_logging.
+    StepRecorder`). A step that sampled no group of ``task`` adds 0 to its mass (with 2 prompts
+    a step most steps miss some task, so per-step shares would jump between 0 and 1).
+
+    Returns:
+        ``(steps, means)``, steps ascending; a seed counts at step t once its mass so far is
+        > 0; steps where no seed does are left out.
+    """
+    vals: dict[int, list[float]] = {}
+    for hist in histories:
+        num = den = 0.0
+        for h in sorted((h for h in hist if "step" in h), key=lambda h: int(h["step"])):
+            m_t, m_all = h.get(f"{task}/update_mass"), h.get("all/update_mass")
+            num += 0.0 if m_t is None or math.isnan(m_t) else float(m_t)
+            den += 0.0 if m_all is None or math.isnan(m_all) else float(m_all)
+            if den > 0:
+                vals.setdefault(int(h["step"]), []).append(num / den)
     steps = sorted(vals)
     return steps, [float(np.mean(vals[s])) for s in steps]
 

@@ -16,7 +16,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from hargo.compare.aggregate import HEADLINE, LABELS, METRIC_KEYS, SFT, Aggregates, mean_curve
+from hargo.compare.aggregate import (HEADLINE, LABELS, METRIC_KEYS, SFT, Aggregates,
+                                     cumulative_mass_share, mean_curve)
 from hargo.evaluation.plots import (PREDICTED, plot_confusion, plot_task_curves,
                                     plot_task_lengths)
 from hargo.rewards import TASKS
@@ -237,6 +238,11 @@ def _figures(agg: Aggregates) -> list:
         ("p", curves),
         ("img", "reward curves", "reward_curves.png"),
         ("img", "weight curves", "weight_curves.png"),
+        ("p", "Cumulative share of the update mass per task (sum of w |A| over the task's "
+              "completions so far / over all; GRPO's weights are 1/G, so its shares follow the "
+              "advantages; HARGO's weights are meant to move mass toward the tasks whose groups "
+              "discriminate)."),
+        ("img", "update mass share", "update_mass_share.png"),
         ("h", 2, "Answer length (completion characters, median per task)"),
         ("table", ["model"] + list(TASKS),
          [[pretty(n)] + [str(int(np.median(c[t]))) if c.get(t) else "-" for t in TASKS]
@@ -393,8 +399,9 @@ def _curves(histories: Mapping[str, list], metric: str,
 
 def write_figures(out_dir: Path, agg: Aggregates) -> None:
     """Write the report's figures into ``out_dir``: ``confusion.png`` (the pooled race
-    confusion matrix per model, seeds summed), ``reward_curves.png`` and ``weight_curves.png``
-    (one panel per task, a line per online RL method, mean over seeds) and
+    confusion matrix per model, seeds summed), ``reward_curves.png``, ``weight_curves.png`` and
+    ``update_mass_share.png`` (one panel per task, a line per online RL method, mean over
+    seeds) and
     ``answer_lengths.png`` (completion characters per task, SFT and each method, seeds
     pooled)."""
     plot_confusion(out_dir / "confusion.png",
@@ -406,6 +413,10 @@ def write_figures(out_dir: Path, agg: Aggregates) -> None:
     plot_task_curves(out_dir / "weight_curves.png",
                      _curves(agg.histories, "weight_max", "weight_mean"),
                      "loss weight (max; dashed: mean)", empty=no_history)
+    plot_task_curves(out_dir / "update_mass_share.png",
+                     [(pretty(m), {t: cumulative_mass_share(h, t) for t in TASKS}, {})
+                      for m, h in agg.histories.items()],
+                     "cumulative share of the update mass", empty=no_history)
     plot_task_lengths(out_dir / "answer_lengths.png",
                       [(pretty(n), c) for n, c in agg.chars.items()],
                       "answer length before (SFT) and after training, seeds pooled")

@@ -28,7 +28,8 @@ Outputs (each whole or not at all; ``hargo.io``), rendered by ``hargo.compare.re
 - ``reports/comparison.md`` (readable in a terminal) and ``reports/comparison.html``
   (self-contained: the images are embedded as base64 PNG);
 - ``reports/comparison/*.png``: ``confusion.png`` (pooled race confusion matrix per model,
-  summed over seeds), ``reward_curves.png`` and ``weight_curves.png`` (one panel per task, a line
+  summed over seeds), ``reward_curves.png``, ``weight_curves.png`` and ``update_mass_share.png``
+  (cumulative share of the update mass; one panel per task, a line
   per online RL method, mean over seeds), ``answer_lengths.png`` (completion characters per task,
   SFT and each method, seeds pooled);
 - ``metrics/compare/summary.json``;

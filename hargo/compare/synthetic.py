@@ -40,7 +40,7 @@ The *update mass* of a response is ``w_i * |A_i|`` (its weight times the absolut
 that multiplies its policy-gradient term, ``hargo.advantages``); a task's share of a step's
 update mass is how much of the update the task drives. Uniform GRPO weights give a task the
 share its groups' advantages give it; HARGO's weights are meant to move it toward the groups
-whose rewards discriminate (docs/method.md); the report draws both. :class:`MassRecorder` adds ``<task>/update_mass_share`` to every step.
+whose rewards discriminate (docs/method.md); the report draws both. The trainers' :class:`hargo.training.rl_logging.StepRecorder` logs ``<task>/update_mass_share`` every step.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ from hargo.io import atomic_write_json
 from hargo.training.rl_logging import StepRecorder
 
 __all__ = ["stage_params", "rl_prompts", "score", "evaluate_policy", "eval_summary",
-           "MassRecorder", "code_digest", "run_fingerprint", "train_run", "train_sft",
+           "code_digest", "run_fingerprint", "train_run", "train_sft",
            "train_configuration"]
 
 
@@ -168,27 +168,6 @@ def eval_summary(ev: Mapping) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- training
 
-class MassRecorder(StepRecorder):
-    """:class:`hargo.training.rl_logging.StepRecorder` plus each task's share of the step's
-    update mass, ``<task>/update_mass_share = sum_{i in task} w_i |A_i| / sum_i w_i |A_i|``
-    (``w_i`` the response's loss weight, ``A_i`` the advantage in its surrogate; NaN when the
-    step's mass is 0, e.g. every group zero-variance)."""
-
-    def finish_step(self, step: int, step_s: float | None = None) -> dict[str, float]:
-        gens = list(self._gen)
-        metrics = super().finish_step(step, step_s)
-        if gens:
-            mass: dict[str, float] = {}
-            for g in gens:
-                for t, w, a in zip(g["tasks"], g["weights"], g["advantages"]):
-                    mass[t] = mass.get(t, 0.0) + float(w) * abs(float(a))
-            total = sum(mass.values())
-            for t, m in mass.items():
-                metrics[f"{t}/update_mass_share"] = m / total if total > 0 else float("nan")
-            self.history[-1] = dict(metrics)
-        return metrics
-
-
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -227,7 +206,7 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
               print_fn=print) -> dict:
     """Train ``method`` with ``seed`` in configuration ``name`` from the SFT policy and evaluate
     it: ``{"method", "seed", "configuration", "history", "eval", "eval_summary", "wall_s",
-    "train_s"}`` (``history``: per-step rows of :class:`MassRecorder`)."""
+    "train_s"}`` (``history``: per-step rows of :class:`StepRecorder`)."""
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
     from hargo.training.rl import build_trainer
@@ -237,7 +216,7 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
     config = configuration(p, name)
     q = stage_params(params, p, seed)
     setup_torch(q)
-    recorder = MassRecorder(max_table_rows=0)
+    recorder = StepRecorder(max_table_rows=0)
     label = f"{name}/{run_name(method, seed)}"
     callback = RLLoggingCallback(recorder, label, 0, print_fn=print_fn)
     with tempfile.TemporaryDirectory(prefix="hargo-synthetic-") as work:

@@ -25,6 +25,11 @@ adv_logprob                advantage-weighted policy log-prob ``G w_i mean_t A_i
                            policy gradient is minus its gradient, see below)
 adv_log_ratio              ``G w_i mean_t A_i (log pi - log pi_ref)`` (when a reference ran):
                            0 at the start, grows as the policy favours the better responses
+update_mass                ``sum_i w_i |A_i|`` over the scope's completions: how much of
+                           the step's update the scope drives (HARGO's weights move it
+                           between tasks; GRPO's are 1/G)
+update_mass_share          the task's ``update_mass`` / the step's (tasks only; NaN when the
+                           step's mass is 0, e.g. every group zero-variance)
 zero_variance_groups       share of groups (prompts) whose G rewards were all equal (with
                            dynamic sampling: of every group sampled, trained on or not)
 sampled_groups             groups sampled for the step (dynamic sampling only)
@@ -231,6 +236,9 @@ class StepRecorder:
                 w = pick(cols["weights"])
                 metrics[f"{scope}/weight_mean"] = _mean(w)
                 metrics[f"{scope}/weight_max"] = float(max(w)) if w else float("nan")
+                if cols["advantages"] is not None and cols["weights"] is not None:
+                    metrics[f"{scope}/update_mass"] = float(sum(
+                        float(wi) * abs(float(ai)) for wi, ai in zip(w, pick(cols["advantages"]))))
                 if cols["confidence"] is not None:
                     metrics[f"{scope}/confidence_mean"] = _mean(pick(cols["confidence"]))
                 if cols["ref_logprob"] is not None:
@@ -239,6 +247,11 @@ class StepRecorder:
                     sg = [rs for t, rs in groups if scope == "all" or t == scope]
                     metrics[f"{scope}/zero_variance_groups"] = _mean(
                         [float(max(rs) == min(rs)) for rs in sg])
+            total = metrics.get("all/update_mass")
+            if total is not None:
+                for scope in sorted(set(tasks)):
+                    metrics[f"{scope}/update_mass_share"] = (
+                        metrics[f"{scope}/update_mass"] / total if total > 0 else float("nan"))
             if sampled is not None:
                 for scope in sorted(set(sampled["tasks"])) + ["all"]:
                     idx = [i for i, t in enumerate(sampled["tasks"]) if scope == "all" or t == scope]
