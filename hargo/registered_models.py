@@ -41,7 +41,7 @@ from hargo.models.loading import ADAPTER_BASE_FILE, ADAPTER_DIR, model_digest
 
 __all__ = ["BASE_SUFFIX", "BASE_TAG", "BASE_DIGEST_TAG", "adapter_dir", "check_adapter_base",
            "base_model_name", "find_base_version", "local_model_folder", "base_model_path",
-           "log_adapter_model", "pip_requirements", "ensure_registered_model",
+           "log_adapter_model", "adapter_weights_dtype", "pip_requirements", "ensure_registered_model",
            "store_base_version", "base_cache_dir", "cached_base"]
 
 BASE_SUFFIX = "-base"
@@ -209,12 +209,12 @@ def log_adapter_model(model_dir: Path, adapter: Path, base_dir: Path, base_local
 
     from hargo.models.loading import load_model, load_tokenizer
 
+    stored = adapter_weights_dtype(adapter)     # before the base loads: a bad file fails fast
     base = load_model(base_dir, dtype="float32")
     model = PeftModel.from_pretrained(base, str(adapter))
     # PEFT loads the adapter into fp32 LoRA layers (the base's dtype); MLflow saves them as they
     # are, so a bf16 adapter (rl.lora.adapter_dtype) is put back to bf16: its values are bf16
     # already, nothing is rounded, and loading it for use upcasts it to fp32 again
-    stored = adapter_weights_dtype(adapter)
     for param_name, p in model.named_parameters():
         if "lora_" in param_name:
             p.data = p.data.to(stored)

@@ -122,6 +122,12 @@ def test_rl_refuses_a_budget_past_the_context_before_training(short_context_mode
         rl.run(p, "grpo", root=tmp_path)
     assert f"lower rl.max_prompt_tokens to at most {longest - 1}" in str(e.value)
     assert f"or rl.max_new_tokens to at most {96 - longest}" in str(e.value)
+    # a cap per task: the message names the longest prompt's task's cap
+    task = max(crafted_records(1), key=lambda r: _prompt_len(short_context_model, r["prompt"]))["task"]
+    p["rl"]["max_prompt_tokens"] = {t: 64 for t in ("race_c", "race_fortran", "mlperf", "plp")}
+    with pytest.raises(ValueError) as e:
+        rl.run(p, "grpo", root=tmp_path)
+    assert f"lower rl.max_prompt_tokens.{task} to at most {longest - 1}" in str(e.value)
 
 
 def test_sft_refuses_a_max_length_past_the_context(short_context_model, tmp_path,

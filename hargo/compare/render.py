@@ -204,7 +204,9 @@ def _intervals(setup: Setup, ci: Mapping[str, Mapping], notes: Sequence[str]) ->
         ("p", f"Percentile bootstrap (Efron & Tibshirani 1993), {setup.resamples} resamples of "
               f"the eval prompts (paired by prompt, within each metric's tasks); seed s of HARGO "
               f"paired with seed s of the other method, the difference averaged over the "
-              f"{len(setup.seeds)} seed pairs. Points for percentage metrics."),
+              f"{len(setup.seeds)} seed pairs. Points for percentage metrics. Each interval "
+              f"stands alone: with several metrics per pair, about 1 in 20 excludes 0 by chance "
+              f"(no multiple-comparison correction)."),
     ]
     lines = []
     for k, c in ci.get("hargo-grpo", {}).items():
@@ -241,7 +243,8 @@ def _figures(agg: Aggregates) -> list:
         ("p", "Cumulative share of the update mass per task (sum of w |A| over the task's "
               "completions so far / over all; GRPO's weights are 1/G, so its shares follow the "
               "advantages; HARGO's weights are meant to move mass toward the tasks whose groups "
-              "discriminate)."),
+              "discriminate). GRPO-family methods only: PPO logs the mean of its per-token "
+              "advantages, not its update mass."),
         ("img", "update mass share", "update_mass_share.png"),
         ("h", 2, "Answer length (completion characters, median per task)"),
         ("table", ["model"] + list(TASKS),
@@ -415,7 +418,7 @@ def write_figures(out_dir: Path, agg: Aggregates) -> None:
                      "loss weight (max; dashed: mean)", empty=no_history)
     plot_task_curves(out_dir / "update_mass_share.png",
                      [(pretty(m), {t: cumulative_mass_share(h, t) for t in TASKS}, {})
-                      for m, h in agg.histories.items()],
+                      for m, h in agg.histories.items() if m != "ppo"],
                      "cumulative share of the update mass", empty=no_history)
     plot_task_lengths(out_dir / "answer_lengths.png",
                       [(pretty(n), c) for n, c in agg.chars.items()],

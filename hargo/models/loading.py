@@ -107,12 +107,17 @@ def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
     rounded away), which the adapter on the base does not reproduce, so the registry stores the
     folder's full weights, the model that was evaluated.
 
-    ``adapter_dtype`` (``rl.lora.adapter_dtype``): ``bfloat16`` rounds the LoRA weights
-    (``lora_A``/``lora_B``, not the base) to bf16 *before* both the adapter is saved and the
-    merge, so the merged folder that is evaluated is exactly base + the stored adapter upcast
-    to fp32 (PEFT's default on loading): half the adapter's bytes, no difference between the
-    registered and the evaluated model. The rounding error is relative to the LoRA update
-    (~2^-9 of each entry), not to the base weights as rounding the merge would be.
+    ``adapter_dtype`` (``rl.lora.adapter_dtype``): ``bfloat16`` rounds every LoRA parameter
+    (each ``lora_*`` tensor: ``lora_A``/``lora_B``, LoRA embeddings, DoRA magnitudes; never the
+    base) to bf16 *before* both the adapter is saved and the merge, so the merged folder that
+    is evaluated is exactly base + the stored adapter upcast to fp32 (PEFT's default on
+    loading): half the adapter's bytes, no difference between the registered and the evaluated
+    model. The rounding error is relative to the LoRA update (~2^-9 of each entry), not to the
+    base weights as rounding the merge would be. Adapter tensors without ``lora_`` in their
+    name (a ``modules_to_save`` copy; hargo's LoRA configs have none) keep float32, and the
+    registry then refuses the mixed file by name (``hargo.registered_models``). Only the rl
+    stage passes ``adapter_base``; SFT, HPC-GPT and the preference methods merge their fp32
+    LoRA weights as trained.
 
     Raises:
         ValueError: ``dtype`` or ``adapter_dtype`` not one of :data:`DTYPES`.

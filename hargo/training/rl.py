@@ -21,11 +21,11 @@
    (prompt order -- also past an epoch boundary, :mod:`hargo.training.sampling` --, RNG,
    optimizer, EMA baseline, PPO's value head; ``tests/test_rl.py`` resumes every method after
    each checkpoint of a run);
-4. writes ``models/rl/<method>/`` (adapter merged, and kept in ``adapter/`` for the registry;
-   whole or not at all) and
+4. writes ``models/rl/<method>/`` (adapter rounded to ``rl.lora.adapter_dtype``, then merged,
+   and kept in ``adapter/`` for the registry; whole or not at all) and
    ``metrics/rl/<method>.json`` (final reward statistics, per-task share of zero-variance
    groups, the learning signals -- loss, grad_norm, adv_logprob, adv_log_ratio, kl --, steps,
-   wall time and its split), and
+   wall time and its split, the prompts skipped per task and the caps), and
    logs per-step per-task metrics, completion tables and plots to the MLflow child run
    ``rl-<method>`` (see ``hargo.training.rl_logging``).
 
@@ -310,8 +310,12 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
                               f"prompt tokens; "
                               f"rl.prompts_per_step needs {rl['prompts_per_step']}")
     # prompt + completion must fit the policy's context; the error names the knob to lower
-    check_context(context_length(model_dir), max(prompt_tokens(tok, r["prompt"]) for r in records),
-                  max_budget(rl["max_new_tokens"]), prompt_cap_name(params), "rl.max_new_tokens")
+    # (with a cap per task: the cap of the longest prompt's task)
+    longest = max(records, key=lambda r: prompt_tokens(tok, r["prompt"]))
+    cap_name = prompt_cap_name(params) + (f".{longest['task']}"
+                                          if isinstance(prompt_cap(params), dict) else "")
+    check_context(context_length(model_dir), prompt_tokens(tok, longest["prompt"]),
+                  max_budget(rl["max_new_tokens"]), cap_name, "rl.max_new_tokens")
     fingerprint = run_fingerprint(params, method, model_dir, data_path)
     launch = launch_state()
     if launch.is_main:

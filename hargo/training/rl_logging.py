@@ -27,7 +27,8 @@ adv_log_ratio              ``G w_i mean_t A_i (log pi - log pi_ref)`` (when a re
                            0 at the start, grows as the policy favours the better responses
 update_mass                ``sum_i w_i |A_i|`` over the scope's completions: how much of
                            the step's update the scope drives (HARGO's weights move it
-                           between tasks; GRPO's are 1/G)
+                           between tasks; GRPO's are 1/G). PPO records the mean of its
+                           per-token advantages, whose signs cancel: not its update mass
 update_mass_share          the task's ``update_mass`` / the step's (tasks only; NaN when the
                            step's mass is 0, e.g. every group zero-variance)
 zero_variance_groups       share of groups (prompts) whose G rewards were all equal (with
