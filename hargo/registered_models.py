@@ -207,7 +207,7 @@ def log_adapter_model(model_dir: Path, adapter: Path, base_dir: Path, base_local
     import mlflow
     from peft import PeftModel
 
-    from hargo.models.loading import load_model, load_tokenizer
+    from hargo.models.loading import cast_lora_params, load_model, load_tokenizer
 
     stored = adapter_weights_dtype(adapter)     # before the base loads: a bad file fails fast
     base = load_model(base_dir, dtype="float32")
@@ -215,9 +215,7 @@ def log_adapter_model(model_dir: Path, adapter: Path, base_dir: Path, base_local
     # PEFT loads the adapter into fp32 LoRA layers (the base's dtype); MLflow saves them as they
     # are, so a bf16 adapter (rl.lora.adapter_dtype) is put back to bf16: its values are bf16
     # already, nothing is rounded, and loading it for use upcasts it to fp32 again
-    for param_name, p in model.named_parameters():
-        if "lora_" in param_name:
-            p.data = p.data.to(stored)
+    cast_lora_params(model, stored)
     return mlflow.transformers.log_model(
         transformers_model={"model": model, "tokenizer": load_tokenizer(model_dir)},
         name=name, task="text-generation", base_model_path=str(base_local), **log_kwargs)

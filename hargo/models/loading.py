@@ -15,8 +15,8 @@ from typing import Any
 from hargo.io import atomic_dir, require_complete_dir
 
 __all__ = ["DTYPES", "ADAPTER_DIR", "ADAPTER_BASE_FILE", "resolve_model_dir", "load_model",
-           "load_tokenizer", "save_merged", "model_digest", "describe", "context_length",
-           "check_context"]
+           "load_tokenizer", "save_merged", "cast_lora_params", "model_digest", "describe",
+           "context_length", "check_context"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 #: the subfolder of a model folder holding the LoRA adapter it was merged from (rl stage)
@@ -88,6 +88,15 @@ def model_digest(model_dir: str | Path) -> str:
                          if p.is_file() and p.suffix in _MODEL_FILE_SUFFIXES), b"\0")
 
 
+def cast_lora_params(model, dtype) -> None:
+    """Cast every LoRA parameter of a PEFT ``model`` (each ``lora_*`` tensor: ``lora_A``/
+    ``lora_B``, LoRA embeddings, DoRA magnitudes; never the base weights) to the torch
+    ``dtype``, in place."""
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            p.data = p.data.to(dtype)
+
+
 def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
                 adapter_base: str | Path | None = None, adapter_dtype: str = "float32") -> None:
     """Save ``model`` as a plain model folder (safetensors, tokenizer, generation config).
@@ -136,12 +145,10 @@ def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
     is_peft = bool(PeftModel) and isinstance(model, PeftModel)
     with atomic_dir(out_dir) as tmp:
         if is_peft and adapter_base is not None and dtype == "float32":
-            lora = [p for n, p in model.named_parameters() if "lora_" in n]
-            for p in lora:    # rounded once; the merge below uses the same values
-                p.data = p.data.to(getattr(torch, adapter_dtype))
+            # rounded once; the merge below uses the same values, back in float32
+            cast_lora_params(model, getattr(torch, adapter_dtype))
             model.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
-            for p in lora:
-                p.data = p.data.float()
+            cast_lora_params(model, torch.float32)
             (tmp / ADAPTER_DIR / ADAPTER_BASE_FILE).write_text(
                 json.dumps({"base_sha256": model_digest(adapter_base)}) + "\n")
         if is_peft:

@@ -299,23 +299,26 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
 
     setup_torch(params)
     tok = load_tokenizer(model_dir)
+    cap = prompt_cap(params)
     if records is None:
         records, skipped = select_subset(load_rl_records(data_path), rl["samples_per_task"],
-                                         int(params["seed"]), tok, prompt_cap(params))
+                                         int(params["seed"]), tok, cap)
     else:
         skipped = {}
     if len(records) < int(rl["prompts_per_step"]):
         raise HargoInputError(data_path, f"only {len(records)} prompts left for RL after skipping "
-                              f"{sum(skipped.values())} over {describe_budget(prompt_cap(params))} "
+                              f"{sum(skipped.values())} over {describe_budget(cap)} "
                               f"prompt tokens; "
                               f"rl.prompts_per_step needs {rl['prompts_per_step']}")
     # prompt + completion must fit the policy's context; the error names the knob to lower
     # (with a cap per task: the cap of the longest prompt's task)
-    longest = max(records, key=lambda r: prompt_tokens(tok, r["prompt"]))
-    cap_name = prompt_cap_name(params) + (f".{longest['task']}"
-                                          if isinstance(prompt_cap(params), dict) else "")
-    check_context(context_length(model_dir), prompt_tokens(tok, longest["prompt"]),
-                  max_budget(rl["max_new_tokens"]), cap_name, "rl.max_new_tokens")
+    lengths = [prompt_tokens(tok, r["prompt"]) for r in records]
+    longest = lengths.index(max(lengths))             # the first of the longest
+    n_tokens = lengths[longest]
+    cap_name = prompt_cap_name(params) + (f".{records[longest]['task']}"
+                                          if isinstance(cap, dict) else "")
+    check_context(context_length(model_dir), n_tokens, max_budget(rl["max_new_tokens"]),
+                  cap_name, "rl.max_new_tokens")
     fingerprint = run_fingerprint(params, method, model_dir, data_path)
     launch = launch_state()
     if launch.is_main:
@@ -375,7 +378,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
             "max_steps": int(rl["steps"]),
             "resumed_from_step": resumed_step if resume is not None else None,
             "steps_this_run": steps_run, "prompts": len(records), "skipped_prompts": skipped,
-            "max_prompt_tokens": budget_record(prompt_cap(params)),
+            "max_prompt_tokens": budget_record(cap),
             "completions_per_step": int(rl["prompts_per_step"]) * int(rl["num_generations"]),
             "generation_backend": rl["generation_backend"], "bf16": bool(trainer.args.bf16),
             "lora": bool(rl["lora"]["enabled"]),
