@@ -35,13 +35,15 @@ def tiny_params(params: dict) -> dict:
         "data": {**p["synthetic"]["data"], "n_train": 24, "n_eval": 6},
         "policy": {"tokenizer": "small", "vocab_size": 300, "hidden_size": 64, "num_layers": 2,
                    "num_heads": 2, "intermediate_size": 128, "max_positions": 256},
-        "sft": {"epochs": 1, "learning_rate": 1e-3, "batch_size": 16, "max_length": 160},
+        "sft": {"epochs": 1, "learning_rate": 1e-3, "batch_size": 16, "max_length": 160,
+                "examples_per_task": {"syn_yesno": 24, "syn_short": 24, "syn_long": 24}},
         "rl": {"prompts_per_task": {"syn_yesno": 2, "syn_short": 2, "syn_long": 2}, "steps": 1,
                "prompts_per_step": 3, "num_generations": 2,
                "max_new_tokens": {"syn_yesno": 4, "syn_short": 6, "syn_long": 12},
                "temperature": 1.0, "learning_rate": 1e-4},
         "methods": ["grpo", "hargo"], "seeds": [1, 2],
-        "evaluate": {"max_new_tokens": {"syn_yesno": 4, "syn_short": 6, "syn_long": 12}},
+        "evaluate": {"max_new_tokens": {"syn_yesno": 4, "syn_short": 6, "syn_long": 12},
+                     "samples": 2},
         "bootstrap": {"resamples": 200, "confidence": 0.9}})
     return p
 
@@ -75,6 +77,14 @@ def test_committed_params_make_a_plan(params):
     ("policy.hidden_size", 250, r"not divisible by num_heads 4"),
     ("policy.depth", 2, r"synthetic.policy: unknown keys \['depth'\]"),
     ("sft.lr", 1.0, r"synthetic.sft: missing \['learning_rate'\]; unknown \['lr'\]"),
+    ("sft.examples_per_task", {"syn_yesno": 301, "syn_short": 1, "syn_long": 1},
+     r"synthetic.sft.examples_per_task: \{'syn_yesno': 301\} exceed synthetic.data.n_train"),
+    ("sft.examples_per_task", {"syn_yesno": 0, "syn_short": 0, "syn_long": 0},
+     r"synthetic.sft.examples_per_task: SFT needs at least one example"),
+    ("sft.examples_per_task", {"syn_yesno": -1, "syn_short": 1, "syn_long": 1},
+     r"synthetic.sft.examples_per_task.syn_yesno: expected an integer >= 0"),
+    ("evaluate.samples", -1, r"synthetic.evaluate.samples: expected an integer >= 0"),
+    ("evaluate.every", 5, r"synthetic.evaluate: expected max_new_tokens and optionally"),
 ])
 def test_bad_synthetic_params_fail_in_validate_params_naming_the_key(params, key, value, message):
     p = copy.deepcopy(params)
@@ -102,6 +112,17 @@ def test_rl_prompts_follow_the_task_mix_and_the_seed(params):
     q["synthetic"]["rl"]["prompts_per_task"] = {"syn_yesno": 10, "syn_short": 0, "syn_long": 2}
     mix = S.rl_prompts(train, plan(q), 1)
     assert [r["task"] for r in mix] == ["syn_yesno"] * 10 + ["syn_long"] * 2
+
+
+def test_sft_records_take_the_first_n_of_each_task(params):
+    q = copy.deepcopy(params)
+    q["synthetic"]["sft"]["examples_per_task"] = {"syn_yesno": 3, "syn_short": 0, "syn_long": 2}
+    p = plan(q)
+    train, _ = generate(p.data, 42)
+    got = S.sft_records(train, p)
+    assert [r["id"] for r in got] == ["syn_yesno-train-00000", "syn_yesno-train-00001",
+                                      "syn_yesno-train-00002", "syn_long-train-00000",
+                                      "syn_long-train-00001"]
 
 
 def test_score_divides_by_the_scale_and_counts_exact_matches():
@@ -267,6 +288,11 @@ def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
     assert sorted(het["runs"]) == ["grpo-s1", "grpo-s2", "hargo-s1", "hargo-s2"]
     run = het["runs"]["hargo-s1"]
     assert len(run["history"]) == 1 and len(run["eval"]["reward"]) == 18
+    # k = 2 samples per prompt at the training temperature: a mean of two rewards per prompt
+    sampled = run["eval"]["sampled_reward"]
+    assert len(sampled) == 18 and all(0 <= x <= 1 for x in sampled)
+    assert run["eval_summary"]["all/sampled_reward"] == pytest.approx(sum(sampled) / 18)
+    assert [c["step"] for c in run["eval_curve"]] == [1]
     shares = [v for k, v in run["history"][0].items() if k.endswith("/update_mass_share")]
     assert shares and (sum(shares) == pytest.approx(1.0) or all(np.isnan(shares)))
     # a second call keeps every finished run; a change of HARGO's own knob re-trains HARGO only
@@ -295,6 +321,18 @@ def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
     written = json.loads((tmp_path / "metrics/synthetic/summary.json").read_text())
     assert json.dumps(written, sort_keys=True) == json.dumps(json.loads(json.dumps(summary)),
                                                              sort_keys=True)
+    # an eval curve: the SFT policy (step 0), every step, and the end
+    c = copy.deepcopy(p)
+    c["synthetic"]["rl"]["steps"] = 2
+    c["synthetic"]["evaluate"]["every_steps"] = 1
+    pc = plan(c)
+    train, ev = D.read_split(tmp_path, "train"), D.read_split(tmp_path, "eval")
+    run = S.train_run(c, pc, "heterogeneous", "grpo", 1, train, ev, tmp_path / "models/synthetic/sft",
+                      print_fn=lambda *a: None)
+    assert [x["step"] for x in run["eval_curve"]] == [0, 1, 2]
+    assert run["eval_curve"][0]["all/reward"] == pytest.approx(
+        sft_out["eval"]["heterogeneous"]["summary"]["all/reward"])   # step 0 is the SFT policy
+    assert run["eval_curve"][-1]["all/reward"] == run["eval_summary"]["all/reward"]
 
 
 def test_numbers_spelled_as_strings_are_parsed(params):

@@ -53,6 +53,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from transformers import TrainerCallback
+
 from hargo.compare.layout import run_name
 from hargo.compare.synthetic_data import read_split
 from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
@@ -61,7 +63,7 @@ from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticRewa
 from hargo.io import atomic_write_json
 from hargo.training.rl_logging import StepRecorder
 
-__all__ = ["stage_params", "rl_prompts", "score", "evaluate_policy", "eval_summary",
+__all__ = ["stage_params", "rl_prompts", "sft_records", "score", "evaluate_policy", "eval_summary",
            "code_digest", "run_fingerprint", "train_run", "train_sft",
            "train_configuration"]
 
@@ -108,6 +110,15 @@ def rl_prompts(train: Sequence[Mapping], p: SyntheticPlan, seed: int) -> list[di
     return out
 
 
+def sft_records(train: Sequence[Mapping], p: SyntheticPlan) -> list[dict]:
+    """The SFT examples: the first ``synthetic.sft.examples_per_task[t]`` train records of each
+    task ``t`` (in split order). The tokenizer is still trained on the whole train split."""
+    out = []
+    for t in SYNTHETIC_TASKS:
+        out += [dict(r) for r in train if r["task"] == t][:p.sft["examples_per_task"][t]]
+    return out
+
+
 # --------------------------------------------------------------------------- evaluation
 
 def score(config: SyntheticConfig, tasks: Sequence[str], completions: Sequence[str],
@@ -132,11 +143,14 @@ def score(config: SyntheticConfig, tasks: Sequence[str], completions: Sequence[s
 
 
 def evaluate_policy(model_dir: str | Path, records: Sequence[Mapping], p: SyntheticPlan,
-                    configs: Mapping[str, SyntheticConfig]) -> dict[str, dict]:
+                    configs: Mapping[str, SyntheticConfig], seed: int = 0) -> dict[str, dict]:
     """Greedy completions of ``records`` by the model in ``model_dir`` (transformers backend,
     per-task budgets ``synthetic.evaluate.max_new_tokens``), generated once and scored by
     :func:`score` under each of ``configs``: ``{name: {"ids", "tasks", "reward", "correct",
-    "completions"}}`` (lists in record order).
+    "completions"}}`` (lists in record order). With ``p.eval_samples = k > 0`` also ``k``
+    completions per prompt sampled at ``synthetic.rl.temperature`` (seeded by ``seed``) and
+    ``"sampled_reward"``, each prompt's mean reward over them (:func:`score`'s ``reward``):
+    the quantity RL raises, next to the greedy answer that evaluation reads.
 
     Raises:
         ValueError: a prompt plus its budget does not fit ``synthetic.policy.max_positions``.
@@ -144,24 +158,41 @@ def evaluate_policy(model_dir: str | Path, records: Sequence[Mapping], p: Synthe
     from hargo.evaluation.generate import run_generation
 
     tasks = [r["task"] for r in records]
-    res = run_generation(model_dir, [r["prompt"] for r in records],
+    prompts = [r["prompt"] for r in records]
+    names = ("synthetic.policy.max_positions", "synthetic.evaluate.max_new_tokens")
+    res = run_generation(model_dir, prompts,
                          {"max_new_tokens": dict(p.eval_max_new_tokens), "temperature": 0.0,
                           "dtype": "float32", "batch_size": 64}, "transformers", tasks=tasks,
-                         param_names=("synthetic.policy.max_positions",
-                                      "synthetic.evaluate.max_new_tokens"))
+                         param_names=names)
     answers, labels = [r["answer"] for r in records], [r.get("label") for r in records]
-    return {name: {"ids": [r["id"] for r in records], "tasks": tasks,
-                   **score(cfg, tasks, res.completions, answers, labels),
-                   "completions": list(res.completions)}
-            for name, cfg in configs.items()}
+    out = {name: {"ids": [r["id"] for r in records], "tasks": tasks,
+                  **score(cfg, tasks, res.completions, answers, labels),
+                  "completions": list(res.completions)}
+           for name, cfg in configs.items()}
+    k = int(p.eval_samples)
+    if k > 0:
+        sampled = run_generation(model_dir, prompts,
+                                 {"max_new_tokens": dict(p.eval_max_new_tokens),
+                                  "temperature": float(p.rl["temperature"]), "dtype": "float32",
+                                  "batch_size": 64}, "transformers", seed=seed, num_samples=k,
+                                 tasks=tasks, param_names=names)
+        rep = [x for x in range(len(records)) for _ in range(k)]   # prompt-major, k each
+        for name, cfg in configs.items():
+            r = score(cfg, [tasks[i] for i in rep], sampled.completions, [answers[i] for i in rep],
+                      [labels[i] for i in rep])["reward"]
+            out[name]["sampled_reward"] = [sum(r[i * k:(i + 1) * k]) / k
+                                           for i in range(len(records))]
+    return out
 
 
 def eval_summary(ev: Mapping) -> dict[str, float]:
-    """Mean ``reward`` and ``correct`` over all prompts (``all/...``) and per task."""
+    """Mean ``reward`` and ``correct`` (and ``sampled_reward`` when evaluated) over all prompts
+    (``all/...``) and per task."""
     out = {}
+    keys = ("reward", "correct") + (("sampled_reward",) if "sampled_reward" in ev else ())
     for scope in ("all",) + SYNTHETIC_TASKS:
         idx = [i for i, t in enumerate(ev["tasks"]) if scope == "all" or t == scope]
-        for k in ("reward", "correct"):
+        for k in keys:
             out[f"{scope}/{k}"] = sum(ev[k][i] for i in idx) / len(idx) if idx else float("nan")
     return out
 
@@ -195,18 +226,38 @@ def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, s
     from hargo.hardware import use_bf16
 
     return _digest({"data": asdict(p.data), "rl": p.rl, "eval": p.eval_max_new_tokens,
+                    "eval_samples": p.eval_samples, "eval_every": p.eval_every,
                     "configuration": name, "method": method, "seed": seed,
                     "method_params": params["rl"].get(method), "clip": params["rl"]["clip_range"],
                     "model": model_digest, "code": code, "bf16": use_bf16(params),
                     "versions": [torch.__version__, transformers.__version__, trl.__version__]})
 
 
+class _EvalEvery(TrainerCallback):
+    """A ``transformers.TrainerCallback`` that evaluates the policy every
+    ``every`` RL steps (:func:`evaluate_policy` of a saved copy) into ``curve``: rows
+    ``{"step", **eval_summary}``."""
+
+    def __init__(self, every: int, evaluate, tokenizer, work: Path):
+        self.every, self.evaluate, self.tokenizer, self.work = every, evaluate, tokenizer, work
+        self.curve: list[dict] = []
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = int(state.global_step)
+        if self.every and step % self.every == 0 and step < int(state.max_steps):
+            folder = self.work / f"eval-{step}"
+            _save_policy(model, self.tokenizer, folder)
+            self.curve.append({"step": step, **eval_summary(self.evaluate(folder))})
+
+
 def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
               train: Sequence[Mapping], eval_records: Sequence[Mapping], model_dir: Path,
               print_fn=print) -> dict:
     """Train ``method`` with ``seed`` in configuration ``name`` from the SFT policy and evaluate
-    it: ``{"method", "seed", "configuration", "history", "eval", "eval_summary", "wall_s",
-    "train_s"}`` (``history``: per-step rows of :class:`StepRecorder`)."""
+    it: ``{"method", "seed", "configuration", "history", "eval", "eval_summary",
+    "eval_curve", "wall_s", "train_s"}`` (``history``: per-step rows of :class:`StepRecorder`;
+    ``eval_curve``: ``{"step", **eval_summary}`` every ``synthetic.evaluate.every_steps``
+    steps and at the end; ``train_s`` excludes those intermediate evaluations)."""
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
     from hargo.training.rl import build_trainer
@@ -221,17 +272,32 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
     callback = RLLoggingCallback(recorder, label, 0, print_fn=print_fn)
     with tempfile.TemporaryDirectory(prefix="hargo-synthetic-") as work:
         work = Path(work)
+        tokenizer = load_tokenizer(model_dir)
+
+        def evaluate(folder):
+            return evaluate_policy(folder, eval_records, p, {name: config}, seed=seed)[name]
+
+        every = _EvalEvery(p.eval_every, evaluate, tokenizer, work)
         trainer = build_trainer(q, method, model_dir, rl_prompts(train, p, seed), work / "trainer",
-                                recorder=recorder, callbacks=[callback],
+                                recorder=recorder, callbacks=[callback, every],
                                 reward_funcs=[SyntheticReward(config)])
+        t_eval = 0.0
+        if p.eval_every:
+            t_eval = time.perf_counter()
+            every.curve.append({"step": 0, **eval_summary(evaluate(model_dir))})
+            t_eval = time.perf_counter() - t_eval
+        tt = time.perf_counter()
         trainer.train()
-        train_s = time.perf_counter() - t0
+        train_s = time.perf_counter() - tt
         model = trainer.accelerator.unwrap_model(trainer.model)
-        _save_policy(model, load_tokenizer(model_dir), work / "policy")
-        ev = evaluate_policy(work / "policy", eval_records, p, {name: config})[name]
+        _save_policy(model, tokenizer, work / "policy")
+        ev = evaluate(work / "policy")
+    summary = eval_summary(ev)
+    curve = every.curve + [{"step": int(p.rl["steps"]), **summary}]
     return {"method": method, "seed": int(seed), "configuration": name,
-            "history": recorder.history, "eval": ev, "eval_summary": eval_summary(ev),
-            "train_s": round(train_s, 2), "wall_s": round(time.perf_counter() - t0, 2)}
+            "history": recorder.history, "eval": ev, "eval_summary": summary,
+            "eval_curve": curve, "train_s": round(train_s, 2),
+            "wall_s": round(time.perf_counter() - t0, 2)}
 
 
 def _save_policy(model, tokenizer, out: Path) -> None:
@@ -248,7 +314,8 @@ def train_sft(params: Mapping, root: str | Path = ".") -> dict:
     """Stage ``synthetic_sft``: build the tiny policy (its small tokenizer trained on the train
     split's prompts and answers), SFT it on the whole train split (``synthetic.sft``), write
     ``models/synthetic/sft`` and ``metrics/synthetic/sft.json`` (SFT metrics, the policy's
-    size, its greedy eval rewards under both configurations: the untuned row of the report)."""
+    size, its greedy eval rewards under both configurations: the untuned row of the report).
+    SFT sees :func:`sft_records` (``synthetic.sft.examples_per_task``)."""
     from hargo.hardware import setup_torch
     from hargo.models.loading import describe, load_model
     from hargo.models.tiny import build_tiny_policy
@@ -263,10 +330,11 @@ def train_sft(params: Mapping, root: str | Path = ".") -> dict:
     with tempfile.TemporaryDirectory(prefix="hargo-synthetic-init-") as work:
         init = build_tiny_policy(Path(work) / "init", p.policy, texts, seed=int(params["seed"]))
         size = describe(load_model(init))
-        metrics = sft.train(q, init, train, root / MODEL_DIR, report_to=())
+        metrics = sft.train(q, init, sft_records(train, p), root / MODEL_DIR, report_to=())
     metrics.pop("loss_curve", None)
     evals = evaluate_policy(root / MODEL_DIR, ev, p,
-                            {name: configuration(p, name) for name in CONFIGURATIONS})
+                            {name: configuration(p, name) for name in CONFIGURATIONS},
+                            seed=int(params["seed"]))
     out = {"sft": metrics, "parameters": size, "policy": asdict(p.policy),
            "eval": {name: {"summary": eval_summary(e), **e} for name, e in evals.items()}}
     atomic_write_json(root / METRICS_DIR / "sft.json", out)

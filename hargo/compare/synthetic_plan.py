@@ -34,13 +34,20 @@ class SyntheticPlan:
         data: the tasks (:class:`hargo.data.synthetic.SyntheticConfig`; ``homogeneous`` is
             set per configuration, not here).
         policy: the tiny policy (:class:`hargo.models.tiny.TinyPolicyConfig`).
-        sft: ``epochs``, ``learning_rate``, ``batch_size``, ``max_length`` (tokens).
+        sft: ``epochs``, ``learning_rate``, ``batch_size``, ``max_length`` (tokens),
+            ``examples_per_task`` (task -> the first n train records of the task SFT sees: how
+            much SFT leaves for RL to learn per task; 0 leaves a task to RL alone).
         rl: ``prompts_per_task`` (task -> prompts in the RL pool: the task mix; 0 leaves a task
             out), ``steps``, ``prompts_per_step``, ``num_generations``, ``max_new_tokens`` (task
             -> tokens), ``temperature``, ``learning_rate``.
         methods: GRPO-family methods compared (``hargo`` among them for the intervals).
         seeds: RL seeds; seed s of one method is paired with seed s of another.
         eval_max_new_tokens: task -> tokens for the greedy evaluation.
+        eval_samples: k >= 0; with k > 0 every evaluation also draws k completions per prompt
+            at the RL sampling temperature (``synthetic.rl.temperature``) and reports their
+            mean reward (``sampled_reward``): what RL optimises, beside the greedy answer.
+        eval_every: evaluate the policy also every this many RL steps (0: at the end only);
+            the curve is ``eval_curve`` of each run.
         resamples, confidence: of the paired bootstrap.
     """
 
@@ -51,11 +58,14 @@ class SyntheticPlan:
     methods: tuple[str, ...]
     seeds: tuple[int, ...]
     eval_max_new_tokens: dict
+    eval_samples: int = 0
+    eval_every: int = 0
     resamples: int = 2000
     confidence: float = 0.95
 
 
-_SFT_KEYS = {"epochs": int, "learning_rate": float, "batch_size": int, "max_length": int}
+_SFT_KEYS = {"epochs": int, "learning_rate": float, "batch_size": int, "max_length": int,
+             "examples_per_task": dict}
 _RL_KEYS = {"prompts_per_task": dict, "steps": int, "prompts_per_step": int,
             "num_generations": int, "max_new_tokens": dict, "temperature": float,
             "learning_rate": float}
@@ -72,7 +82,8 @@ def _block(d: Any, keys: Mapping[str, type], where: str) -> dict:
     for k, t in keys.items():
         v = d[k]
         if t is dict:
-            out[k] = _per_task(v, f"{where}.{k}", allow_zero=k == "prompts_per_task")
+            out[k] = _per_task(v, f"{where}.{k}",
+                               allow_zero=k in ("prompts_per_task", "examples_per_task"))
         elif t is int:
             n = as_number(f"{where}.{k}", v, integer=True)
             if n < 1:
@@ -144,13 +155,25 @@ def plan(params: Mapping) -> SyntheticPlan:
         raise ParamsError(f"synthetic.rl.prompts_per_task: {sum(rl['prompts_per_task'].values())}"
                           f" prompts in the pool, fewer than prompts_per_step "
                           f"{rl['prompts_per_step']}")
-    short = {t: n for t, n in rl["prompts_per_task"].items() if n > data.n_train}
-    if short:
-        raise ParamsError(f"synthetic.rl.prompts_per_task: {short} exceed synthetic.data.n_train "
-                          f"{data.n_train}")
+    for where, counts in (("synthetic.rl.prompts_per_task", rl["prompts_per_task"]),
+                          ("synthetic.sft.examples_per_task", sft["examples_per_task"])):
+        short = {t: n for t, n in counts.items() if n > data.n_train}
+        if short:
+            raise ParamsError(f"{where}: {short} exceed synthetic.data.n_train {data.n_train}")
+    if not any(sft["examples_per_task"].values()):
+        raise ParamsError("synthetic.sft.examples_per_task: SFT needs at least one example")
     ev = s["evaluate"]
-    if not isinstance(ev, Mapping) or set(ev) != {"max_new_tokens"}:
-        raise ParamsError(f"synthetic.evaluate: expected {{max_new_tokens: ...}}, got {ev!r}")
+    if not isinstance(ev, Mapping) or "max_new_tokens" not in ev or \
+            set(ev) - {"max_new_tokens", "samples", "every_steps"}:
+        raise ParamsError(f"synthetic.evaluate: expected max_new_tokens and optionally samples "
+                          f"and every_steps, got {ev!r}")
+    eval_extra = {}
+    for key in ("samples", "every_steps"):
+        n = as_number(f"synthetic.evaluate.{key}", ev.get(key, 0), integer=True)
+        if n < 0:
+            raise ParamsError(f"synthetic.evaluate.{key}: expected an integer >= 0, got "
+                              f"{ev.get(key)!r}")
+        eval_extra[key] = n
     b = s["bootstrap"]
     if not isinstance(b, Mapping) or set(b) != {"resamples", "confidence"}:
         raise ParamsError(f"synthetic.bootstrap: expected resamples and confidence, got {b!r}")
@@ -162,6 +185,7 @@ def plan(params: Mapping) -> SyntheticPlan:
                          seeds=tuple(int(x) for x in seeds),
                          eval_max_new_tokens=_per_task(ev["max_new_tokens"],
                                                        "synthetic.evaluate.max_new_tokens"),
+                         eval_samples=eval_extra["samples"], eval_every=eval_extra["every_steps"],
                          resamples=resamples, confidence=float(confidence))
 
 

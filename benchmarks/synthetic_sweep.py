@@ -1,0 +1,170 @@
+"""Sweep RL knobs of the synthetic test bed over seeds, from its committed SFT policy.
+
+The test bed's defaults (``synthetic.rl``: learning rate, steps, G, ...) are chosen from sweeps
+like this one, never from one run. Each grid point is trained with every method and seed given,
+by the test bed's own ``train_run`` (the project's trainers, the same evaluation), and evaluated
+every ``synthetic.evaluate.every_steps`` steps, greedy and (``synthetic.evaluate.samples`` = k)
+as the mean reward of k samples at the training temperature. Results are appended to a JSON-lines
+file (one line a run, so an interrupted sweep keeps what it finished and resumes: a run already
+in the file is skipped), then a table per (grid point, method, step) of mean +- sample std over
+seeds is printed.
+
+Needs ``data/synthetic`` and ``models/synthetic/sft`` (``dvc repro synthetic/dvc.yaml:synthetic_sft``);
+``--root`` points at another root holding both (e.g. an SFT variant). Grid keys may be any
+``synthetic.rl.*``, ``synthetic.evaluate.*`` or ``rl.<method>.*`` param; ``synthetic.data``,
+``.policy`` and ``.sft`` change the SFT policy and are refused (train a variant with ``hargo
+synthetic-sft`` under another root).
+
+    python benchmarks/synthetic_sweep.py --config heterogeneous --methods grpo --seeds 1 2 3 \\
+        --grid synthetic.rl.learning_rate=2e-4,1e-4,5e-5 -S synthetic.rl.steps=150 \\
+        -S synthetic.evaluate.every_steps=50 -S synthetic.evaluate.samples=4 \\
+        --workers 2 --out metrics/synthetic/sweeps/lr.jsonl
+
+``--workers 2`` runs two runs at once with one torch thread each (the tiny policy's step is
+dominated by per-op overhead, so two one-thread runs do ~1.7x the work of one two-thread run on
+2 cores; measure alone). Report the CPU (``grep -o 'avx512_bf16\\|amx_bf16' /proc/cpuinfo``).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+_FORBIDDEN = ("synthetic.data", "synthetic.policy", "synthetic.sft", "seed")
+
+
+def _parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
+    out = []
+    for it in items:
+        key, _, values = it.partition("=")
+        if not values:
+            raise SystemExit(f"--grid {it!r}: expected key=v1,v2,...")
+        out.append((key, values.split(",")))
+    return out
+
+
+def _check_key(key: str) -> None:
+    if any(key == f or key.startswith(f + ".") for f in _FORBIDDEN):
+        raise SystemExit(f"{key}: changes the SFT policy or data; train a variant under --root")
+
+
+def _points(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
+    keys = [k for k, _ in grid]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*[v for _, v in grid])] or [{}]
+
+
+def _run_key(point: dict, method: str, seed: int, config: str) -> str:
+    return json.dumps({"point": point, "method": method, "seed": seed, "config": config},
+                      sort_keys=True)
+
+
+def _worker(job) -> dict:
+    params_path, sets, point, method, seed, config, root, threads = job
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    import torch
+
+    torch.set_num_threads(threads)
+    from hargo.compare.synthetic import train_run
+    from hargo.compare.synthetic_data import read_split
+    from hargo.compare.synthetic_plan import MODEL_DIR, plan
+    from hargo.models.loading import resolve_model_dir
+    from hargo.params import load_params
+
+    overrides = list(sets) + [f"{k}={v}" for k, v in point.items()] + [f"train.threads={threads}"]
+    params = load_params(params_path, overrides)
+    p = plan(params)
+    root = Path(root)
+    train, ev = read_split(root, "train"), read_split(root, "eval")
+    run = train_run(params, p, config, method, seed, train, ev,
+                    resolve_model_dir(root / MODEL_DIR), print_fn=lambda *a, **k: None)
+    run.pop("eval")   # per-prompt completions: not needed for the table
+    return {"key": _run_key(point, method, seed, config), "point": point, "method": method,
+            "seed": seed, "config": config, "run": run}
+
+
+def _table(rows: list[dict], tasks: tuple[str, ...]) -> str:
+    from hargo.stats import mean_std
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((json.dumps(r["point"], sort_keys=True), r["method"]), []).append(r)
+    metrics = ["all/reward"] + [f"{t}/reward" for t in tasks] + ["all/sampled_reward"] + \
+        [f"{t}/sampled_reward" for t in tasks]
+    head = ["point", "method", "step", "n"] + metrics
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (point, method), rs in sorted(groups.items()):
+        steps = sorted({c["step"] for r in rs for c in r["run"]["eval_curve"]})
+        for step in steps:
+            cells = []
+            for m in metrics:
+                vals = [c[m] for r in rs for c in r["run"]["eval_curve"]
+                        if c["step"] == step and m in c]
+                if not vals:
+                    cells.append("-")
+                    continue
+                mean, std = mean_std(vals)
+                cells.append(f"{mean:.3f} +- {std:.3f}" if len(vals) > 1 else f"{mean:.3f}")
+            n = sum(1 for r in rs if any(c["step"] == step for c in r["run"]["eval_curve"]))
+            lines.append("| " + " | ".join([point, method, str(step), str(n)] + cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--config", default="heterogeneous", choices=["heterogeneous", "homogeneous"])
+    ap.add_argument("--methods", nargs="+", default=["grpo"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    ap.add_argument("--grid", action="append", default=[], help="key=v1,v2,... (repeatable)")
+    ap.add_argument("-S", "--set", dest="sets", action="append", default=[],
+                    help="a fixed override key=value (repeatable)")
+    ap.add_argument("--root", default=".", help="folder holding data/synthetic and models/synthetic")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--out", required=True, help="JSON-lines results (appended; resumable)")
+    ap.add_argument("--table-only", action="store_true", help="print the table of --out and exit")
+    a = ap.parse_args(argv)
+    grid = _parse_grid(a.grid)
+    for key, _ in grid:
+        _check_key(key)
+    for s in a.sets:
+        _check_key(s.partition("=")[0])
+    from hargo.data.synthetic import SYNTHETIC_TASKS
+
+    out = Path(a.out)
+    done = []
+    if out.exists():
+        done = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    if not a.table_only:
+        # the fixed overrides are part of a run's identity too
+        points = [{**dict(s.partition("=")[::2] for s in a.sets), **pt} for pt in _points(grid)]
+        have = {r["key"] for r in done}
+        jobs = [(a.params, [], pt, m, s, a.config, a.root, 1 if a.workers > 1 else 2)
+                for pt in points for s in a.seeds for m in a.methods
+                if _run_key(pt, m, s, a.config) not in have]
+        print(f"[sweep] {len(jobs)} runs to train ({len(done)} in {out} already); "
+              f"{a.workers} worker(s)", flush=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(a.workers, maxtasksperchild=1) as pool, out.open("a") as f:
+            for i, r in enumerate(pool.imap_unordered(_worker, jobs), 1):
+                f.write(json.dumps(r) + "\n")
+                f.flush()
+                s = r["run"]["eval_summary"]
+                print(f"[sweep] {i}/{len(jobs)} {r['point']} {r['method']} s{r['seed']}: "
+                      f"greedy {s['all/reward']:.3f} sampled {s.get('all/sampled_reward', float('nan')):.3f}"
+                      f" train {r['run']['train_s']:.0f} s ({time.perf_counter() - t0:.0f} s)",
+                      flush=True)
+                done.append(r)
+    rows = [r for r in done if r["config"] == a.config and r["method"] in a.methods]
+    print(_table(rows, SYNTHETIC_TASKS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
