@@ -37,11 +37,12 @@ def tiny_params(params: dict) -> dict:
                    "num_heads": 2, "intermediate_size": 128, "max_positions": 256},
         "sft": {"epochs": 1, "learning_rate": 1e-3, "batch_size": 16, "max_length": 160,
                 "examples_per_task": {"syn_yesno": 24, "syn_short": 24, "syn_long": 24}},
-        "rl": {"prompts_per_task": {"syn_yesno": 2, "syn_short": 2, "syn_long": 2}, "steps": 1,
+        "rl": {"prompts_per_task": {"syn_yesno": 2, "syn_short": 2, "syn_long": 2}, "pool": "all",
+               "steps": 1,
                "prompts_per_step": 3, "num_generations": 2,
                "max_new_tokens": {"syn_yesno": 4, "syn_short": 6, "syn_long": 12},
                "temperature": 1.0, "learning_rate": 1e-4},
-        "methods": ["grpo", "hargo"], "seeds": [1, 2],
+        "methods": ["grpo", "hargo"], "seeds": [1, 2], "parallel_runs": 1,
         "evaluate": {"max_new_tokens": {"syn_yesno": 4, "syn_short": 6, "syn_long": 12},
                      "samples": 2},
         "bootstrap": {"resamples": 200, "confidence": 0.9}})
@@ -85,6 +86,7 @@ def test_committed_params_make_a_plan(params):
      r"synthetic.sft.examples_per_task.syn_yesno: expected an integer >= 0"),
     ("evaluate.samples", -1, r"synthetic.evaluate.samples: expected an integer >= 0"),
     ("evaluate.every", 5, r"synthetic.evaluate: expected max_new_tokens and optionally"),
+    ("parallel_runs", 0, r"synthetic.parallel_runs: expected an integer >= 1"),
 ])
 def test_bad_synthetic_params_fail_in_validate_params_naming_the_key(params, key, value, message):
     p = copy.deepcopy(params)
@@ -112,6 +114,18 @@ def test_rl_prompts_follow_the_task_mix_and_the_seed(params):
     q["synthetic"]["rl"]["prompts_per_task"] = {"syn_yesno": 10, "syn_short": 0, "syn_long": 2}
     mix = S.rl_prompts(train, plan(q), 1)
     assert [r["task"] for r in mix] == ["syn_yesno"] * 10 + ["syn_long"] * 2
+    # held_out: only the train records past SFT's first examples_per_task[t]
+    q["synthetic"]["rl"]["pool"] = "held_out"
+    q["synthetic"]["sft"]["examples_per_task"] = {"syn_yesno": 290, "syn_short": 300,
+                                                  "syn_long": 298}
+    held = S.rl_prompts(train, plan(q), 1)
+    ids = sorted(r["id"] for r in held)
+    assert ids == [f"syn_long-train-0029{i}" for i in (8, 9)] + \
+        [f"syn_yesno-train-{i:05d}" for i in range(290, 300)]
+    q["synthetic"]["sft"]["examples_per_task"]["syn_long"] = 299
+    with pytest.raises(ParamsError, match=r"\{'syn_long': 2\} exceed the train records SFT did "
+                                          r"not see"):
+        plan(q)
 
 
 def test_sft_records_take_the_first_n_of_each_task(params):
@@ -284,7 +298,9 @@ def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
     assert sft_out["sft"]["steps"] == 5                     # 72 examples / 16, one epoch
     assert set(sft_out["eval"]) == {"heterogeneous", "homogeneous"}
     lines: list[str] = []
-    het = S.train_configuration(p, "heterogeneous", tmp_path, print_fn=lines.append)
+    two = copy.deepcopy(p)
+    two["synthetic"]["parallel_runs"] = 2   # two worker processes; the runs they return are kept
+    het = S.train_configuration(two, "heterogeneous", tmp_path, print_fn=lines.append)
     assert sorted(het["runs"]) == ["grpo-s1", "grpo-s2", "hargo-s1", "hargo-s2"]
     run = het["runs"]["hargo-s1"]
     assert len(run["history"]) == 1 and len(run["eval"]["reward"]) == 18

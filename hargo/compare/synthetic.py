@@ -99,12 +99,16 @@ def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> dict:
 
 def rl_prompts(train: Sequence[Mapping], p: SyntheticPlan, seed: int) -> list[dict]:
     """The RL prompt pool of one seed: ``synthetic.rl.prompts_per_task[t]`` train records of
-    each task ``t``, drawn without replacement with ``seed`` (in task order, then drawn order)."""
+    each task ``t``, drawn without replacement with ``seed`` (in task order, then drawn order)
+    from the records SFT did not see (``synthetic.rl.pool: held_out``: those past
+    ``synthetic.sft.examples_per_task[t]``) or from all of them (``all``)."""
     import random
 
     out = []
     for t in SYNTHETIC_TASKS:
         recs = [dict(r) for r in train if r["task"] == t]
+        if p.rl.get("pool", "all") == "held_out":
+            recs = recs[p.sft["examples_per_task"][t]:]
         rng = random.Random(f"hargo.synthetic.rl:{seed}:{t}")
         out += rng.sample(recs, p.rl["prompts_per_task"][t])
     return out
@@ -341,10 +345,22 @@ def train_sft(params: Mapping, root: str | Path = ".") -> dict:
     return out
 
 
+def _train_run_job(job: tuple) -> dict:
+    """One run of :func:`train_configuration` in a worker process (``synthetic.parallel_runs``
+    > 1): ``(params, configuration, method, seed, root, model_dir)``; its step logs are not
+    printed (the parent prints one line a finished run)."""
+    params, name, method, seed, root, model_dir = job
+    p = plan(params)
+    root = Path(root)
+    return train_run(params, p, name, method, seed, read_split(root, "train"),
+                     read_split(root, "eval"), Path(model_dir), print_fn=lambda *a, **k: None)
+
+
 def train_configuration(params: Mapping, name: str, root: str | Path = ".",
                         print_fn=print) -> dict:
     """Stage ``synthetic_rl@<name>``: every method x seed, resumable per run (module
-    docstring); writes ``metrics/synthetic/<name>.json``: ``{"configuration", "runs":
+    docstring), ``synthetic.parallel_runs`` at once (each finished run is kept as it arrives);
+    writes ``metrics/synthetic/<name>.json``: ``{"configuration", "runs":
     {"<method>-s<seed>": train_run's dict}, "wall_s"}``.
 
     Raises:
@@ -363,6 +379,7 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
     t0 = time.perf_counter()
     runs: dict[str, dict] = {}
     todo = [(m, s) for s in p.seeds for m in p.methods]
+    pending = []
     for i, (method, seed) in enumerate(todo, 1):
         rn = run_name(method, seed)
         fp = run_fingerprint(params, p, name, method, seed, digest, code)
@@ -373,13 +390,35 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
                 runs[rn] = done["run"]
                 print_fn(f"[synthetic {name}] {i}/{len(todo)} {rn}: done earlier, kept")
                 continue
-        run = train_run(params, p, name, method, seed, train, ev, model_dir, print_fn=print_fn)
+        pending.append((method, seed, fp, path))
+
+    def finished(run: dict, fp: str, path: Path) -> None:
         atomic_write_json(path, {"fingerprint": fp, "run": run})
+        rn = run_name(run["method"], run["seed"])
         runs[rn] = run
         s = run["eval_summary"]
         per_task = ", ".join(f"{t} {s[f'{t}/reward']:.3f}" for t in SYNTHETIC_TASKS)
-        print_fn(f"[synthetic {name}] {i}/{len(todo)} {rn}: eval reward {s['all/reward']:.3f} "
-                 f"({per_task}) in {run['wall_s']:.0f} s")
+        print_fn(f"[synthetic {name}] {len(runs)}/{len(todo)} {rn}: eval reward "
+                 f"{s['all/reward']:.3f} ({per_task}) in {run['wall_s']:.0f} s")
+
+    if p.parallel_runs > 1 and len(pending) > 1:
+        import multiprocessing as mp
+
+        from hargo.hardware import resolve_threads
+
+        each = max(1, resolve_threads(params["train"]["threads"]) // p.parallel_runs)
+        q = {**params, "train": {**params["train"], "threads": each}}
+        jobs = [(q, name, m, s, str(root), str(model_dir)) for m, s, _, _ in pending]
+        where = {(m, s): (fp, path) for m, s, fp, path in pending}
+        with mp.get_context("spawn").Pool(min(p.parallel_runs, len(jobs)),
+                                          maxtasksperchild=1) as pool:
+            for run in pool.imap_unordered(_train_run_job, jobs):
+                finished(run, *where[(run["method"], run["seed"])])
+    else:
+        for method, seed, fp, path in pending:
+            finished(train_run(params, p, name, method, seed, train, ev, model_dir,
+                               print_fn=print_fn), fp, path)
+    runs = {run_name(m, s): runs[run_name(m, s)] for m, s in todo}   # plan order
     out = {"configuration": name, "runs": runs, "wall_s": round(time.perf_counter() - t0, 1)}
     atomic_write_json(root / METRICS_DIR / f"{name}.json", out)
     return out

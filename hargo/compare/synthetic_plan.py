@@ -38,7 +38,8 @@ class SyntheticPlan:
             ``examples_per_task`` (task -> the first n train records of the task SFT sees: how
             much SFT leaves for RL to learn per task; 0 leaves a task to RL alone).
         rl: ``prompts_per_task`` (task -> prompts in the RL pool: the task mix; 0 leaves a task
-            out), ``steps``, ``prompts_per_step``, ``num_generations``, ``max_new_tokens`` (task
+            out), ``pool`` (``held_out``: drawn from the train records SFT did not see, those
+            past ``sft.examples_per_task``; ``all``: from every train record), ``steps``, ``prompts_per_step``, ``num_generations``, ``max_new_tokens`` (task
             -> tokens), ``temperature``, ``learning_rate``.
         methods: GRPO-family methods compared (``hargo`` among them for the intervals).
         seeds: RL seeds; seed s of one method is paired with seed s of another.
@@ -49,6 +50,10 @@ class SyntheticPlan:
         eval_every: evaluate the policy also every this many RL steps (0: at the end only);
             the curve is ``eval_curve`` of each run.
         resamples, confidence: of the paired bootstrap.
+        parallel_runs: runs trained at once by ``synthetic_rl`` (separate processes, each
+            with ``train.threads`` / ``parallel_runs`` torch threads, at least 1). The tiny
+            policy's step is bound by per-operation overhead, not arithmetic, so on 2 cores two
+            one-thread runs finish more runs per hour than one two-thread run (README).
     """
 
     data: SyntheticConfig
@@ -60,15 +65,20 @@ class SyntheticPlan:
     eval_max_new_tokens: dict
     eval_samples: int = 0
     eval_every: int = 0
+    parallel_runs: int = 1
     resamples: int = 2000
     confidence: float = 0.95
 
 
 _SFT_KEYS = {"epochs": int, "learning_rate": float, "batch_size": int, "max_length": int,
              "examples_per_task": dict}
-_RL_KEYS = {"prompts_per_task": dict, "steps": int, "prompts_per_step": int,
+_RL_KEYS = {"prompts_per_task": dict, "pool": str, "steps": int, "prompts_per_step": int,
             "num_generations": int, "max_new_tokens": dict, "temperature": float,
             "learning_rate": float}
+
+
+#: the allowed values of the string keys
+_CHOICES = {"pool": ("held_out", "all")}
 
 
 def _block(d: Any, keys: Mapping[str, type], where: str) -> dict:
@@ -84,6 +94,10 @@ def _block(d: Any, keys: Mapping[str, type], where: str) -> dict:
         if t is dict:
             out[k] = _per_task(v, f"{where}.{k}",
                                allow_zero=k in ("prompts_per_task", "examples_per_task"))
+        elif t is str:
+            if v not in _CHOICES[k]:
+                raise ParamsError(f"{where}.{k}: expected one of {list(_CHOICES[k])}, got {v!r}")
+            out[k] = v
         elif t is int:
             n = as_number(f"{where}.{k}", v, integer=True)
             if n < 1:
@@ -121,7 +135,8 @@ def plan(params: Mapping) -> SyntheticPlan:
     s = params.get("synthetic")
     if not isinstance(s, Mapping):
         raise ParamsError("params.yaml has no `synthetic` block (the synthetic test bed)")
-    expected = {"data", "policy", "sft", "rl", "methods", "seeds", "evaluate", "bootstrap"}
+    expected = {"data", "policy", "sft", "rl", "methods", "seeds", "evaluate", "bootstrap",
+                "parallel_runs"}
     if set(s) != expected:
         raise ParamsError(f"synthetic: expected keys {sorted(expected)}, got {sorted(s)}")
     try:
@@ -160,6 +175,14 @@ def plan(params: Mapping) -> SyntheticPlan:
         short = {t: n for t, n in counts.items() if n > data.n_train}
         if short:
             raise ParamsError(f"{where}: {short} exceed synthetic.data.n_train {data.n_train}")
+    if rl["pool"] == "held_out":
+        short = {t: n for t, n in rl["prompts_per_task"].items()
+                 if n > data.n_train - sft["examples_per_task"][t]}
+        if short:
+            raise ParamsError(
+                f"synthetic.rl.prompts_per_task: {short} exceed the train records SFT did not see "
+                f"(synthetic.data.n_train {data.n_train} - synthetic.sft.examples_per_task "
+                f"{sft['examples_per_task']}; synthetic.rl.pool is held_out)")
     if not any(sft["examples_per_task"].values()):
         raise ParamsError("synthetic.sft.examples_per_task: SFT needs at least one example")
     ev = s["evaluate"]
@@ -181,12 +204,17 @@ def plan(params: Mapping) -> SyntheticPlan:
     confidence = as_number("synthetic.bootstrap.confidence", b["confidence"])
     if resamples < 1 or not 0 < confidence < 1:
         raise ParamsError(f"synthetic.bootstrap: resamples >= 1 and 0 < confidence < 1, got {b!r}")
+    parallel = as_number("synthetic.parallel_runs", s["parallel_runs"], integer=True)
+    if parallel < 1:
+        raise ParamsError(f"synthetic.parallel_runs: expected an integer >= 1, got "
+                          f"{s['parallel_runs']!r}")
     return SyntheticPlan(data=data, policy=policy, sft=sft, rl=rl, methods=methods,
                          seeds=tuple(int(x) for x in seeds),
                          eval_max_new_tokens=_per_task(ev["max_new_tokens"],
                                                        "synthetic.evaluate.max_new_tokens"),
                          eval_samples=eval_extra["samples"], eval_every=eval_extra["every_steps"],
-                         resamples=resamples, confidence=float(confidence))
+                         parallel_runs=parallel, resamples=resamples,
+                         confidence=float(confidence))
 
 
 def configuration(p: SyntheticPlan, name: str) -> SyntheticConfig:
