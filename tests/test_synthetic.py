@@ -2,12 +2,14 @@
 hand-computed values (pure Python, well under a second)."""
 from __future__ import annotations
 
+import random
 from statistics import mean
 
 import pytest
 
 from hargo.data.synthetic import (SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward,
-                                  check_synthetic, generate, similarity, synthetic_reward)
+                                  check_synthetic, generate, hedge, similarity,
+                                  synthetic_reward)
 from hargo.io import HargoInputError
 
 pytestmark = pytest.mark.fast
@@ -280,3 +282,28 @@ def test_trl_reward_function():
              label=["yes", None, None])
     assert out == [1.0, 0.5, 2.0]
     assert fn.__name__ == "synthetic_reward"
+
+
+# ----------------------------------------------------------------------------- hedges
+
+def test_hedge_of_each_task_pays_less_than_the_answer():
+    rng = random.Random(3)
+    assert hedge("syn_yesno", "yes", rng) == "yes or no"
+    assert hedge("syn_yesno", "no", rng) == "no or yes"
+    assert synthetic_reward("syn_yesno", "yes or no", None, "yes") == 0.0
+    short = hedge("syn_short", "23", rng)
+    nums = sorted(int(x) for x in short.split(" or "))
+    assert 23 in nums and len(nums) == 2 and 1 <= abs(nums[0] - nums[1]) <= 3
+    assert synthetic_reward("syn_short", short, "23", None) == 0.5      # tier 1 over 2 numbers
+    ans = "apple river stone cloud"
+    long = hedge("syn_long", ans, rng)
+    assert long == "apple river stone cloud or cloud stone river apple"
+    # unigram F1: p = 4/9, r = 1 -> 8/13; bigram F1: 3 of 8 pairs, r = 1 -> 6/11; budget 35 chars,
+    # the hedge has 50: penalty 0.002 * 15
+    want = (8 / 13 + 6 / 11) / 2 - 0.002 * (len(long) - 35)
+    assert synthetic_reward("syn_long", long, ans, None) == pytest.approx(want)
+    homogeneous = SyntheticConfig(homogeneous=True)
+    assert synthetic_reward("syn_short", short, "23", None, homogeneous) == 0.0
+    assert synthetic_reward("syn_long", long, ans, None, homogeneous) == 0.0
+    with pytest.raises(ValueError, match="unknown synthetic task"):
+        hedge("plp", "x", rng)

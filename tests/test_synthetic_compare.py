@@ -36,7 +36,8 @@ def tiny_params(params: dict) -> dict:
         "policy": {"tokenizer": "small", "vocab_size": 300, "hidden_size": 64, "num_layers": 2,
                    "num_heads": 2, "intermediate_size": 128, "max_positions": 256},
         "sft": {"epochs": 1, "learning_rate": 1e-3, "batch_size": 16, "max_length": 160,
-                "examples_per_task": {"syn_yesno": 24, "syn_short": 24, "syn_long": 24}},
+                "examples_per_task": {"syn_yesno": 24, "syn_short": 24, "syn_long": 24},
+                "hedge_share": 0.0},
         "rl": {"prompts_per_task": {"syn_yesno": 2, "syn_short": 2, "syn_long": 2}, "pool": "all",
                "steps": 1,
                "prompts_per_step": 3, "num_generations": 2,
@@ -137,6 +138,17 @@ def test_sft_records_take_the_first_n_of_each_task(params):
     assert [r["id"] for r in got] == ["syn_yesno-train-00000", "syn_yesno-train-00001",
                                       "syn_yesno-train-00002", "syn_long-train-00000",
                                       "syn_long-train-00001"]
+    by_id = {r["id"]: r for r in train}
+    assert all(r["answer"] == by_id[r["id"]]["answer"] for r in got)   # hedge_share 0
+    # hedge_share 0.5: half of each task's SFT targets (rounded) become hedges; records untouched
+    q["synthetic"]["sft"].update(examples_per_task={"syn_yesno": 10, "syn_short": 4,
+                                                    "syn_long": 0}, hedge_share=0.5)
+    before = copy.deepcopy(train)
+    got = S.sft_records(train, plan(q))
+    hedged = [r for r in got if " or " in r["answer"]]
+    assert [r["task"] for r in hedged] == ["syn_yesno"] * 5 + ["syn_short"] * 2
+    assert train == before
+    assert got == S.sft_records(train, plan(q))       # the same draw every time
 
 
 def test_score_divides_by_the_scale_and_counts_exact_matches():

@@ -116,10 +116,22 @@ def rl_prompts(train: Sequence[Mapping], p: SyntheticPlan, seed: int) -> list[di
 
 def sft_records(train: Sequence[Mapping], p: SyntheticPlan) -> list[dict]:
     """The SFT examples: the first ``synthetic.sft.examples_per_task[t]`` train records of each
-    task ``t`` (in split order). The tokenizer is still trained on the whole train split."""
+    task ``t`` (in split order), ``round(hedge_share * n)`` of them (drawn per task, the same
+    for every seed of RL) with their answer replaced by :func:`hargo.data.synthetic.hedge`.
+    The tokenizer is still trained on the whole train split; RL and evaluation score against
+    the true answers."""
+    import random
+
+    from hargo.data.synthetic import hedge
+
     out = []
     for t in SYNTHETIC_TASKS:
-        out += [dict(r) for r in train if r["task"] == t][:p.sft["examples_per_task"][t]]
+        recs = [dict(r) for r in train if r["task"] == t][:p.sft["examples_per_task"][t]]
+        rng = random.Random(f"hargo.synthetic.hedge:{t}")
+        k = round(p.sft.get("hedge_share", 0.0) * len(recs))
+        for i in sorted(rng.sample(range(len(recs)), k)):
+            recs[i]["answer"] = hedge(t, recs[i]["answer"], rng)
+        out += recs
     return out
 
 

@@ -36,7 +36,11 @@ class SyntheticPlan:
         policy: the tiny policy (:class:`hargo.models.tiny.TinyPolicyConfig`).
         sft: ``epochs``, ``learning_rate``, ``batch_size``, ``max_length`` (tokens),
             ``examples_per_task`` (task -> the first n train records of the task SFT sees: how
-            much SFT leaves for RL to learn per task; 0 leaves a task to RL alone).
+            much SFT leaves for RL to learn per task; 0 leaves a task to RL alone),
+            ``hedge_share`` (the share of each task's SFT targets written as a hedge,
+            :func:`hargo.data.synthetic.hedge`: the SFT policy learns to hedge that often, a
+            habit every reward pays less for, so RL has a behaviour to unlearn, as on MLPerf
+            where SFT answers verbosely).
         rl: ``prompts_per_task`` (task -> prompts in the RL pool: the task mix; 0 leaves a task
             out), ``pool`` (``held_out``: drawn from the train records SFT did not see, those
             past ``sft.examples_per_task``; ``all``: from every train record), ``steps``, ``prompts_per_step``, ``num_generations``, ``max_new_tokens`` (task
@@ -71,7 +75,7 @@ class SyntheticPlan:
 
 
 _SFT_KEYS = {"epochs": int, "learning_rate": float, "batch_size": int, "max_length": int,
-             "examples_per_task": dict}
+             "examples_per_task": dict, "hedge_share": "share"}
 _RL_KEYS = {"prompts_per_task": dict, "pool": str, "steps": int, "prompts_per_step": int,
             "num_generations": int, "max_new_tokens": dict, "temperature": float,
             "learning_rate": float}
@@ -94,6 +98,11 @@ def _block(d: Any, keys: Mapping[str, type], where: str) -> dict:
         if t is dict:
             out[k] = _per_task(v, f"{where}.{k}",
                                allow_zero=k in ("prompts_per_task", "examples_per_task"))
+        elif t == "share":
+            x = as_number(f"{where}.{k}", v)
+            if not 0 <= x <= 1:
+                raise ParamsError(f"{where}.{k}: expected a number in [0, 1], got {v!r}")
+            out[k] = float(x)
         elif t is str:
             if v not in _CHOICES[k]:
                 raise ParamsError(f"{where}.{k}: expected one of {list(_CHOICES[k])}, got {v!r}")

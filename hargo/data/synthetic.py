@@ -83,7 +83,7 @@ from typing import Mapping, Sequence
 from hargo.param_values import dataclass_from_params
 from hargo.rewards.race import canonical_label, extract_yes_no
 
-__all__ = ["SYNTHETIC_TASKS", "SyntheticConfig", "generate", "synthetic_reward",
+__all__ = ["SYNTHETIC_TASKS", "SyntheticConfig", "generate", "hedge", "synthetic_reward",
            "similarity", "short_tier", "offered_numbers", "check_synthetic", "SyntheticReward",
            "LONG_WORDS"]
 
@@ -300,6 +300,35 @@ def generate(config: SyntheticConfig, seed: int) -> tuple[list[dict], list[dict]
         eval_ += _split_records(task, "eval", config.n_eval, config, seed, seen)
         train += _split_records(task, "train", config.n_train, config, seed, seen)
     return train, eval_
+
+
+def hedge(task: str, answer: str, rng: random.Random) -> str:
+    """A hedged version of the reference ``answer`` of ``task``: the answer offered together
+    with a wrong candidate of its own kind, the habit the reward pays less for (as SFT answers
+    MLPerf verbosely, method.md). ``rng`` draws the candidate and the order.
+
+    - syn_yesno: ``"yes or no"`` / ``"no or yes"`` (the label first): names both, scores 0;
+    - syn_short: the sum and a number 1-3 away from it (``"23 or 21"``, either order): tier 1
+      shared by 2 numbers, 0.5;
+    - syn_long: the answer, ``" or "``, then its words reversed: unigram and bigram precision
+      halved and past the 1.5x length budget, ~0.5 at the defaults.
+
+    Under the homogeneous (exact-match) rewards every hedge scores 0.
+
+    Raises:
+        ValueError: an unknown task.
+    """
+    _check_task(task)
+    if task == "syn_yesno":
+        other = "no" if canonical_label(answer) == "yes" else "yes"
+        return f"{answer} or {other}"
+    if task == "syn_short":
+        y = int(answer)
+        other = y + rng.choice((-3, -2, -1, 1, 2, 3))
+        pair = [str(y), str(other)]
+        rng.shuffle(pair)
+        return " or ".join(pair)
+    return f"{answer} or {' '.join(answer.split()[::-1])}"
 
 
 def check_synthetic(records: Sequence[Mapping], where: str = "synthetic") -> None:
