@@ -19,7 +19,9 @@ makes 2-thread torch ~11x slower). Phases, in seconds per step:
 FLOPs (per step, counted from the shapes the trainer saw, multiply-add = 2 FLOPs), with ``N``
 the non-embedding parameters, ``d`` the width, ``V`` the vocabulary, ``n_layer`` the layers:
 a forward pass over one token at context position ``c`` costs ``2 N + 2 d V + 4 n_layer c d``
-(Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1, plus the LM head); a
+(Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1, with the attention
+term counted for both Q K^T and the weighted sum of V, plus the LM head at every position, a
+few % more than HF computes where it keeps only the last logits); a
 backward pass twice the forward. Generation: the prompt prefill plus one token per step for every
 row of the batch until the batch's largest budget (finished rows still compute: HF generate);
 reference: one forward over prompt + completion, padded; update: forward + backward over the
@@ -48,6 +50,8 @@ def matmul_peak(dtype_name: str, n: int = 1024, repeats: int = 20) -> float:
     import torch
 
     dtype = getattr(torch, dtype_name)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     for _ in range(3):
         a @ b
@@ -56,6 +60,7 @@ def matmul_peak(dtype_name: str, n: int = 1024, repeats: int = 20) -> float:
         t0 = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - t0)
+    torch.set_num_threads(threads)
     return 2 * n ** 3 / best
 
 
@@ -117,10 +122,9 @@ def main(argv=None) -> int:
     model_dir = ROOT / MODEL_DIR
     try:
         train = read_split(ROOT, "train")
-        source = "SFT policy"
     except FileNotFoundError:
         train, _ = generate(p.data, int(params["seed"]))
-        source = "random policy"
+    source = "SFT policy"
     if not (model_dir / ".complete").exists():
         texts = [m["content"] for r in train for m in r["prompt"]] + [r["answer"] for r in train]
         model_dir = build_tiny_policy(work / "init", p.policy, texts, seed=1)

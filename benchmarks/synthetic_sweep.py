@@ -58,13 +58,15 @@ def _points(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*[v for _, v in grid])] or [{}]
 
 
-def _run_key(point: dict, method: str, seed: int, config: str) -> str:
-    return json.dumps({"point": point, "method": method, "seed": seed, "config": config},
-                      sort_keys=True)
+def _run_key(point: dict, method: str, seed: int, config: str, policy: str) -> str:
+    """A run's identity in ``--out``: its overrides, method, seed, configuration and the SFT
+    policy it starts from (``policy``: the model digest, so two roots never share a run)."""
+    return json.dumps({"point": point, "method": method, "seed": seed, "config": config,
+                       "policy": policy}, sort_keys=True)
 
 
 def _worker(job) -> dict:
-    params_path, sets, point, method, seed, config, root, threads = job
+    params_path, sets, point, method, seed, config, root, threads, policy = job
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     import torch
 
@@ -83,8 +85,9 @@ def _worker(job) -> dict:
     run = train_run(params, p, config, method, seed, train, ev,
                     resolve_model_dir(root / MODEL_DIR), print_fn=lambda *a, **k: None)
     run.pop("eval")   # per-prompt completions: not needed for the table
-    return {"key": _run_key(point, method, seed, config), "point": point, "method": method,
-            "seed": seed, "config": config, "run": run}
+    return {"key": _run_key(point, method, seed, config, policy), "point": point,
+            "method": method, "seed": seed, "config": config, "root": str(root),
+            "policy": policy, "run": run}
 
 
 def _table(rows: list[dict], tasks: tuple[str, ...]) -> str:
@@ -140,10 +143,14 @@ def main(argv=None) -> int:
     if not a.table_only:
         # the fixed overrides are part of a run's identity too
         points = [{**dict(s.partition("=")[::2] for s in a.sets), **pt} for pt in _points(grid)]
+        from hargo.compare.synthetic_plan import MODEL_DIR
+        from hargo.models.loading import model_digest, resolve_model_dir
+
+        policy = model_digest(resolve_model_dir(Path(a.root) / MODEL_DIR))
         have = {r["key"] for r in done}
-        jobs = [(a.params, [], pt, m, s, a.config, a.root, 1 if a.workers > 1 else 2)
+        jobs = [(a.params, [], pt, m, s, a.config, a.root, 1 if a.workers > 1 else 2, policy)
                 for pt in points for s in a.seeds for m in a.methods
-                if _run_key(pt, m, s, a.config) not in have]
+                if _run_key(pt, m, s, a.config, policy) not in have]
         print(f"[sweep] {len(jobs)} runs to train ({len(done)} in {out} already); "
               f"{a.workers} worker(s)", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -160,6 +167,9 @@ def main(argv=None) -> int:
                       flush=True)
                 done.append(r)
     rows = [r for r in done if r["config"] == a.config and r["method"] in a.methods]
+    if len({r.get("policy") for r in rows}) > 1:
+        print(f"[sweep] note: {out} holds runs from {len({r.get('policy') for r in rows})} SFT "
+              "policies; the table groups them by overrides only")
     print(_table(rows, SYNTHETIC_TASKS))
     return 0
 

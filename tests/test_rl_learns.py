@@ -46,7 +46,7 @@ def initial_reward(completions, **_) -> list[float]:
 def expected_reward(model, tokenizer, prompts) -> float:
     """Mean over ``prompts`` of P(first completion token decodes to a rewarded text) at
     temperature 1: :func:`initial_reward`'s expectation under ``model``."""
-    digit = torch.tensor([_rewarded(tokenizer.decode([i])) for i in range(len(tokenizer))])
+    rewarded = torch.tensor([_rewarded(tokenizer.decode([i])) for i in range(len(tokenizer))])
     vals = []
     model.eval()
     with torch.no_grad():
@@ -54,7 +54,7 @@ def expected_reward(model, tokenizer, prompts) -> float:
             ids = tokenizer.apply_chat_template(p, add_generation_prompt=True, return_tensors="pt",
                                                 return_dict=True)["input_ids"]
             logits = model(ids).logits[0, -1, : len(tokenizer)].float()
-            vals.append(float(torch.softmax(logits, -1)[digit].sum()))
+            vals.append(float(torch.softmax(logits, -1)[rewarded].sum()))
     return sum(vals) / len(vals)
 
 

@@ -151,6 +151,34 @@ def test_sft_records_take_the_first_n_of_each_task(params):
     assert got == S.sft_records(train, plan(q))       # the same draw every time
 
 
+def test_sampled_reward_is_each_prompts_mean_over_its_k_samples(params, monkeypatch):
+    """evaluate_policy maps run_generation's prompt-major N*k completions back to their prompts."""
+    import hargo.evaluation.generate as G
+
+    q = copy.deepcopy(params)
+    q["synthetic"]["evaluate"]["samples"] = 2
+    p = plan(q)
+    recs = [{"id": "a", "task": "syn_short", "prompt": [], "answer": "10", "label": None},
+            {"id": "b", "task": "syn_yesno", "prompt": [], "answer": "yes", "label": "yes"}]
+
+    class Res:
+        def __init__(self, completions):
+            self.completions = completions
+
+    def fake(model_dir, prompts, params_evaluate, backend, seed=0, num_samples=1, **kw):
+        if params_evaluate["temperature"] == 0:
+            return Res(["10", "no"])
+        assert num_samples == 2 and params_evaluate["temperature"] == p.rl["temperature"]
+        return Res(["10", "10 or 11", "yes", "no"])          # a, a, b, b
+
+    monkeypatch.setattr(G, "run_generation", fake)
+    ev = S.evaluate_policy("unused", recs, p, {"h": p.data})["h"]
+    assert ev["reward"] == [1.0, 0.0]
+    assert ev["sampled_reward"] == [0.75, 0.5]              # (1 + 0.5) / 2, (1 + 0) / 2
+    summary = S.eval_summary(ev)
+    assert summary["syn_short/sampled_reward"] == 0.75 and summary["all/sampled_reward"] == 0.625
+
+
 def test_score_divides_by_the_scale_and_counts_exact_matches():
     cfg = SyntheticConfig(scale_yesno=2.0, scale_short=0.5, scale_long=3.0)
     long_ref = "apple river stone"
@@ -360,7 +388,15 @@ def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
     assert [x["step"] for x in run["eval_curve"]] == [0, 1, 2]
     assert run["eval_curve"][0]["all/reward"] == pytest.approx(
         sft_out["eval"]["heterogeneous"]["summary"]["all/reward"])   # step 0 is the SFT policy
-    assert run["eval_curve"][-1]["all/reward"] == run["eval_summary"]["all/reward"]
+    # evaluating does not touch the run's own sampling: the same run without the curve
+    c["synthetic"]["evaluate"]["every_steps"] = 0
+    plain = S.train_run(c, plan(c), "heterogeneous", "grpo", 1, train, ev,
+                        tmp_path / "models/synthetic/sft", print_fn=lambda *a: None)
+    drop = ("time/", "step_s")
+    rows = lambda r: [{k: v for k, v in h.items() if not k.startswith(drop)}  # noqa: E731
+                      for h in r["history"]]
+    assert same(rows(plain)) == same(rows(run))
+    assert plain["eval_summary"] == run["eval_summary"]
 
 
 def test_numbers_spelled_as_strings_are_parsed(params):

@@ -243,6 +243,7 @@ def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, s
 
     return _digest({"data": asdict(p.data), "rl": p.rl, "eval": p.eval_max_new_tokens,
                     "eval_samples": p.eval_samples, "eval_every": p.eval_every,
+                    "sft_examples": p.sft["examples_per_task"],   # the held-out pool's offset
                     "configuration": name, "method": method, "seed": seed,
                     "method_params": params["rl"].get(method), "clip": params["rl"]["clip_range"],
                     "model": model_digest, "code": code, "bf16": use_bf16(params),
@@ -257,13 +258,16 @@ class _EvalEvery(TrainerCallback):
     def __init__(self, every: int, evaluate, tokenizer, work: Path):
         self.every, self.evaluate, self.tokenizer, self.work = every, evaluate, tokenizer, work
         self.curve: list[dict] = []
+        self.seconds = 0.0   # spent evaluating inside training
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         step = int(state.global_step)
         if self.every and step % self.every == 0 and step < int(state.max_steps):
+            t0 = time.perf_counter()
             folder = self.work / f"eval-{step}"
             _save_policy(model, self.tokenizer, folder)
             self.curve.append({"step": step, **eval_summary(self.evaluate(folder))})
+            self.seconds += time.perf_counter() - t0
 
 
 def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
@@ -291,20 +295,22 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
         tokenizer = load_tokenizer(model_dir)
 
         def evaluate(folder):
-            return evaluate_policy(folder, eval_records, p, {name: config}, seed=seed)[name]
+            # generation seeds torch's global RNG; the run's own sampling must not notice that
+            # it was evaluated (a run with an eval curve is the run without one)
+            import torch
+
+            with torch.random.fork_rng(devices=[]):
+                return evaluate_policy(folder, eval_records, p, {name: config}, seed=seed)[name]
 
         every = _EvalEvery(p.eval_every, evaluate, tokenizer, work)
         trainer = build_trainer(q, method, model_dir, rl_prompts(train, p, seed), work / "trainer",
                                 recorder=recorder, callbacks=[callback, every],
                                 reward_funcs=[SyntheticReward(config)])
-        t_eval = 0.0
         if p.eval_every:
-            t_eval = time.perf_counter()
             every.curve.append({"step": 0, **eval_summary(evaluate(model_dir))})
-            t_eval = time.perf_counter() - t_eval
         tt = time.perf_counter()
         trainer.train()
-        train_s = time.perf_counter() - tt
+        train_s = time.perf_counter() - tt - every.seconds
         model = trainer.accelerator.unwrap_model(trainer.model)
         _save_policy(model, tokenizer, work / "policy")
         ev = evaluate(work / "policy")
@@ -328,7 +334,7 @@ def _save_policy(model, tokenizer, out: Path) -> None:
 
 def train_sft(params: Mapping, root: str | Path = ".") -> dict:
     """Stage ``synthetic_sft``: build the tiny policy (its small tokenizer trained on the train
-    split's prompts and answers), SFT it on the whole train split (``synthetic.sft``), write
+    split's prompts and answers), SFT it on :func:`sft_records` (``synthetic.sft``), write
     ``models/synthetic/sft`` and ``metrics/synthetic/sft.json`` (SFT metrics, the policy's
     size, its greedy eval rewards under both configurations: the untuned row of the report).
     SFT sees :func:`sft_records` (``synthetic.sft.examples_per_task``)."""
