@@ -20,9 +20,9 @@ under another root and give its keys with ``-S`` so that the plan matches it).
         -S synthetic.evaluate.every_steps=50 -S synthetic.evaluate.samples=4 \\
         --workers 2 --out metrics/synthetic/sweeps/lr.jsonl
 
-``--workers 2`` runs two runs at once with one torch thread each (the tiny policy's step is
-dominated by per-op overhead, so two one-thread runs do ~1.7x the work of one two-thread run on
-2 cores; measure alone). Report the CPU (``grep -o 'avx512_bf16\\|amx_bf16' /proc/cpuinfo``).
+``--workers 2`` runs two runs at once with one torch thread each (on a 2-core AMX Xeon ~1.3x
+the runs per hour of one two-thread run at a time; a run's numbers depend on its thread count).
+Report the CPU (``grep -o 'avx512_bf16\\|amx_bf16' /proc/cpuinfo``).
 """
 from __future__ import annotations
 

@@ -54,10 +54,13 @@ class SyntheticPlan:
         eval_every: evaluate the policy also every this many RL steps (0: at the end only);
             the curve is ``eval_curve`` of each run.
         resamples, confidence: of the paired bootstrap.
-        parallel_runs: runs trained at once by ``synthetic_rl`` (separate processes, each
-            with ``train.threads`` / ``parallel_runs`` torch threads, at least 1). The tiny
-            policy's step is bound by per-operation overhead, not arithmetic, so on 2 cores two
-            one-thread runs finish more runs per hour than one two-thread run (README).
+        parallel_runs: runs trained at once by ``synthetic_rl`` (spawned processes, each
+            with ``train.threads`` / ``parallel_runs`` torch threads, at least 1). On a 2-core
+            AMX Xeon, 2 one-thread runs at once finished 4 runs of 30 steps 1.34x sooner than
+            one two-thread run after another (README). A run's numbers depend on its thread
+            count (float reductions), so changing this changes results slightly; a script that
+            calls ``train_configuration`` with it > 1 needs the ``if __name__ == "__main__"``
+            guard of Python's spawn start method.
     """
 
     data: SyntheticConfig
