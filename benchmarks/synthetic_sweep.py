@@ -1,4 +1,4 @@
-"""Sweep RL knobs of the synthetic test bed over seeds, from its committed SFT policy.
+"""Sweep RL knobs of the synthetic test bed over seeds, from the SFT policy in ``--root``.
 
 The test bed's defaults (``synthetic.rl``: learning rate, steps, G, ...) are chosen from sweeps
 like this one, never from one run. Each grid point is trained with every method and seed given,
@@ -12,8 +12,12 @@ seeds is printed.
 Needs ``data/synthetic`` and ``models/synthetic/sft`` (``dvc repro synthetic/dvc.yaml:synthetic_sft``);
 ``--root`` points at another root holding both (e.g. an SFT variant). Grid keys may be any
 ``synthetic.rl.*``, ``synthetic.evaluate.*`` or ``rl.<method>.*`` param; ``synthetic.data``,
-``.policy`` and ``.sft`` change the SFT policy and are refused in ``--grid`` (train a variant
-under another root and give its keys with ``-S`` so that the plan matches it).
+``.policy`` and ``.sft`` change the SFT policy and are refused in ``--grid``; the sweep never
+trains SFT: it starts from whatever policy ``<root>/models/synthetic/sft`` holds (a variant under
+another root, or the last ``synthetic_sft`` run, whatever params it had), and such keys given
+with ``-S`` must describe how that policy was trained (the held-out pool's offset reads
+``synthetic.sft.examples_per_task``). Every grid point is checked against the params before any
+run starts.
 
     python benchmarks/synthetic_sweep.py --config heterogeneous --methods grpo --seeds 1 2 3 \\
         --grid synthetic.rl.learning_rate=2e-4,1e-4,5e-5 -S synthetic.rl.steps=150 \\
@@ -136,6 +140,19 @@ def main(argv=None) -> int:
         _check_key(key)
     from hargo.data.synthetic import SYNTHETIC_TASKS
 
+    from hargo.compare.synthetic_plan import plan
+    from hargo.params import ParamsError, load_params
+
+    for s in a.sets:
+        key = s.partition("=")[0]
+        if any(key == f or key.startswith(f + ".") for f in _FORBIDDEN):
+            print(f"[sweep] -S {key}: describes the SFT policy in {a.root}; the sweep does not "
+                  "retrain it", flush=True)
+    for pt in _points(grid):   # a bad value fails here, naming the key, before any run
+        try:
+            plan(load_params(a.params, a.sets + [f"{k}={v}" for k, v in pt.items()]))
+        except (ParamsError, ValueError) as e:
+            raise SystemExit(f"error: {e}")
     out = Path(a.out)
     done = []
     if out.exists():
@@ -161,10 +178,11 @@ def main(argv=None) -> int:
                 f.write(json.dumps(r) + "\n")
                 f.flush()
                 s = r["run"]["eval_summary"]
+                sampled = (f" sampled {s['all/sampled_reward']:.3f}"
+                           if "all/sampled_reward" in s else "")
                 print(f"[sweep] {i}/{len(jobs)} {r['point']} {r['method']} s{r['seed']}: "
-                      f"greedy {s['all/reward']:.3f} sampled {s.get('all/sampled_reward', float('nan')):.3f}"
-                      f" train {r['run']['train_s']:.0f} s ({time.perf_counter() - t0:.0f} s)",
-                      flush=True)
+                      f"greedy {s['all/reward']:.3f}{sampled} train {r['run']['train_s']:.0f} s "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
                 done.append(r)
     rows = [r for r in done if r["config"] == a.config and r["method"] in a.methods]
     if len({r.get("policy") for r in rows}) > 1:
