@@ -111,7 +111,6 @@ def main(argv=None) -> int:
     from transformers import TrainerCallback
 
     params = load_params(a.params, a.sets + [f"train.threads={a.threads}"])
-    p = plan(params)
     warm = 2
     params["synthetic"]["rl"]["steps"] = warm + a.steps
     p = plan(params)

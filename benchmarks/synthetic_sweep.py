@@ -52,8 +52,13 @@ def _parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _shapes_sft(key: str) -> bool:
+    """Whether ``key`` changes the SFT policy or its data (``_FORBIDDEN``)."""
+    return any(key == f or key.startswith(f + ".") for f in _FORBIDDEN)
+
+
 def _check_key(key: str) -> None:
-    if any(key == f or key.startswith(f + ".") for f in _FORBIDDEN):
+    if _shapes_sft(key):
         raise SystemExit(f"{key}: changes the SFT policy or data; train a variant under --root")
 
 
@@ -145,7 +150,7 @@ def main(argv=None) -> int:
 
     for s in a.sets:
         key = s.partition("=")[0]
-        if any(key == f or key.startswith(f + ".") for f in _FORBIDDEN):
+        if _shapes_sft(key):
             print(f"[sweep] -S {key}: describes the SFT policy in {a.root}; the sweep does not "
                   "retrain it", flush=True)
     for pt in _points(grid):   # a bad value fails here, naming the key, before any run

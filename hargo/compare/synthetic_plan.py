@@ -57,7 +57,7 @@ class SyntheticPlan:
         parallel_runs: runs trained at once by ``synthetic_rl`` (spawned processes, each
             with ``train.threads`` / ``parallel_runs`` torch threads, at least 1). On a 2-core
             AMX Xeon, 2 one-thread runs at once finished 4 runs of 30 steps 1.34x sooner than
-            one two-thread run after another (README). A run's numbers depend on its thread
+            one two-thread run after another (docs/synthetic.md). A run's numbers depend on its thread
             count (float reductions), so changing this changes results slightly; a script that
             calls ``train_configuration`` with it > 1 needs the ``if __name__ == "__main__"``
             guard of Python's spawn start method.
