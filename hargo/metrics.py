@@ -14,7 +14,7 @@ Definitions:
 - **MLPerf EM** (``mlperf_em``): fraction of mlperf samples whose normalised reference
   (casefolded, whitespace collapsed, outer quotes and trailing punctuation stripped) occurs in the
   normalised completion as a whole phrase by the reward's token-boundary rule
-  (``hargo.rewards.mlperf.exact_match``; module docstring of ``hargo.rewards.mlperf``): an edge
+  (``hargo.rewards.mlperf.reference_occurs``; module docstring of ``hargo.rewards.mlperf``): an edge
   of the reference that is a number must not touch a word character, a decimal point, or a
   hyphen/comma joining it to a longer id or number (``"2"`` is not in ``"2.00GHz"``, ``"0"`` not
   in ``"3.0-2018"``, ``"3.0"`` not in ``"v3.0"``; ``"2"`` is in ``"2 GPUs"``), any other edge no
@@ -28,6 +28,12 @@ Definitions:
   the label; mlperf, the full reward 1.0 (exact, numeric or all-values match, not hedged); plp,
   cosine >= ``plp_correct_threshold`` (default 0.5).
 - ``n_<task>``, ``mean_completion_chars_<task>``, ``median_completion_chars_<task>``.
+
+Every metric reads a completion as the rewards do (``hargo.rewards.text``: NFKC, format
+characters removed), and a *degenerate* completion (``TaskReward.degenerate``: past its task's
+``rewards.answer.max_chars`` or made of one repeated unit) counts as no answer: no race
+prediction (a wrong one in the confusion matrix), no MLPerf exact match, never correct;
+``degenerate_share_<task>`` reports how many there were. ``"yes " * 250000`` is not a "yes".
 
 A metric whose tasks are absent from the samples is ``None``.
 """
@@ -79,7 +85,9 @@ def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward 
 
     Returns:
         One dict per sample: ``id``, ``task``, ``completion``, ``reward``, ``correct`` (bool),
-        ``chars`` and per task ``label`` (the canonical "yes"/"no") and ``prediction``
+        ``chars``, ``degenerate`` (``TaskReward.degenerate``: ``"over_budget"``,
+        ``"repetitive"`` or None; a degenerate completion is never correct, predicts nothing on
+        race and is no exact match on mlperf) and per task ``label`` (the canonical "yes"/"no") and ``prediction``
         ("yes"/"no"/None; race), ``em`` (bool; mlperf) or ``similarity`` (float; plp).
 
     Raises:
@@ -102,19 +110,20 @@ def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward 
                     if plp_idx else []))
     out = []
     for i, (s, text) in enumerate(zip(samples, texts)):
+        deg = reward_fn.degenerate(text, s["task"])
         rec = {"id": s.get("id"), "task": s["task"], "completion": text,
-               "reward": float(rewards[i]), "chars": len(text)}
+               "reward": float(rewards[i]), "chars": len(text), "degenerate": deg}
         if s["task"] in RACE_TASKS:
-            pred = extract_yes_no(text)
+            pred = None if deg else extract_yes_no(text)
             rec["label"] = canonical_label(s["label"])
             rec["prediction"] = pred
             rec["correct"] = pred == rec["label"]
         elif s["task"] == "mlperf":
-            rec["em"] = mlperf_em(text, s["answer"], question_text(s.get("prompt")))
-            rec["correct"] = float(rewards[i]) >= 1.0
+            rec["em"] = not deg and mlperf_em(text, s["answer"], question_text(s.get("prompt")))
+            rec["correct"] = not deg and float(rewards[i]) >= 1.0
         else:
             rec["similarity"] = sims[i]
-            rec["correct"] = sims[i] >= plp_correct_threshold
+            rec["correct"] = not deg and sims[i] >= plp_correct_threshold
         out.append(rec)
     return out
 
@@ -231,7 +240,8 @@ def compute_metrics(samples: list[dict], completions: list, rewards: list[float]
         ``dr_yes_share``, ``dr_always_yes_f1``, ``dr_always_yes_accuracy`` (the trivial
         baseline on the same prompts), ``dr_f1_race_c``, ``dr_f1_race_fortran``, ``mlperf_em``,
         ``plp_similarity``, and for each task present ``n_<task>``, ``accuracy_<task>``,
-        ``mean_completion_chars_<task>``, ``median_completion_chars_<task>``.
+        ``mean_completion_chars_<task>``, ``median_completion_chars_<task>``,
+        ``degenerate_share_<task>``.
 
     Raises:
         ValueError: see ``score_samples``.
@@ -264,6 +274,7 @@ def compute_metrics(samples: list[dict], completions: list, rewards: list[float]
         m[f"accuracy_{t}"] = _mean([float(r["correct"]) for r in rows])
         m[f"mean_completion_chars_{t}"] = _mean([r["chars"] for r in rows])
         m[f"median_completion_chars_{t}"] = float(statistics.median(r["chars"] for r in rows))
+        m[f"degenerate_share_{t}"] = _mean([float(r["degenerate"] is not None) for r in rows])
     return m
 
 

@@ -153,6 +153,32 @@ def _num(params, key, lo=None, hi=None, integer=False, lo_open=False, allow_none
         raise ParamsError(f"{key}: must be <= {hi}, got {v!r}")
 
 
+#: characters a generated token may take, at most, for the degenerate-answer budget check
+#: (SmolLM2's BPE averages ~4 characters a token on the HPC-GPT answers).
+CHARS_PER_TOKEN_BOUND = 8
+
+
+def _answer_budgets(params):
+    """Each task's ``rewards.answer.max_chars`` must leave room for what its generation budgets
+    can produce (``CHARS_PER_TOKEN_BOUND`` characters a token), so that no honest completion is
+    degenerate by length (``hargo.rewards.text``)."""
+    from hargo.generation_budget import task_budget
+
+    for task in TASKS:
+        have = get(params, f"rewards.answer.max_chars.{task}")
+        for key in ("rl.max_new_tokens", "evaluate.max_new_tokens",
+                    "compare.evaluate.max_new_tokens"):
+            raw = get(params, key)
+            if raw is None:
+                continue
+            need = CHARS_PER_TOKEN_BOUND * task_budget(raw, task, key)
+            if have < need:
+                raise ParamsError(
+                    f"rewards.answer.max_chars.{task}: {have} characters is less than {key} "
+                    f"allows ({task_budget(raw, task, key)} tokens x {CHARS_PER_TOKEN_BOUND}); "
+                    f"raise it to >= {need}, or an honest long answer would count as degenerate")
+
+
 def _budget(params, key):
     """A completion budget or a prompt cap: an integer >= 1, or one per task of ``TASKS``
     (:func:`hargo.generation_budget.check_budget`)."""
@@ -213,6 +239,15 @@ def validate_params(params: Mapping) -> None:
     for key in ("partial", "overlap_high", "overlap_high_reward", "overlap_low",
                 "overlap_low_reward"):
         _num(params, f"rewards.mlperf.{key}", 0, 1)
+    for task in TASKS:
+        _num(params, f"rewards.answer.max_chars.{task}", 1, integer=True)
+    _num(params, "rewards.answer.degenerate_scale", 0, 1)
+    if get(params, "rewards.answer.degenerate_scale") == 1:
+        raise ParamsError("rewards.answer.degenerate_scale: must be < 1 (a degenerate answer "
+                          "earns less than the plain one), got 1")
+    _num(params, "rewards.answer.repetition_ngram", 1, integer=True)
+    _num(params, "rewards.answer.repetition_min_distinct", 0, 1, lo_open=True)
+    _num(params, "rewards.answer.repetition_max_char_run", 1, integer=True)
     _choice(params, "model.dtype", ("float32", "bfloat16", "float16"))
     if not isinstance(get(params, "model.source"), str) or not get(params, "model.source"):
         raise ParamsError(f"model.source: expected 'smollm2', a hub id or a folder; "
@@ -330,5 +365,6 @@ def _validate_compare(params: Mapping) -> None:
     _num(params, "compare.hpcgpt.lora_alpha", 0, lo_open=True)
     _num(params, "compare.evaluate.samples_per_task", 1, integer=True, allow_none=True)
     _budget(params, "compare.evaluate.max_new_tokens")
+    _answer_budgets(params)
     _num(params, "compare.report.bootstrap_resamples", 100, integer=True)
     _num(params, "compare.report.confidence", 0, 1, lo_open=True)

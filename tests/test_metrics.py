@@ -87,7 +87,8 @@ def test_score_samples_records(reward_fn):
     recs = score_samples(SAMPLES, COMPLETIONS, reward_fn)
     assert [r["id"] for r in recs] == [s["id"] for s in SAMPLES]
     assert recs[3] == {"id": "race_c-4", "task": "race_c", "completion": "maybe", "reward": 0.0,
-                       "correct": False, "chars": 5, "prediction": None, "label": "yes"}
+                       "correct": False, "chars": 5, "prediction": None, "label": "yes",
+                       "degenerate": None}
     assert recs[8]["completion"] == "yes" and recs[8]["correct"] is True
     assert recs[10]["em"] is False and recs[10]["correct"] is True and recs[10]["reward"] == 1.0
     assert recs[13]["similarity"] == pytest.approx(1.0, abs=1e-5)

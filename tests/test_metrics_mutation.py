@@ -82,7 +82,7 @@ def test_score_samples_record_by_record():
     fn, scorer = _fn()
     recs = score_samples(SAMPLES, COMPLETIONS, fn)
     expected = [{"id": s["id"], "task": s["task"], "completion": t, "reward": reward,
-                 "chars": len(t), "correct": correct, **extra,
+                 "chars": len(t), "correct": correct, "degenerate": None, **extra,
                  **({"label": s["label"]} if "prediction" in extra else {})}
                 for (s, _, reward, correct, extra), t in zip(ROWS, TEXTS)]
     assert len(recs) == len(expected)
@@ -126,6 +126,7 @@ def test_compute_metrics_every_key_by_hand():
         "n_plp": 3, "accuracy_plp": 2 / 3,
         "mean_completion_chars_plp": sum(p_chars) / 3,
         "median_completion_chars_plp": float(sorted(p_chars)[1]),
+        **{f"degenerate_share_{t}": 0.0 for t in ("race_c", "race_fortran", "mlperf", "plp")},
     }
     assert sum(f_chars) == 19 and sorted(c_chars)[2] == 5
     fn, _ = _fn()

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hargo.rewards import (TASKS, RewardConfig, TaskReward, completion_text, get_scorer)
-from hargo.rewards.mlperf import (MLPerfConfig, all_values_match, exact_match, keyword_overlap,
+from hargo.rewards.mlperf import (MLPerfConfig, all_values_match, reference_occurs, keyword_overlap,
                                   keywords, mlperf_reward, normalise_number, numeric_match,
                                   numeric_tokens, partial_match, split_values)
 from hargo.rewards.plp import PLPConfig, is_repetitive, plp_reward, plp_rewards
@@ -64,13 +64,13 @@ def test_normalise_number_and_tokens():
 
 @pytest.mark.fast
 def test_exact_tier():
-    assert exact_match("The ID is 3.0-2087.", "3.0-2087")
-    assert exact_match("  habana GAUDI2  ", "Habana Gaudi2")
-    assert exact_match("It is\nIntel(R) Xeon(R) Gold 6430.", "Intel(R) Xeon(R) Gold 6430")
-    assert not exact_match("3.0-20871", "3.0-2087")           # word boundary after
-    assert not exact_match("H3C8", "H3C")                     # word boundary after
-    assert not exact_match("XH3C", "H3C")                     # word boundary before
-    assert not exact_match("anything", "")
+    assert reference_occurs("The ID is 3.0-2087.", "3.0-2087")
+    assert reference_occurs("  habana GAUDI2  ", "Habana Gaudi2")
+    assert reference_occurs("It is\nIntel(R) Xeon(R) Gold 6430.", "Intel(R) Xeon(R) Gold 6430")
+    assert not reference_occurs("3.0-20871", "3.0-2087")           # word boundary after
+    assert not reference_occurs("H3C8", "H3C")                     # word boundary after
+    assert not reference_occurs("XH3C", "H3C")                     # word boundary before
+    assert not reference_occurs("anything", "")
     assert mlperf_reward("Dell", "Dell") == 1.0
     assert mlperf_reward("The submitter is Dell.", "Dell") == 1.0
 
@@ -257,8 +257,10 @@ def test_megabyte_and_junk_completions(scorer, task):
         # "\ud800" * 1000 + "no": a run of U+FFFD, so repetitive (no bonus); 602 chars over budget
         sim = scorer.similarity([_BIG[-1]], ["Habana Gaudi2, 8"])[0]
         assert out[-1] == pytest.approx(sim - 0.0005 * 602, abs=1e-6)
-    if task in ("race_c", "race_fortran"):  # only "...\ud800 no" holds just one yes/no word
-        assert out == [0.0] * (n - 1) + [1.0]
+    if task in ("race_c", "race_fortran"):
+        # only "...\ud800 no" holds just one yes/no word, and it is degenerate (a run of one
+        # character), so it earns 0 like the rest (rewards.answer.degenerate_scale)
+        assert out == [0.0] * n
 
 
 @pytest.mark.fast
@@ -300,7 +302,7 @@ def test_issue_hedges_fixed_values():
     hedge = "0 1 2 4 8 16 32 64 128"
     assert extra_candidates(hedge, "8") == ["0", "1", "2", "4", "16", "32", "64", "128"]
     assert mlperf_reward(hedge, "8") == pytest.approx(1 / 9)        # was 1.0
-    assert exact_match(hedge, "8") and not mlperf_em(hedge, "8")
+    assert reference_occurs(hedge, "8") and not mlperf_em(hedge, "8")
     six = "Dell, NVIDIA, HPE, Lenovo, Supermicro, GIGABYTE"
     assert extra_candidates(six, "Dell") == ["nvidia", "hpe", "lenovo", "supermicro", "gigabyte"]
     assert mlperf_reward(six, "Dell") == pytest.approx(1 / 6)       # was 1.0
@@ -350,7 +352,7 @@ def test_precise_answers_keep_full_credit(completion, answer, question):
 def test_hedged_answers_values(completion, answer, question, expected):
     assert mlperf_reward(completion, answer, question=question) == pytest.approx(expected)
     assert mlperf_em(completion, answer, question) == (expected == 1.0
-                                                       and exact_match(completion, answer))
+                                                       and reference_occurs(completion, answer))
 
 
 @pytest.mark.fast
@@ -540,9 +542,9 @@ _SENTENCE = "The submitter is Dell and the number of processors is 2."
     ("dgxh100_n8", "dgxh100_n8", True), ("dgxh100_n86", "dgxh100_n8", False),
 ])
 def test_number_reference_token_boundary(completion, answer, found):
-    """``exact_match`` and ``numeric_match`` (and so the reward and EM) apply one rule: a
+    """``reference_occurs`` and ``numeric_match`` (and so the reward and EM) apply one rule: a
     number reference is found only as a whole number token."""
-    assert exact_match(completion, answer) is found
+    assert reference_occurs(completion, answer) is found
     if len(numeric_tokens(answer)) == 1 and numeric_tokens(answer)[0] == normalise_number(
             answer.strip(".")):
         assert numeric_match(completion, answer) is found
@@ -593,12 +595,12 @@ def test_number_inside_a_longer_number_never_matches(n, d, kind, unit, lead, tra
     if not unit[:1].isalpha():  # a number equal to n (8.0, 08) is n: numeric_match by design
         assume(normalise_number(token) != normalise_number(n))
     completion = f"{lead}{token}{unit}{trail}"
-    assert not exact_match(completion, n), (completion, n)
+    assert not reference_occurs(completion, n), (completion, n)
     assert not numeric_match(completion, n), (completion, n)
     assert mlperf_reward(completion, n) < 1.0 and not mlperf_em(completion, n)
     sentence = f"The number of processors is {n}."
-    assert not exact_match(f"The number of processors is {token}{unit}{trail}", sentence)
-    assert exact_match(f"{lead}{n}{unit}{trail}", n) is not unit[:1].isalpha()
+    assert not reference_occurs(f"The number of processors is {token}{unit}{trail}", sentence)
+    assert reference_occurs(f"{lead}{n}{unit}{trail}", n) is not unit[:1].isalpha()
 
 
 def test_real_numbers_match_whole_tokens_only(real_raw_dir):
@@ -616,6 +618,6 @@ def test_real_numbers_match_whole_tokens_only(real_raw_dir):
     for t in texts:
         tokens = set(split.split(t))
         for a in numbers:
-            assert exact_match(t, a) is (a in tokens), (t, a)
+            assert reference_occurs(t, a) is (a in tokens), (t, a)
             hits += a in tokens
     assert hits > len(numbers)  # the oracle does find numbers (each in itself, and more)

@@ -82,6 +82,7 @@ from typing import Mapping, Sequence
 
 from hargo.param_values import dataclass_from_params
 from hargo.rewards.race import canonical_label, extract_yes_no
+from hargo.rewards.text import read_answer
 
 __all__ = ["SYNTHETIC_TASKS", "SyntheticConfig", "generate", "hedge", "synthetic_reward",
            "similarity", "short_tier", "offered_numbers", "check_synthetic", "SyntheticReward",
@@ -116,6 +117,9 @@ class SyntheticConfig:
         n_train, n_eval: examples per task in the train and eval split.
         difficulty: length of the integer lists of syn_yesno and syn_short (>= 2); syn_short's
             integers are drawn from 1..(10 * difficulty), so sums grow with it too.
+        short_terms: syn_short's list length and range (1..10 * short_terms) instead of
+            ``difficulty`` when > 0 (>= 2; 0: ``difficulty``), so the sum can be made easier
+            without shrinking syn_yesno's prompt space.
         long_answer_words: words in every syn_long reference answer (>= 2).
         homogeneous: the control: every task gets a 0/1 exact-match reward (module docstring).
         yesno_question: syn_yesno's question: ``"last_even"`` (is the last of ``difficulty``
@@ -131,6 +135,7 @@ class SyntheticConfig:
     n_train: int = 200
     n_eval: int = 50
     difficulty: int = 5
+    short_terms: int = 0
     long_answer_words: int = 18
     homogeneous: bool = False
     yesno_question: str = "last_even"
@@ -147,6 +152,8 @@ class SyntheticConfig:
                 raise ValueError(f"SyntheticConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.difficulty < 2:
             raise ValueError(f"SyntheticConfig.difficulty must be >= 2, got {self.difficulty}")
+        if self.short_terms != 0 and self.short_terms < 2:
+            raise ValueError(f"SyntheticConfig.short_terms must be 0 or >= 2, got {self.short_terms}")
         if self.long_answer_words < 2:
             raise ValueError("SyntheticConfig.long_answer_words must be >= 2, got "
                              f"{self.long_answer_words}")
@@ -258,7 +265,7 @@ def _split_records(task: str, split: str, n: int, config: SyntheticConfig, seed:
                 q, answer = _yesno_example(rng, labels[i], config.difficulty,
                                                config.yesno_question)
             elif task == "syn_short":
-                q, answer = _short_example(rng, config.difficulty)
+                q, answer = _short_example(rng, config.short_terms or config.difficulty)
             else:
                 q, answer = _long_example(rng, config.long_answer_words)
             if q not in seen:
@@ -436,7 +443,8 @@ def synthetic_reward(task: str, completion: str, answer: str | None, label: str 
 
     Args:
         task: one of ``SYNTHETIC_TASKS``.
-        completion: the model's text.
+        completion: the model's text, read by ``hargo.rewards.text.read_answer`` (NFKC, format
+            characters removed) like every reward's.
         answer: the reference (syn_short: an integer string; syn_long: the word list); unused
             by syn_yesno.
         label: syn_yesno's ``"yes"``/``"no"`` (any case); unused by the others.
@@ -448,6 +456,7 @@ def synthetic_reward(task: str, completion: str, answer: str | None, label: str 
     """
     config = config or SyntheticConfig()
     _check_task(task)
+    completion = read_answer(completion)
     if task == "syn_yesno":
         r = 1.0 if extract_yes_no(completion) == canonical_label(label) else 0.0
     else:

@@ -21,6 +21,11 @@ reference values, 1/k for k candidates (``hargo.rewards.mlperf.extra_candidates`
 own values are excused); plp: padding and extra candidate sentences dilute the MiniLM cosine and
 past the length budget cost the length penalty, so the reference alone scores highest.
 
+Every reward reads a completion by one rule (``hargo.rewards.text``: NFKC, format characters
+removed), and a degenerate completion -- past its task's character budget or made of one
+repeated unit -- earns ``rewards.answer.degenerate_scale`` (0) times its positive reward, so
+``"yes " * 250000`` earns less than ``"yes"``.
+
 Rewards never raise on any completion string (empty, megabytes long, binary junk, any Unicode)
 and are deterministic.
 """
@@ -31,11 +36,13 @@ from dataclasses import dataclass, field
 from hargo.rewards.mlperf import MLPerfConfig, exact_match, mlperf_em, mlperf_reward
 from hargo.rewards.plp import PLPConfig, PLPScorer, get_scorer, plp_rewards
 from hargo.rewards.race import extract_yes_no, race_reward
+from hargo.rewards.text import AnswerConfig, degenerate, read_answer, scale_degenerate
 
 __all__ = ["TASKS", "RACE_TASKS", "RewardConfig", "TaskReward", "reward_columns", "completion_text",
            "question_text",
            "MLPerfConfig", "PLPConfig", "PLPScorer", "get_scorer", "extract_yes_no",
-           "exact_match", "mlperf_em", "race_reward", "mlperf_reward", "plp_rewards", "check_task"]
+           "exact_match", "mlperf_em", "race_reward", "mlperf_reward", "plp_rewards", "check_task",
+           "AnswerConfig", "degenerate", "read_answer"]
 
 from hargo.vocab import RACE_TASKS, TASKS  # noqa: E402  (re-exported: the reward knows these)
 
@@ -54,13 +61,15 @@ class RewardConfig:
 
     plp: PLPConfig = field(default_factory=PLPConfig)
     mlperf: MLPerfConfig = field(default_factory=MLPerfConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
 
     @classmethod
     def from_params(cls, params_rewards: dict | None) -> "RewardConfig":
-        """From ``params["rewards"]`` (sub-blocks ``plp`` and ``mlperf``)."""
+        """From ``params["rewards"]`` (sub-blocks ``plp``, ``mlperf`` and ``answer``)."""
         params_rewards = params_rewards or {}
         return cls(plp=PLPConfig.from_params(params_rewards.get("plp")),
-                   mlperf=MLPerfConfig.from_params(params_rewards.get("mlperf")))
+                   mlperf=MLPerfConfig.from_params(params_rewards.get("mlperf")),
+                   answer=AnswerConfig.from_params(params_rewards.get("answer")))
 
 
 def completion_text(c) -> str:
@@ -196,7 +205,15 @@ class TaskReward:
                                self.config.plp, self.scorer)
             for i, v in zip(plp_idx, vals):
                 out[i] = v
-        return [float(v) for v in out]
+        return [float(scale_degenerate(v, self.degenerate(text, t), self.config.answer))
+                for v, text, t in zip(out, texts, tasks)]
+
+    def degenerate(self, completion: str, task: str) -> str | None:
+        """Why ``completion`` is a degenerate answer to ``task`` (``"over_budget"``,
+        ``"repetitive"``) or None: ``hargo.rewards.text.degenerate`` with
+        ``config.answer``. A degenerate completion's positive reward is multiplied by
+        ``config.answer.degenerate_scale``; the metrics count it as no answer."""
+        return degenerate(read_answer(completion), task, self.config.answer)
 
     def plp_similarity(self, completions: list, references: list[str]) -> list[float]:
         """Plain MiniLM cosine of each completion with its reference (the PLP metric)."""

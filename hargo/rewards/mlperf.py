@@ -4,27 +4,29 @@ References are short facts from an MLPerf Training v3.0 results table: ids (``3.
 counts (``8``), system and processor names, comma-separated lists of them, or a sentence
 (``"The submitter is Dell and the number of processors is 2."``).
 
-Text normalisation (``normalise``): Unicode casefold, whitespace runs collapsed to one space,
+Text normalisation (``normalise``): ``hargo.rewards.text.read_answer`` (NFKC, format characters
+removed, so ``"４０９６"`` is ``"4096"``), Unicode casefold, whitespace runs collapsed to one space,
 outer whitespace, quotes and trailing sentence punctuation (``. , ; : ! ?``) stripped.
 
 Tiers, first that applies (``mlperf_reward``):
 
-1. 1.0 ``exact_match``: the normalised reference occurs in the normalised completion as a whole
-   phrase, delimited by the token-boundary rule below;
+1. 1.0 ``reference_occurs``: the normalised reference occurs in the normalised completion as a
+   whole phrase, delimited by the token-boundary rule below;
    or ``numeric_match``: the reference is a single number or id and the completion contains the
    same number token after normalisation (``1,024`` = ``1024`` = ``1024.0``; ids such as
    ``3.0-2087`` compare verbatim); or ``all_values_match``: every value of a multi-value
    reference is found (any order).
 2. ``partial`` (default 0.5) ``partial_match``: a multi-value reference (values separated by
    ``;``, a newline, or a comma that is not between two digits) of which at least one but not
-   all values are found (each by ``exact_match`` or ``numeric_match``).
+   all values are found (each by ``reference_occurs`` or ``numeric_match``).
 3. ``overlap_high_reward`` (0.2) when ``keyword_overlap`` > ``overlap_high`` (0.7);
    ``overlap_low_reward`` (0.1) when > ``overlap_low`` (0.4); else 0. Keyword overlap is the
    fraction of the reference's keywords (tokens minus stop words) present in the completion.
 
 Token-boundary rule (every test of whether a reference value occurs in the completion:
-``exact_match``, ``numeric_match``, the values of ``all_values_match`` / ``partial_match``, the
-reference values of a segment in ``extra_candidates``, and the completion's numbers there): a
+``reference_occurs``, ``numeric_match``, the values of ``all_values_match`` /
+``partial_match``, the reference values of a segment in ``extra_candidates``, and the
+completion's numbers there): a
 number reference must match a whole number token, never a digit run inside a longer number, id
 or name.
 
@@ -42,7 +44,7 @@ or name.
   a version or model name (like ``H100``, ``80GB``), which is not that number; a model that
   answers ``"v3.0"`` for ``"3.0"`` gets the keyword tiers, not 1.0. Numbers in the completion
   (``numeric_tokens``) are cut by the same rule, so ``numeric_match`` and the hedging count agree
-  with ``exact_match``.
+  with ``reference_occurs``.
 - Word boundary, at any other edge (a name: ``"Dell"``, ``"A100"``, ``"v3.0"``,
   ``"dgxh100_n8"``): not preceded or followed by a word character, as regex ``\\b`` but also
   for references that start or end with punctuation. ``"H3C"`` is not in ``"H3C8"``; ``"A100"``
@@ -92,12 +94,13 @@ import re
 from dataclasses import dataclass
 
 from hargo.rewards._config import config_from_params
+from hargo.rewards.text import read_answer
 
 __all__ = [
     "MLPerfConfig", "normalise", "normalise_number", "numeric_tokens", "split_values",
-    "keywords", "exact_match", "numeric_match", "all_values_match", "partial_match",
-    "keyword_overlap", "segments", "extra_candidates", "mlperf_em", "mlperf_reward",
-    "EXACT_REWARD",
+    "keywords", "reference_occurs", "exact_match", "numeric_match", "all_values_match",
+    "partial_match", "keyword_overlap", "segments", "extra_candidates", "mlperf_em",
+    "mlperf_reward", "EXACT_REWARD",
 ]
 
 #: reward of tier 1 (method.md: "1.0 exact or numeric match")
@@ -125,12 +128,13 @@ _STRIP = " \t\n\r\"'`“”‘’.,;:!?"
 
 
 def normalise(text: str) -> str:
-    """Casefold, collapse whitespace, strip outer whitespace/quotes/trailing punctuation."""
-    return _WS.sub(" ", text.casefold()).strip(_STRIP)
+    """``read_answer``, casefold, collapse whitespace, strip outer whitespace/quotes/trailing
+    punctuation."""
+    return _WS.sub(" ", read_answer(text).casefold()).strip(_STRIP)
 
 
 # The number boundary (module docstring, "Number boundary"): the one rule for where a number
-# token starts and ends, shared by the number tokenizer ``_NUM`` and by ``exact_match`` at a
+# token starts and ends, shared by the number tokenizer ``_NUM`` and by ``reference_occurs`` at a
 # reference edge that is a number. Before a number: no word character (``H100``, ``v3.0``), no
 # decimal point (``3.0``), no hyphen glued to a word character (``3.0-2018``, ``DGX-2``), no
 # comma after a digit (``1,024``). After it: no word character (``80GB``, ``2.00GHz``), no ``.``,
@@ -163,8 +167,8 @@ def normalise_number(token: str) -> str:
 
 
 def numeric_tokens(text: str) -> list[str]:
-    """Normalised number/id tokens of ``text`` in order of appearance."""
-    return [normalise_number(m.group(1) + m.group(2)) for m in _NUM.finditer(text)]
+    """Normalised number/id tokens of ``text`` (read by ``read_answer``) in order of appearance."""
+    return [normalise_number(m.group(1) + m.group(2)) for m in _NUM.finditer(read_answer(text))]
 
 
 _VALUE_SPLIT = re.compile(r"\s*(?:;|\n|,(?!\d)|(?<!\d),)\s*")
@@ -187,7 +191,8 @@ def keywords(text: str) -> set[str]:
     digits, so ``3.0-2087``, ``2.00GHz`` and ``H100-SXM5-80GB`` are single tokens and a
     keyword ``2`` is not found in them), numbers normalised first (``1,024`` -> ``1024``), stop
     words removed."""
-    text = _NUM.sub(lambda m: normalise_number(m.group(1) + m.group(2)), text.casefold())
+    text = _NUM.sub(lambda m: normalise_number(m.group(1) + m.group(2)),
+                    read_answer(text).casefold())
     out = set()
     for tok in _TOKEN.findall(text):
         if tok not in _STOP:
@@ -196,10 +201,11 @@ def keywords(text: str) -> set[str]:
 
 
 class _Prepared:
-    """A completion's derived forms, each computed once (casefolded text, numbers, keywords)."""
+    """A completion's derived forms, each computed once (casefolded text, numbers, keywords);
+    ``text`` is the completion as ``read_answer`` reads it."""
 
     def __init__(self, text: str):
-        self.text = text
+        self.text = read_answer(text)
 
     @functools.cached_property
     def folded(self) -> str:
@@ -228,8 +234,9 @@ def _reference_pattern(a: str) -> re.Pattern:
     return re.compile(before + re.escape(a) + after)
 
 
-def exact_match(completion: str, answer: str) -> bool:
-    """Tier 1 (and the MLPerf EM metric): the normalised reference occurs in the normalised
+def reference_occurs(completion: str, answer: str) -> bool:
+    """Tier 1's test (the MLPerf EM metric adds the hedging rule: ``exact_match``): the
+    normalised reference occurs in the normalised
     completion as a whole phrase, by the token-boundary rule (module docstring): an edge of the
     reference that is a number must meet the number boundary (``"2"`` is not in ``"2.00GHz"``,
     ``"0"`` not in ``"3.0-2018"``, ``"3.0"`` not in ``"v3.0"``; ``"2"`` is in ``"2 GPUs"``), any
@@ -260,7 +267,7 @@ def _values_found(completion, answer: str) -> tuple[int, int]:
     if len(values) < 2:
         return 0, len(values)
     c = _prep(completion)
-    return sum(exact_match(c, v) or numeric_match(c, v) for v in values), len(values)
+    return sum(reference_occurs(c, v) or numeric_match(c, v) for v in values), len(values)
 
 
 def all_values_match(completion: str, answer: str) -> bool:
@@ -354,7 +361,7 @@ def extra_candidates(completion: str, answer: str, question: str = "") -> list[s
     out: dict[str, None] = {}
     for original, after_or in segments(c.text):
         seg = normalise(original)
-        if seg in out or any(exact_match(seg, v) or numeric_match(seg, v) for v in values):
+        if seg in out or any(reference_occurs(seg, v) or numeric_match(seg, v) for v in values):
             continue  # the segment gives a reference value: it is the answer, not another one
         kw = keywords(seg)
         lone_number = len(kw) == 1 and _NUM.fullmatch(next(iter(kw))) is not None
@@ -368,16 +375,26 @@ def extra_candidates(completion: str, answer: str, question: str = "") -> list[s
     return list(out)
 
 
+def exact_match(completion: str, answer: str, question: str = "") -> bool:
+    """Whether ``completion`` is an exact match of ``answer`` (the MLPerf EM metric): the
+    reference occurs in it (``reference_occurs``) and no other candidate is offered
+    (``extra_candidates`` empty), so a hedge that contains the reference is not an exact match:
+    ``exact_match("0 1 2 4 8 16 32 64 128", "8")`` and
+    ``exact_match("Dell, HPE, Lenovo, NVIDIA, Supermicro, Inspur", "Dell")`` are False.
+    ``question``: the prompt's text, whose own values are excused ("" when unknown)."""
+    return reference_occurs(completion, answer) and not extra_candidates(completion, answer,
+                                                                         question)
+
+
 def mlperf_em(completion: str, answer: str, question: str = "") -> bool:
-    """The MLPerf EM metric: ``exact_match`` and no other candidate offered
-    (``extra_candidates`` empty), so a hedge that contains the reference is not an exact match."""
-    return exact_match(completion, answer) and not extra_candidates(completion, answer, question)
+    """The MLPerf EM metric of one completion: ``exact_match`` (the metric's name for it)."""
+    return exact_match(completion, answer, question)
 
 
 def _tier(c: _Prepared, answer: str, config: MLPerfConfig) -> tuple[float, int]:
     """(tier reward, number of reference values found; 1 for a single-value reference)."""
     found, n = _values_found(c, answer)
-    if exact_match(c, answer) or numeric_match(c, answer):
+    if reference_occurs(c, answer) or numeric_match(c, answer):
         return EXACT_REWARD, n if n >= 2 else 1
     if n >= 2 and found == n:  # all_values_match
         return EXACT_REWARD, n

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 
 from hargo.rewards._config import config_from_params
+from hargo.rewards.text import is_repetitive, read_answer
 
 __all__ = ["PLPConfig", "PLPScorer", "get_scorer", "is_repetitive", "sanitise", "format_ok",
            "plp_reward", "plp_rewards"]
@@ -64,22 +65,6 @@ class PLPConfig:
         return config_from_params(cls, d)
 
 
-_WORD = re.compile(r"\w+")
-
-
-def is_repetitive(text: str, ngram: int = 3, min_distinct: float = 0.5,
-                  max_char_run: int = 16) -> bool:
-    """Whether ``text`` is degenerate repetition (definition in the module docstring)."""
-    if re.search(r"(\S)\1{%d,}" % int(max_char_run), text):
-        return True
-    words = _WORD.findall(text.casefold())
-    k = len(words) - ngram + 1
-    if k < 2:
-        return False
-    distinct = len({tuple(words[i:i + ngram]) for i in range(k)})
-    return distinct / k < min_distinct
-
-
 def format_ok(text: str, config: PLPConfig) -> bool:
     """Non-empty (not only whitespace) and not ``is_repetitive``: earns the format bonus."""
     return bool(text.strip()) and not is_repetitive(
@@ -88,8 +73,9 @@ def format_ok(text: str, config: PLPConfig) -> bool:
 
 
 def sanitise(text: str, max_chars: int) -> str:
-    """What the embedder sees: the first ``max_chars`` characters, lone surrogates replaced."""
-    return _SURROGATE.sub("\ufffd", text[:max_chars])
+    """What the embedder sees: the first ``max_chars`` characters, lone surrogates replaced, read
+    by ``hargo.rewards.text.read_answer`` (NFKC, format characters removed)."""
+    return read_answer(_SURROGATE.sub("\ufffd", text[:max_chars]))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

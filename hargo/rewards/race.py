@@ -1,6 +1,7 @@
 """Data-race detection reward (tasks race_c and race_fortran), method.md "race (both)".
 
-The answer is the yes/no word of the completion, found with word boundaries:
+The answer is the yes/no word of the completion as ``hargo.rewards.text.read_answer`` reads it
+(NFKC, zero-width and other format characters removed), found with word boundaries:
 
 - case-insensitive (``YES``, ``No``), any leading whitespace, any punctuation around the word
   (``"Yes."``, ``"**no**"``, ``"(yes)"``);
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import re
 
+from hargo.rewards.text import read_answer
+
 __all__ = ["extract_yes_no", "race_reward", "canonical_label", "LABELS"]
 
 LABELS = ("yes", "no")
@@ -36,8 +39,11 @@ def extract_yes_no(text: str) -> str | None:
     """The yes/no answer of a completion: ``"yes"``, ``"no"``, or ``None`` when the text holds
     both words or neither (see the module docstring for the exact rules).
 
-    Linear in ``len(text)``; never raises on a ``str``.
+    The text is read by ``hargo.rewards.text.read_answer`` first (NFKC, format characters
+    removed: ``"ｙｅｓ"`` and ``"ye\u200bs"`` read ``"yes"``). Linear in ``len(text)``; never
+    raises on a ``str``.
     """
+    text = read_answer(text)
     has_yes = _YES.search(text) is not None
     has_no = _NO.search(text) is not None
     if has_yes == has_no:
