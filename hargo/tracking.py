@@ -111,18 +111,60 @@ def setup(params: Mapping, root: str | Path = ".") -> str:
     points into another folder (the project was moved or copied) is re-rooted here
     (:func:`reroot`).
 
+    A SQLite store is created, migrated and given its experiment under :func:`store_lock`, so
+    several processes may set up one fresh store at once.
+
     Raises:
         RuntimeError: the store cannot be opened or written (names the URI and the fix).
     """
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
     uri = tracking_uri(root)
     name = params.get("mlflow", {}).get("experiment", "hargo")
     for k, v in HTTP_RETRY_DEFAULTS.items():
         os.environ.setdefault(k, v)
     log_http_retries()
     check_store(uri)
+    with store_lock(uri):
+        return _setup_locked(uri, name, root)
+
+
+def store_lock(uri: str, timeout_s: float = 600.0):
+    """A lock held while MLflow creates or migrates a SQLite store and the project experiment:
+    ``<db>.lock`` beside the database (``filelock``), so several processes opening one fresh
+    store at once (parallel ``dvc exp`` runs, Prefect workers, spawned synthetic runs) do not
+    race in MLflow's schema migration (``OperationalError: duplicate column name``) or in
+    creating the experiment. Any other store: a no-op context.
+
+    Raises:
+        RuntimeError: the lock was not acquired within ``timeout_s`` (names the lock file).
+    """
+
+    from filelock import FileLock, Timeout
+
+    db = sqlite_path(uri)
+    if db is None:
+        return contextlib.nullcontext()
+    lock = FileLock(str(db) + ".lock", timeout=timeout_s)
+
+    @contextlib.contextmanager
+    def held():
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RuntimeError(f"MLflow store {uri}: another process has held {lock.lock_file} "
+                               f"for more than {timeout_s:.0f} s; if none is running, delete "
+                               "that file") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    return held()
+
+
+def _setup_locked(uri: str, name: str, root: str | Path) -> str:
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
     try:
         mlflow.set_tracking_uri(uri)
         if is_local_store(uri, root):      # however MLFLOW_TRACKING_URI spells it

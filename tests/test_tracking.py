@@ -387,3 +387,36 @@ def test_parent_bookkeeping_failure_does_not_fail_the_stage(mlflow_uri, committe
     assert MlflowClient(mlflow_uri).get_run(run.info.run_id).info.status == "FINISHED"
     assert any("could not update the pipeline parent run" in r.getMessage()
                and "store went away" in r.getMessage() for r in caplog.records)
+
+
+def _setup_in_process(args):
+    """One of several processes opening a fresh SQLite store at the same moment."""
+    uri, root, params, barrier = args
+    import os
+
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    from hargo import tracking as t
+
+    barrier.wait()
+    try:
+        return "ok", t.setup(params, root)
+    except Exception as e:  # the result names what went wrong
+        return "error", f"{type(e).__name__}: {e}"
+
+
+def test_four_processes_open_one_fresh_store_at_once(tmp_path, committed_params):
+    """Issue 30, item 6: without a lock, three of four processes failed in MLflow's schema
+    migration (``OperationalError duplicate column name: step``). All four must succeed and see
+    the same experiment."""
+    import multiprocessing as mp
+
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(4)
+        with ctx.Pool(4) as pool:
+            out = pool.map(_setup_in_process,
+                           [(uri, str(tmp_path), committed_params, barrier)] * 4)
+    assert [status for status, _ in out] == ["ok"] * 4, out
+    assert len({exp for _, exp in out}) == 1
+    assert (tmp_path / "mlruns" / "mlflow.db.lock").exists()
