@@ -48,7 +48,11 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     file with those overrides applied and write nothing (try a value before an experiment)."""
     from hargo.params import write_checked_stamp
 
-    _params(params, set_)   # a bad value: one-line error naming the key, exit 2
+    from hargo.params import implausible_learning_rates
+
+    checked = _params(params, set_)   # a bad value: one-line error naming the key, exit 2
+    for w in implausible_learning_rates(checked):
+        typer.secho(f"warning: {w}", fg="yellow", err=True)
     if set_:
         typer.echo(f"{params} with {', '.join(set_)}: valid (nothing written)")
         return

@@ -112,6 +112,32 @@ def write_checked_stamp(params_path: str | Path = "params.yaml", root: str | Pat
     return atomic_write_text(Path(root) / CHECKED_STAMP, CHECKED_TEXT)
 
 
+#: The range a learning rate is plausible in, for full fine-tuning and LoRA alike (the paper's
+#: SFT uses 2e-5, LoRA recipes 1e-4 to 2e-4, the tiny synthetic policy 1e-3); outside it
+#: ``check-params`` warns, since a run at 1e3 diverges at its second step.
+PLAUSIBLE_LEARNING_RATE = (1e-7, 1e-2)
+
+
+def implausible_learning_rates(params: Mapping) -> list[str]:
+    """One warning per ``*learning_rate`` parameter outside :data:`PLAUSIBLE_LEARNING_RATE`,
+    naming the key, its value and the range (empty: all plausible)."""
+    lo, hi = PLAUSIBLE_LEARNING_RATE
+    out = []
+
+    def walk(d, prefix):
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, Mapping):
+                walk(v, key + ".")
+            elif str(k).endswith("learning_rate") and isinstance(v, (int, float)) \
+                    and not isinstance(v, bool) and not lo <= v <= hi:
+                out.append(f"{key} = {v:g} is outside the plausible range [{lo:g}, {hi:g}]; "
+                           "a run may diverge (train.divergence stops it) or not move")
+
+    walk(params, "")
+    return out
+
+
 def load_params(path: str | Path = "params.yaml",
                 overrides: Mapping[str, Any] | Iterable[str] | None = None) -> dict:
     """Load ``path``, apply ``overrides`` and validate.
@@ -257,6 +283,8 @@ def validate_params(params: Mapping) -> None:
     if get(params, "train.threads") != "auto":
         _num(params, "train.threads", 0, integer=True)
     _num(params, "train.max_prompt_tokens", 1, integer=True)
+    for key in ("max_loss", "max_kl", "max_grad_norm"):
+        _num(params, f"train.divergence.{key}", 0, lo_open=True)
     for sec in ("sft", "rl"):
         _num(params, f"{sec}.learning_rate", 0, lo_open=True)
         _num(params, f"{sec}.samples_per_task", 1, integer=True, allow_none=True)

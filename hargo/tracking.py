@@ -300,7 +300,8 @@ def stage_run(stage: str, params: Mapping, root: str | Path = ".",
     The run is named ``run_name``, else ``<stage>-<hargo.method tag>``, else ``stage``.
 
     Yields the active ``mlflow.ActiveRun``; the run ends FINISHED, or FAILED when the body
-    raises (the exception propagates).
+    raises (the exception propagates; its type and message go to the run's ``hargo.error`` tag,
+    e.g. a diverged training's step and value).
     """
     import mlflow
 
@@ -319,7 +320,11 @@ def stage_run(stage: str, params: Mapping, root: str | Path = ".",
             keys = sorted(flat)
             for i in range(0, len(keys), 100):
                 mlflow.log_params({k: flat[k] for k in keys[i:i + 100]})
-            yield run
+            try:
+                yield run
+            except BaseException as e:   # the run ends FAILED; say why where MLflow shows it
+                _best_effort(mlflow.set_tag, "hargo.error", f"{type(e).__name__}: {e}"[:5000])
+                raise
         status = "FINISHED"
     finally:
         _best_effort(_close_parent, parent, status)

@@ -190,6 +190,7 @@ def build_config(params: Mapping, method: str, output_dir: str | Path, seed: int
         gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
         train_sampling_strategy="sequential",
         logging_steps=1, logging_first_step=True, disable_tqdm=True,
+        logging_nan_inf_filter=False,      # the divergence guard must see a NaN loss
         save_strategy="no", eval_strategy="no", report_to="none", run_name=method,
         dataloader_num_workers=0, **trainer_precision_kwargs(params),
     )
@@ -229,10 +230,13 @@ def build_trainer(params: Mapping, method: str, model, tokenizer, rows: list[dic
     """The TRL trainer of ``method`` on ``rows`` with the LoRA of ``rl.lora`` (None: full)."""
     from datasets import Dataset
 
+    from hargo.training.divergence import DivergenceBounds, DivergenceGuard
+
     dataset = Dataset.from_list(rows)
     peft = common.lora_config(params["rl"]["lora"])
     kw = dict(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-              peft_config=peft)
+              peft_config=peft,
+              callbacks=[DivergenceGuard(DivergenceBounds.from_params(params), method)])
     with _quiet_datasets():
         if method == "dpo":
             from trl import DPOTrainer

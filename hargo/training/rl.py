@@ -156,6 +156,7 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
         lr_scheduler_type="constant", warmup_steps=0, max_steps=int(rl["steps"]),
         num_iterations=1, shuffle_dataset=True, disable_dropout=True,
         logging_steps=1, report_to="none", disable_tqdm=True, log_completions=False,
+        logging_nan_inf_filter=False,      # the divergence guard must see a NaN loss
         save_strategy="steps", save_steps=int(rl["save_steps"]), save_total_limit=2,
         save_only_model=False, dataloader_num_workers=0, remove_unused_columns=False,
         **trl_loss_settings(method),
@@ -214,6 +215,7 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     from hargo.rewards import RewardConfig, TaskReward
     from hargo.models.loading import load_model, load_tokenizer
     from hargo.training.common import lora_config
+    from hargo.training.divergence import DivergenceBounds, DivergenceGuard
     from hargo.training.grpo import HargoGRPOTrainer
 
     rl = params["rl"]
@@ -240,6 +242,7 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
         processing_class=tokenizer, peft_config=lora_config(rl["lora"]), callbacks=list(callbacks),
         method=method, hargo_config=_hargo_config(params, method), recorder=recorder,
         **extra, **dict(trainer_kwargs or {}))
+    trainer.add_callback(DivergenceGuard(DivergenceBounds.from_params(params), f"rl ({method})"))
     # One concise line per step comes from RLLoggingCallback; drop transformers' dict printer.
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)

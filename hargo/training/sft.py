@@ -93,6 +93,7 @@ def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str]
         gradient_checkpointing=gc,
         gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
         logging_steps=1, logging_first_step=True, disable_tqdm=False,
+        logging_nan_inf_filter=False,      # the divergence guard must see a NaN loss
         save_strategy="no", eval_strategy="no", report_to=list(report_to) or "none", run_name="sft",
         dataloader_num_workers=0,
         **trainer_precision_kwargs(params),
@@ -171,9 +172,12 @@ def build_trainer(params: Mapping, model, tokenizer, records: Sequence[dict], ar
     (None: full fine-tuning)."""
     from datasets import Dataset
 
+    from hargo.training.divergence import DivergenceBounds, DivergenceGuard
+
     trainer = _bucketed_trainer_class()(
         model=model, args=args, train_dataset=Dataset.from_list(to_prompt_completion(records)),
-        processing_class=tokenizer, peft_config=common.lora_config(params["sft"]["lora"]))
+        processing_class=tokenizer, peft_config=common.lora_config(params["sft"]["lora"]),
+        callbacks=[DivergenceGuard(DivergenceBounds.from_params(params), "sft")])
     trainer.bucket_batches = int(params["sft"]["length_bucket_batches"])  # read by the sampler
     return trainer
 
