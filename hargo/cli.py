@@ -29,13 +29,19 @@ def _params(path: str, overrides: Optional[List[str]]):
         raise typer.Exit(2)
 
 
-def _run(fn, *args, **kwargs):
-    """Call a stage; turn expected failures into a one-line error and a non-zero exit."""
+def _run(fn, *args, online: bool = False, **kwargs):
+    """Call a stage; turn expected failures into a one-line error and a non-zero exit. The stage
+    runs in Hugging Face hub offline mode (``hargo.offline.hub_offline``) unless ``online``
+    (only ``base-model`` with a hub id)."""
+    import contextlib
+
     from hargo.io import HargoInputError
+    from hargo.offline import hub_offline
     from hargo.params import ParamsError
 
     try:
-        return fn(*args, **kwargs)
+        with contextlib.nullcontext() if online else hub_offline():
+            return fn(*args, **kwargs)
     except (HargoInputError, ParamsError, FileNotFoundError, ValueError, RuntimeError) as e:
         typer.secho(f"error: {type(e).__name__}: {e}", fg="red", err=True)
         raise typer.Exit(1)
@@ -84,8 +90,10 @@ def validate(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 def base_model(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Resolve the base model (embedded SmolLM2, a hub id or a folder) into models/base."""
     from hargo.models import base as stage
+    from hargo.offline import needs_hub
 
-    _run(stage.run, _params(params, set_))
+    p = _params(params, set_)
+    _run(stage.run, p, online=needs_hub(p["model"]))
 
 
 @app.command()

@@ -126,7 +126,19 @@ def run(params: dict, root: str | Path = ".") -> dict:
         RuntimeError: the MLflow store cannot be used or written (nothing stays registered and
             no alias moves), or the champion's per-prompt rows are there but cannot be read or
             paired with this evaluation's.
+
+    The whole stage runs in Hugging Face hub offline mode (:func:`hargo.offline.hub_offline`):
+    MLflow's transformers flavour would otherwise ask the hub for a model card and license of
+    each local model folder it logs.
     """
+    from hargo.offline import hub_offline
+
+    with hub_offline():
+        return _register(params, root)
+
+
+def _register(params: dict, root: str | Path) -> dict:
+    """:func:`run`'s body."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
