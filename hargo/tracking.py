@@ -291,6 +291,44 @@ def start_parent_run(params: Mapping, door: str, root: str | Path = ".",
     return run.info.run_id
 
 
+class StageTerminated(SystemExit):
+    """SIGTERM reached a stage: raised in the main thread by :func:`terminate_as_exception`'s
+    handler, so ``finally`` blocks and context managers run (the MLflow runs end KILLED, atomic
+    outputs are discarded) and the process then exits with code 143 (128 + SIGTERM), the code
+    of a process killed by it. A ``SystemExit``, so ``except Exception`` never swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    def __str__(self) -> str:
+        return f"terminated by signal {self.signum} (SIGTERM)"
+
+
+@contextlib.contextmanager
+def terminate_as_exception() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`StageTerminated` in the main thread instead of
+    killing the process outright (Python's default, which runs no cleanup and left MLflow runs
+    RUNNING forever); the previous handler is restored on exit. SIGINT already raises
+    ``KeyboardInterrupt``. Outside the main thread (where Python cannot install handlers) a
+    no-op."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise StageTerminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, params: Mapping, root: str | Path = ".",
               extra_tags: Mapping[str, str] | None = None,
@@ -301,7 +339,9 @@ def stage_run(stage: str, params: Mapping, root: str | Path = ".",
 
     Yields the active ``mlflow.ActiveRun``; the run ends FINISHED, or FAILED when the body
     raises (the exception propagates; its type and message go to the run's ``hargo.error`` tag,
-    e.g. a diverged training's step and value).
+    e.g. a diverged training's step and value), or KILLED on SIGTERM
+    (:func:`terminate_as_exception`) or SIGINT; the pipeline parent is closed with the same
+    status.
     """
     import mlflow
 
@@ -315,15 +355,19 @@ def stage_run(stage: str, params: Mapping, root: str | Path = ".",
     _best_effort(_reopen_parent, parent)
     status = "FAILED"
     try:
-        with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
+        with terminate_as_exception(), \
+                mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
             flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
             keys = sorted(flat)
             for i in range(0, len(keys), 100):
                 mlflow.log_params({k: flat[k] for k in keys[i:i + 100]})
             try:
                 yield run
-            except BaseException as e:   # the run ends FAILED; say why where MLflow shows it
+            except BaseException as e:   # the run ends FAILED or KILLED; say why in the run
                 _best_effort(mlflow.set_tag, "hargo.error", f"{type(e).__name__}: {e}"[:5000])
+                if isinstance(e, (StageTerminated, KeyboardInterrupt)):
+                    status = "KILLED"
+                    _best_effort(mlflow.end_run, "KILLED")
                 raise
         status = "FINISHED"
     finally:

@@ -420,3 +420,46 @@ def test_four_processes_open_one_fresh_store_at_once(tmp_path, committed_params)
     assert [status for status, _ in out] == ["ok"] * 4, out
     assert len({exp for _, exp in out}) == 1
     assert (tmp_path / "mlruns" / "mlflow.db.lock").exists()
+
+
+_SLOW_STAGE = """
+import json, sys, time
+from hargo import tracking
+params = json.loads(sys.argv[2])
+with tracking.stage_run("rl", params, sys.argv[1], extra_tags={"hargo.method": "hargo"}) as run:
+    print(run.info.run_id, flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sig, code", [("SIGTERM", 143), ("SIGINT", None)])
+def test_a_signal_ends_the_stage_and_parent_runs_killed(tmp_path, committed_params, sig, code):
+    """Issue 30, item 5: SIGTERM during a stage left its MLflow run RUNNING with no end time
+    forever. A real signal to a real process: the stage run and the pipeline parent end KILLED
+    with an end time, and SIGTERM's exit code is 143."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    env.pop("HARGO_PARENT_RUN_ID", None)
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_STAGE, str(tmp_path),
+                             json.dumps(committed_params)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    run_id = proc.stdout.readline().strip()
+    assert run_id, proc.stderr.read()
+    proc.send_signal(getattr(signal, sig))
+    proc.communicate(timeout=60)
+    if code is not None:
+        assert proc.returncode == code
+    else:
+        assert proc.returncode != 0
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "KILLED" and run.info.end_time
+    assert run.data.tags["hargo.error"].startswith(
+        "StageTerminated: terminated by signal 15" if sig == "SIGTERM" else "KeyboardInterrupt")
+    parent = client.get_run(run.data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "KILLED" and parent.info.end_time
