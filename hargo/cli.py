@@ -90,10 +90,8 @@ def validate(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 def base_model(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Resolve the base model (embedded SmolLM2, a hub id or a folder) into models/base."""
     from hargo.models import base as stage
-    from hargo.offline import needs_hub
-
     p = _params(params, set_)
-    _run(stage.run, p, online=needs_hub(p["model"]))
+    _run(stage.run, p, online=stage.needs_hub(p["model"]))
 
 
 @app.command()

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator, Mapping
+from typing import Iterator
 
-__all__ = ["hub_offline", "needs_hub"]
+__all__ = ["hub_offline"]
 
 _ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
@@ -52,12 +52,3 @@ def hub_offline() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def needs_hub(model_params: Mapping) -> bool:
-    """Whether ``model.source`` is a hub id (neither ``smollm2`` nor a folder): only then may the
-    ``base_model`` stage reach the hub."""
-    from hargo.models.base import _looks_like_path
-
-    source = str(model_params.get("source", "smollm2"))
-    return source != "smollm2" and not _looks_like_path(source)

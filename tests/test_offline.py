@@ -9,7 +9,8 @@ import socket
 
 import pytest
 
-from hargo.offline import hub_offline, needs_hub
+from hargo.models.base import needs_hub
+from hargo.offline import hub_offline
 
 
 @pytest.fixture

@@ -75,6 +75,30 @@ def mask_race_raws(task: str, raws: list[dict]) -> tuple[list[dict], dict]:
     return out, {"label_name_records": changed, "label_name_occurrences": occurrences}
 
 
+def neutralise_raws(raws: list[dict]) -> tuple[list[dict], dict]:
+    """Step 0 of every strategy, for every task: control-token strings in the instruction,
+    input and output of each raw record broken (:func:`hargo.data.control_tokens.neutralise`), so
+    no data row can forge a chat turn.
+
+    Returns:
+        ``(raws, counts)``: new dicts for the changed records (the input list is not modified)
+        and ``{"control_token_records": raw records changed, "control_token_occurrences":
+        strings broken}``.
+    """
+    from hargo.data.control_tokens import neutralise
+
+    out, changed, occurrences = [], 0, 0
+    for r in raws:
+        fixed = {f: neutralise(r[f]) for f in PROMPT_FIELDS + ("output",)
+                 if isinstance(r.get(f), str)}
+        n = sum(k for _, k in fixed.values())
+        if n:
+            changed, occurrences = changed + 1, occurrences + n
+            r = {**r, **{f: text for f, (text, _) in fixed.items()}}
+        out.append(r)
+    return out, {"control_token_records": changed, "control_token_occurrences": occurrences}
+
+
 def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tuple[list[dict], list[dict], dict]:
     """Steps 1-3 of the ``grouped`` strategy (:mod:`hargo.data.prepare`) for one task.
 

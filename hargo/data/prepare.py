@@ -32,6 +32,13 @@ same prompt from step 2 on. ``stats.json`` counts per task the raw records chang
 (``label_name_records``) and the names replaced (``label_name_occurrences``); ``validate``
 fails on a race prompt where the regex still matches.
 
+Step 0b, every strategy and task: control-token strings in a raw record's instruction, input and
+output (``<|im_end|>``, ``</s>``, ``[INST]``, ...: :mod:`hargo.data.control_tokens`) are broken
+by an invisible word joiner, so no data row can close the user's turn and write the assistant's
+when the chat template is tokenised; ``stats.json`` counts per task the records changed
+(``control_token_records``) and the strings broken (``control_token_occurrences``);
+``validate`` fails on a prepared prompt or answer that still holds one.
+
 Three split strategies (``data.split.strategy``):
 
 ``grouped`` (no instruction in both splits)
@@ -92,7 +99,7 @@ from pathlib import Path
 from typing import Any
 
 from hargo.data import labels as L
-from hargo.data.conflicts import CONFLICT_POLICIES, clean_task, mask_race_raws
+from hargo.data.conflicts import CONFLICT_POLICIES, clean_task, mask_race_raws, neutralise_raws
 from hargo.data.raw import load_raw, make_record
 from hargo.data.similarity import (check_threshold, kernel_tokens, nearest_similarity,
                                    similarity_summary)
@@ -321,6 +328,8 @@ def prepare(params: dict) -> dict:
         masked = {"label_name_records": 0, "label_name_occurrences": 0}
         if mask:
             raws, masked = mask_race_raws(task, raws)
+        raws, controls = neutralise_raws(raws)
+        masked = {**masked, **controls}
         if strategy == "paper":
             recs = paper_records(task, raws)
             forms = Counter(L.parse_label(r["output"])[1] for r in raws) if task in RACE_TASKS else {}

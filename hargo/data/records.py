@@ -132,6 +132,12 @@ def select_subset(records: Sequence[dict], per_task: int | None, seed: int, toke
        than what is left).
     3. The union is shuffled with ``random.Random(seed)``, so tasks are interleaved.
 
+    Before 1, the prompt contents and answer of every record have ``tokenizer``'s special-token
+    strings (and the common control-token spellings) broken
+    (:func:`hargo.data.control_tokens.neutralise_record`; ``prepare`` did so for the common
+    spellings already), so the subset can never be tokenised into a forged chat turn; the
+    input records are not modified.
+
     Deterministic for fixed inputs and seed. Returns ``(subset, skipped)`` where ``skipped``
     maps every task seen in ``records`` (sorted) to its number of skipped records (0 included).
     Records need ``task`` and ``prompt`` (a list of ``{"role", "content"}``).
@@ -144,9 +150,13 @@ def select_subset(records: Sequence[dict], per_task: int | None, seed: int, toke
         if missing:
             raise ValueError(f"max_prompt_tokens: no cap for task(s) {missing} (given for "
                              f"{sorted(max_prompt_tokens)})")
+    from hargo.data.control_tokens import neutralise_record, special_token_strings
+
     by_task: dict[str, list[dict]] = defaultdict(list)
     skipped: dict[str, int] = {}
+    specials = special_token_strings(tokenizer)
     for rec in records:
+        rec, _ = neutralise_record(rec, specials)
         task = rec["task"]
         skipped.setdefault(task, 0)
         cap = int(max_prompt_tokens[task] if isinstance(max_prompt_tokens, Mapping)

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from hargo.data.conflicts import mask_race_raws
+from hargo.data.control_tokens import CONTROL_TOKEN_REGEX
 from hargo.data.labels import LABEL_NAME, LABEL_NAME_REGEX
 from hargo.data.raw import TASK_FILES, load_raw, normalise_text
 from hargo.data.similarity import kernel_tokens, nearest_similarity
@@ -240,6 +241,12 @@ def expectation_specs(params: dict) -> list[dict]:
         "hargo.data.labels.LABEL_NAME_REGEX)"
         + ("" if masked else " (measured; enforced with data.mask_label_names)"),
         where=("task", race), enforced=masked, column="prompt_content", regex=LABEL_NAME_REGEX)
+    for col in ("prompt_content", "answer"):
+        add("prepared", f"no_control_tokens_in_{col.split('_')[0]}",
+            "ExpectColumnValuesToNotMatchRegex",
+            f"no {col.split('_')[0]} holds a chat-template control token (<|im_end|>, </s>, "
+            "[INST], ...; hargo.data.control_tokens): a data row cannot forge a chat turn",
+            column=col, regex=CONTROL_TOKEN_REGEX)
     lo, hi = v["prompt_chars"]
     add("prepared", "prompt_chars_within_bounds", "ExpectColumnValuesToBeBetween",
         f"prompt length in [{lo}, {hi}] characters", column="prompt_chars", min_value=lo, max_value=hi)

@@ -37,6 +37,13 @@ def _looks_like_path(source: str) -> bool:
     return source.startswith(("/", "./", "../", "~")) or Path(source).expanduser().exists()
 
 
+def needs_hub(model_params: Mapping) -> bool:
+    """Whether ``model.source`` is a hub id (neither ``smollm2`` nor a folder): only then may the
+    ``base_model`` stage reach the hub (``hargo.offline``)."""
+    source = str(model_params.get("source", "smollm2"))
+    return source != "smollm2" and not _looks_like_path(source)
+
+
 def resolve_source(model_params: Mapping) -> dict[str, Any]:
     """Check ``model.source`` before any work and say what it is.
 
