@@ -12,12 +12,13 @@ seeds is printed.
 Needs ``data/synthetic`` and ``models/synthetic/sft`` (``dvc repro synthetic/dvc.yaml:synthetic_sft``);
 ``--root`` points at another root holding both (e.g. an SFT variant). Grid keys may be any
 ``synthetic.rl.*``, ``synthetic.evaluate.*`` or ``rl.<method>.*`` param; ``synthetic.data``,
-``.policy`` and ``.sft`` change the SFT policy and are refused in ``--grid``; the sweep never
-trains SFT: it starts from whatever policy ``<root>/models/synthetic/sft`` holds (a variant under
+``.policy`` and ``.sft`` change the SFT policy and are refused in ``--grid``; without
+``--train-sft`` the sweep trains no SFT: it starts from whatever policy ``<root>/models/synthetic/sft`` holds (a variant under
 another root, or the last ``synthetic_sft`` run, whatever params it had), and such keys given
 with ``-S`` must describe how that policy was trained (the held-out pool's offset reads
 ``synthetic.sft.examples_per_task``). Every grid point is checked against the params before any
-run starts.
+run starts. ``--train-sft`` first prepares the data and trains the SFT policy under ``--root``
+with the ``-S`` values (unless ``--root`` has one), and prints its per-task SFT rewards.
 
     python benchmarks/synthetic_sweep.py --config heterogeneous --methods grpo --seeds 1 2 3 \\
         --grid synthetic.rl.learning_rate=2e-4,1e-4,5e-5 -S synthetic.rl.steps=150 \\
@@ -126,6 +127,31 @@ def _table(rows: list[dict], tasks: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def _train_sft(params_path: str, sets: list[str], root: Path) -> None:
+    """``synthetic_data`` and ``synthetic_sft`` under ``root`` with the ``-S`` values, unless
+    ``root`` already holds an SFT policy (then its per-task SFT rewards are printed again)."""
+    from hargo.compare.synthetic import train_sft
+    from hargo.compare.synthetic_data import prepare_data
+    from hargo.compare.synthetic_plan import METRICS_DIR, MODEL_DIR
+    from hargo.params import load_params
+
+    metrics = root / METRICS_DIR / "sft.json"
+    if not (root / MODEL_DIR).exists() or not metrics.exists():
+        params = load_params(params_path, sets)
+        t0 = time.perf_counter()
+        prepare_data(params, root)
+        train_sft(params, root)
+        print(f"[sweep] SFT policy trained under {root} in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+    else:
+        print(f"[sweep] {root} holds an SFT policy already; not retrained", flush=True)
+    ev = json.loads(metrics.read_text())["eval"]
+    for name, e in ev.items():
+        s = e["summary"]
+        print(f"[sweep] SFT eval ({name}, greedy): " +
+              ", ".join(f"{k} {v:.3f}" for k, v in sorted(s.items())), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--params", default="params.yaml")
@@ -139,6 +165,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", required=True, help="JSON-lines results (appended; resumable)")
     ap.add_argument("--table-only", action="store_true", help="print the table of --out and exit")
+    ap.add_argument("--train-sft", action="store_true",
+                    help="first prepare the data and train the SFT policy under --root with the "
+                         "-S values (synthetic_data + synthetic_sft), unless --root has one")
     a = ap.parse_args(argv)
     grid = _parse_grid(a.grid)
     for key, _ in grid:
@@ -150,7 +179,7 @@ def main(argv=None) -> int:
 
     for s in a.sets:
         key = s.partition("=")[0]
-        if _shapes_sft(key):
+        if _shapes_sft(key) and not a.train_sft:
             print(f"[sweep] -S {key}: describes the SFT policy in {a.root}; the sweep does not "
                   "retrain it", flush=True)
     for pt in _points(grid):   # a bad value fails here, naming the key, before any run
@@ -158,6 +187,8 @@ def main(argv=None) -> int:
             plan(load_params(a.params, a.sets + [f"{k}={v}" for k, v in pt.items()]))
         except (ParamsError, ValueError) as e:
             raise SystemExit(f"error: {e}")
+    if a.train_sft:
+        _train_sft(a.params, a.sets, Path(a.root))
     out = Path(a.out)
     done = []
     if out.exists():
