@@ -21,17 +21,22 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     """SmolLM2's tokenizer (from the embedded GGUF, ~15 s to read), kept in ~/.cache/hargo.
 
     The cache folder is keyed by the GGUF's recorded sha256 and written atomically, so a stale
-    or half-written cache cannot be picked up.
+    or half-written cache cannot be picked up; a file lock makes one pytest-xdist worker build it
+    while the others wait.
     """
+    from filelock import FileLock
+
     from hargo.io import atomic_dir
     from hargo.models.smollm2 import GGUF_SHA256
     from hargo.testing import save_tokenizer
 
     cache = Path(os.environ.get("HARGO_CACHE", Path.home() / ".cache" / "hargo"))
     folder = cache / f"smollm2-tokenizer-{GGUF_SHA256[:12]}"
-    if not (folder / ".complete").exists():
-        with atomic_dir(folder) as tmp:
-            save_tokenizer(tmp)
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        if not (folder / ".complete").exists():
+            with atomic_dir(folder) as tmp:
+                save_tokenizer(tmp)
     return folder
 
 
