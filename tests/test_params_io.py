@@ -214,27 +214,3 @@ def test_check_params_with_overrides_checks_them_and_writes_nothing(tmp_path, mo
     assert not (tmp_path / "reports").exists()
     stamp = CliRunner().invoke(app, ["check-params"])
     assert stamp.exit_code == 0 and (tmp_path / "reports" / "params-valid.txt").is_file()
-
-
-@pytest.mark.parametrize("override, changed", [
-    ("rl.steps=8", ["-  steps: 4", "+  steps: 8"]),
-    ("rl.methods=[hargo]", ["-  - grpo"]),
-    ("seed=7", ["-seed: 42", "+seed: 7"]),
-])
-def test_one_override_rewrites_only_its_lines(tmp_path, override, changed):
-    """Issue 30, item 7: DVC's writer re-emitted every inline list as a block list, so one `-S`
-    rewrote ~78 lines of params.yaml. The committed file is in the style DVC writes, so an
-    override changes only its own lines (and comments survive)."""
-    import difflib
-
-    from dvc.utils.hydra import apply_overrides as dvc_apply
-
-    copy = tmp_path / "params.yaml"
-    text = (ROOT / "params.yaml").read_text()
-    copy.write_text(text)
-    dvc_apply(str(copy), [override])
-    diff = [line.rstrip() for line in difflib.unified_diff(
-        text.splitlines(), copy.read_text().splitlines(), lineterm="", n=0)
-        if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    assert diff == changed
-    assert copy.read_text().count("#") == text.count("#")
