@@ -16,6 +16,14 @@ if [[ " $* " != *" --randomly-seed"* && " $* " != *"no:randomly"* ]] \
   args+=("--randomly-seed=$seed")
   echo "pytest-randomly: --randomly-seed=$seed"
 fi
+# pytest-xdist (dev extra): HARGO_TEST_WORKERS processes (default 2, one a core of the 2-core
+# machines this is measured on; 0: one process). Every test is single-threaded
+# (OMP_NUM_THREADS=1 above) and the distributed tests pick free ports. Measured alone on a 2-core
+# Xeon (AVX512-BF16/AMX): 22-24 min with 2 workers (--dist load), ~44 min in one process.
+if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] \
+   && .venv/bin/python -c "import xdist" 2>/dev/null; then
+  args+=("-n" "${HARGO_TEST_WORKERS:-2}" "--dist" "load")
+fi
 .venv/bin/python -m pytest -q -p no:cacheprovider "${args[@]}"
 rc=$?
 # pytest's 5 means no test ran: that is a failure here, never a pass.
