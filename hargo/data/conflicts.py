@@ -52,6 +52,21 @@ def _reject(task: str, index: int, raw: dict, reason: str, detail: str = "") -> 
             "instruction": raw["instruction"], "input": raw["input"], "output": raw["output"]}
 
 
+def _rewrite_fields(raws: list[dict], fields: tuple[str, ...], fn) -> tuple[list[dict], int, int]:
+    """Apply ``fn(text) -> (text, occurrences)`` to the string ``fields`` of every raw record:
+    ``(records, records changed, occurrences)``, a new dict for each changed record (the input
+    records are never modified)."""
+    out, changed, occurrences = [], 0, 0
+    for r in raws:
+        fixed = {f: fn(r[f]) for f in fields if isinstance(r.get(f), str)}
+        n = sum(k for _, k in fixed.values())
+        if n:
+            changed, occurrences = changed + 1, occurrences + n
+            r = {**r, **{f: text for f, (text, _) in fixed.items()}}
+        out.append(r)
+    return out, changed, occurrences
+
+
 def mask_race_raws(task: str, raws: list[dict]) -> tuple[list[dict], dict]:
     """Step 0 of every strategy: the race label removed from DataRaceBench-style names in the
     prompt fields (instruction and input) of a race task's raw records
@@ -63,15 +78,9 @@ def mask_race_raws(task: str, raws: list[dict]) -> tuple[list[dict], dict]:
         and ``{"label_name_records": raw records changed, "label_name_occurrences": names
         replaced}`` (both 0 for mlperf/plp).
     """
-    out, changed, occurrences = [], 0, 0
-    for r in raws:
-        if task in RACE_TASKS:
-            masked = {f: L.mask_label_names(r[f]) for f in PROMPT_FIELDS}
-            n = sum(k for _, k in masked.values())
-            if n:
-                changed, occurrences = changed + 1, occurrences + n
-                r = {**r, **{f: text for f, (text, _) in masked.items()}}
-        out.append(r)
+    if task not in RACE_TASKS:
+        return list(raws), {"label_name_records": 0, "label_name_occurrences": 0}
+    out, changed, occurrences = _rewrite_fields(raws, PROMPT_FIELDS, L.mask_label_names)
     return out, {"label_name_records": changed, "label_name_occurrences": occurrences}
 
 
@@ -87,15 +96,7 @@ def neutralise_raws(raws: list[dict]) -> tuple[list[dict], dict]:
     """
     from hargo.data.control_tokens import neutralise
 
-    out, changed, occurrences = [], 0, 0
-    for r in raws:
-        fixed = {f: neutralise(r[f]) for f in PROMPT_FIELDS + ("output",)
-                 if isinstance(r.get(f), str)}
-        n = sum(k for _, k in fixed.values())
-        if n:
-            changed, occurrences = changed + 1, occurrences + n
-            r = {**r, **{f: text for f, (text, _) in fixed.items()}}
-        out.append(r)
+    out, changed, occurrences = _rewrite_fields(raws, PROMPT_FIELDS + ("output",), neutralise)
     return out, {"control_token_records": changed, "control_token_occurrences": occurrences}
 
 
