@@ -52,9 +52,7 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Validate params.yaml -> reports/params-valid.txt (the first stage: a bad value stops
     `dvc repro` / `dvc exp run -S` before any stage's outputs are touched). With -S: check the
     file with those overrides applied and write nothing (try a value before an experiment)."""
-    from hargo.params import write_checked_stamp
-
-    from hargo.params import implausible_learning_rates
+    from hargo.params import implausible_learning_rates, write_checked_stamp
 
     checked = _params(params, set_)   # a bad value: one-line error naming the key, exit 2
     for w in implausible_learning_rates(checked):
@@ -90,6 +88,7 @@ def validate(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 def base_model(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Resolve the base model (embedded SmolLM2, a hub id or a folder) into models/base."""
     from hargo.models import base as stage
+
     p = _params(params, set_)
     _run(stage.run, p, online=stage.needs_hub(p["model"]))
 

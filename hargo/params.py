@@ -197,11 +197,12 @@ def _answer_budgets(params):
             raw = get(params, key)
             if raw is None:
                 continue
-            need = CHARS_PER_TOKEN_BOUND * task_budget(raw, task, key)
+            tokens = task_budget(raw, task, key)
+            need = CHARS_PER_TOKEN_BOUND * tokens
             if have < need:
                 raise ParamsError(
                     f"rewards.answer.max_chars.{task}: {have} characters is less than {key} "
-                    f"allows ({task_budget(raw, task, key)} tokens x {CHARS_PER_TOKEN_BOUND}); "
+                    f"allows ({tokens} tokens x {CHARS_PER_TOKEN_BOUND}); "
                     f"raise it to >= {need}, or an honest long answer would count as degenerate")
 
 

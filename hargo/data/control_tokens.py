@@ -24,6 +24,7 @@ Two layers:
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Sequence
 
@@ -52,11 +53,17 @@ def neutralise(text: str, extra: Sequence[str] = ()) -> tuple[str, int]:
         s = m.group(0)
         return s[0] + JOINER + s[1:]
 
-    extra = [s for s in extra if len(s) > 1]
-    pattern = _PATTERN if not extra else re.compile(
-        CONTROL_TOKEN_REGEX + "|" + "|".join(re.escape(s) for s in
-                                             sorted(set(extra), key=len, reverse=True)))
-    return pattern.sub(brk, text), n
+    return _pattern(tuple(extra)).sub(brk, text), n
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(extra: tuple[str, ...]) -> re.Pattern:
+    """:data:`CONTROL_TOKEN_REGEX` or-ed with the ``extra`` strings (longest first), compiled
+    once per set of strings (a stage neutralises every record with the same tokenizer's)."""
+    extra = sorted({s for s in extra if len(s) > 1}, key=len, reverse=True)
+    if not extra:
+        return _PATTERN
+    return re.compile(CONTROL_TOKEN_REGEX + "|" + "|".join(re.escape(s) for s in extra))
 
 
 def special_token_strings(tokenizer) -> list[str]:
