@@ -27,7 +27,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.pipeline import _STAGE_TASK, door_env, dvc_stage, prepare_run, run_step
+from flows.pipeline import _STAGE_TASK, door_env, dvc_stage, run_params, run_step
 from flows.stages import COMPARE_DVC_YAML, target
 
 REPORT_KEY = "hargo-comparison-report"
@@ -115,10 +115,10 @@ def hargo_comparison(params_path: str = "params.yaml", overrides: dict[str, Any]
         ParamsError: bad params (before any task runs).
         StepFailed: a step failed (names it and the reason).
     """
-    params = prepare_run(params_path, overrides)  # ParamsError: fails before any task
     results: dict[str, Any] = {}
     steps: list[dict] = []
-    with door_env():
+    # ParamsError: fails before any task; params.yaml restored when the run ends
+    with run_params(params_path, overrides) as params, door_env():
         for stage, item in comparison_plan(params):
             name = stage if item is None else f"{stage}@{item['method']}-{item['seed']}"
             results[name] = run_step(stage, _TASKS[stage], item=item, force=force,

@@ -4,8 +4,8 @@ same book (``dvc.lock``).
 Every step is a Prefect task that asks DVC whether its stage is up to date and, if not, has DVC
 run it (:mod:`flows.stages`: ``dvc status --json <stage>``, then ``dvc repro --single-item
 <stage>``), so DVC both decides what runs and records it in ``dvc.lock``: a ``dvc repro`` after
-a flow run has nothing to reproduce, and a flow run after ``dvc repro`` runs no stage (its
-tasks end in the state ``UpToDate``). The stage itself is the ``dvc.yaml`` command (the
+a flow run (without overrides) has nothing to reproduce, and a flow run after ``dvc repro``
+runs no stage (its tasks end in the state ``UpToDate``). The stage itself is the ``dvc.yaml`` command (the
 ``hargo`` CLI), the same process either door starts. The flows orchestrate:
 
     hargo-pipeline:  [pull-data] -> prepare -> validate -> base_model -> sft -> rl@<m>...
@@ -19,10 +19,16 @@ another file is refused) and ``overrides``, a dict of dotted keys (``{"rl.steps"
 ``force`` (``dvc repro --force``: run the steps although DVC finds them up to date). The
 params and overrides are loaded and validated first thing in the flow, so a bad value fails the
 flow run before any task runs, with the parameter's dotted name in the message
-(``hargo.params.ParamsError``). Then the overrides are **written into params.yaml**, as
-``dvc exp run -S`` does in the workspace (:func:`flows.stages.write_overrides`; only keys whose
-value changes, comments kept), and stay there: they are the params the outputs were made with,
-which DVC compares with ``dvc.lock``.
+(``hargo.params.ParamsError``). Then the overrides are **written into params.yaml**
+with DVC's own writer, as ``dvc exp run -S`` does in the workspace
+(:func:`flows.stages.write_overrides`; only the changed values' lines differ), for the stages
+to read and ``dvc.lock`` to record, and **params.yaml is restored when the flow run ends**
+(completed, failed or cancelled): one run's overrides never become the project's params, so a
+later ``dvc repro`` cannot silently drop a stage (``rl.methods: [hargo]`` left behind would drop
+``rl@grpo``). The run's results stay where it wrote them: the outputs in the workspace and
+``dvc.lock`` (made with the overrides, so ``dvc status`` reports those stages' params as
+changed until ``dvc repro`` re-runs them with the committed params), and its MLflow runs, whose
+params are the overrides'. The flow logs this when it restores the file.
 
 The flows run in the project root, a DVC project (deployments set it with their pull step).
 DVC lets one command at a time work in a repository: a stage waits for another DVC command
@@ -112,11 +118,14 @@ def resolve_params(params_path: str | os.PathLike = "params.yaml",
     return load_params(params_path, normalize_overrides(overrides))
 
 
-def prepare_run(params_path: str | os.PathLike, overrides: Mapping[str, Any] | None) -> dict:
-    """The prologue of every flow, before any task: validate the params with the overrides,
+@contextlib.contextmanager
+def run_params(params_path: str | os.PathLike,
+               overrides: Mapping[str, Any] | None) -> Iterator[dict]:
+    """The frame of every flow, before any task: validate the params with the overrides,
     check that the working directory is the DVC project whose ``params.yaml`` is
-    ``params_path``, then write the overrides into it (as ``dvc exp run -S`` does). Returns the
-    params (now those of the file).
+    ``params_path``, write the overrides into it (as ``dvc exp run -S`` does), yield the params
+    (now those of the file), and on exit, however the run ends, put back the bytes the file had
+    before (atomically) and log where the run's results are.
 
     Raises:
         ParamsError: bad params or overrides, or ``params_path`` is not the project's
@@ -125,11 +134,23 @@ def prepare_run(params_path: str | os.PathLike, overrides: Mapping[str, Any] | N
     """
     params = resolve_params(params_path, overrides)
     stages.check_project(params_path)
-    written = stages.write_overrides(params_path, normalize_overrides(overrides))
+    path = Path(params_path)
+    before = path.read_bytes()
+    written = stages.write_overrides(path, normalize_overrides(overrides))
     if written:
-        get_run_logger().info("overrides written into %s (as `dvc exp run -S`): %s",
+        get_run_logger().info("overrides written into %s for this run (as `dvc exp run -S`): %s",
                               params_path, ", ".join(written))
-    return params
+    try:
+        yield params
+    finally:
+        if written:
+            stages.restore_file(path, before)
+            get_run_logger().warning(
+                "%s restored: this run's overrides (%s) are not left in the project's params. "
+                "Its results: the outputs in the workspace and dvc.lock (made with the "
+                "overrides; `dvc status` shows those stages' params as changed, `dvc repro` "
+                "re-runs them with the committed params) and its MLflow runs.",
+                params_path, ", ".join(written))
 
 
 @contextlib.contextmanager
@@ -286,8 +307,8 @@ def _pull(params: dict, pull: bool, record: list[dict] | None = None) -> None:
 
 def _single(step: str, stage_task, params_path: str, overrides: dict | None, force: bool,
             pull: bool = False) -> dict:
-    params = prepare_run(params_path, overrides)  # ParamsError: fails before any task
-    with door_env():
+    # ParamsError: fails before any task
+    with run_params(params_path, overrides) as params, door_env():
         _pull(params, pull)
         if step == "rl":
             return {f"rl@{m}": run_step("rl", rl, method=m, force=force)
@@ -367,7 +388,12 @@ def hargo_pipeline(params_path: str = "params.yaml", overrides: dict[str, Any] |
         ParamsError: bad params (before any task runs).
         StepFailed: a step failed; the report artifact and the MLflow parent run record it.
     """
-    params = prepare_run(params_path, overrides)  # ParamsError: fails before any task
+    with run_params(params_path, overrides) as params:  # ParamsError: before any task
+        return _pipeline(params, params_path, overrides, pull, force)
+
+
+def _pipeline(params: dict, params_path: str, overrides: Mapping[str, Any] | None, pull: bool,
+              force: bool) -> dict:
     flow_run_id = str(get_run_context().flow_run.id)
     parent = open_mlflow_run(params, flow_run_id)
     steps: list[dict] = []

@@ -17,7 +17,8 @@ for another DVC command holding the repository's lock instead of failing.
 The stages read their params from ``params.yaml`` (``dvc.yaml`` declares them there, and DVC
 compares them with ``dvc.lock``), so a flow's ``overrides`` are written into ``params.yaml``
 before anything runs, as ``dvc exp run -S`` does in the workspace (:func:`write_overrides`:
-only the keys whose value changes, comments and layout kept).
+DVC's own writer, so only the changed values' lines differ), and put back when the flow run
+ends (:func:`restore_file`, :func:`flows.pipeline.run_params`).
 """
 from __future__ import annotations
 
@@ -188,82 +189,61 @@ def check_project(params_path: str | os.PathLike, root: str | os.PathLike = ".")
     return root
 
 
-def _yaml():
-    from ruamel.yaml import YAML
-
-    y = YAML()  # round trip: comments, key order and flow/block style are kept
-    y.preserve_quotes = True
-    y.width = 4096
-    y.indent(mapping=2, sequence=4, offset=2)
-    # `null` stays `null` (ruamel's round trip writes an empty value)
-    y.representer.add_representer(
-        type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
-    return y
-
-
-def _like(old: Any, new: Any) -> Any:
-    """``new`` as a ruamel node in the flow/block style of the value it replaces."""
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
-    if isinstance(new, Mapping) and isinstance(old, CommentedMap):
-        # updated in place, as DVC merges a -S value: the keys kept keep their comments
-        for k in [k for k in old if k not in new]:
-            del old[k]
-        for k, v in new.items():
-            if k not in old or _plain(old[k]) != _plain(v):
-                old[k] = _like(old.get(k), v)
-        return old
-    if isinstance(new, Mapping):
-        node = CommentedMap((k, _like(None, v)) for k, v in new.items())
-    elif isinstance(new, (list, tuple)):
-        node = CommentedSeq(_like(None, v) for v in new)
-    else:
-        return new
-    flow = getattr(getattr(old, "fa", None), "flow_style", lambda: None)()
-    if flow is None and isinstance(old, (Mapping, list)):
-        flow = False
-    if flow is None:  # a new value: short lists of scalars inline, the rest as blocks
-        flow = isinstance(new, (list, tuple)) and all(
-            not isinstance(v, (Mapping, list, tuple)) for v in new)
-    if flow:
-        node.fa.set_flow_style()
-    else:
-        node.fa.set_block_style()
-    return node
-
-
 def write_overrides(params_path: str | os.PathLike, overrides: Mapping[str, Any]) -> list[str]:
     """Write dotted ``overrides`` (already validated: :func:`flows.pipeline.resolve_params`)
-    into ``params_path``, as ``dvc exp run -S`` does; keys whose value is already the given one
-    are left alone, and the file is not touched when nothing changes. Comments, key order and
-    the flow/block style of the replaced values are kept. Returns the keys written.
+    into ``params_path`` with DVC's own writer, as ``dvc exp run -S`` does
+    (``dvc.utils.hydra.apply_overrides``: a round-trip load, ``merge_dicts`` and
+    ``remove_missing_keys`` of the new values, DVC's YAML dump). The committed params.yaml is
+    a fixed point of that writer (block-style lists, empty nulls: tests/test_flows.py), so
+    only the changed values' lines differ afterwards, whichever door wrote them. Keys whose
+    value is already the given one are left alone, the file is not touched when nothing
+    changes, and it is replaced whole (a temporary file, then a rename). Returns the keys
+    written.
 
     Raises:
         ParamsError: a key that ``params_path`` does not have.
     """
+    import copy
+
+    from dvc.utils.collections import merge_dicts, remove_missing_keys
+    from dvc.utils.serialize import dumps_yaml, parse_yaml_for_update
+
     path = Path(params_path)
-    y = _yaml()
-    doc = y.load(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    doc = parse_yaml_for_update(text, str(path))
+    new = copy.deepcopy(_plain(doc))
     changed = []
     for dotted, value in overrides.items():
         keys = dotted.split(".")
-        cur = doc
+        cur = new
         for key in keys[:-1]:
             if not isinstance(cur, Mapping) or key not in cur:
                 raise ParamsError(f"{dotted}: unknown parameter (not in {path})")
             cur = cur[key]
         if not isinstance(cur, Mapping) or keys[-1] not in cur:
             raise ParamsError(f"{dotted}: unknown parameter (not in {path})")
-        if _plain(cur[keys[-1]]) == _plain(value):
+        if cur[keys[-1]] == _plain(value):
             continue
-        cur[keys[-1]] = _like(cur[keys[-1]], value)
+        cur[keys[-1]] = _plain(value)
         changed.append(dotted)
     if changed:
+        merge_dicts(doc, new)
+        remove_missing_keys(doc, new)
         tmp = path.with_name(f".{path.name}.tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            y.dump(doc, f)
+        tmp.write_text(dumps_yaml(doc), encoding="utf-8")
         os.replace(tmp, path)
     return changed
+
+
+def restore_file(path: str | os.PathLike, content: bytes) -> None:
+    """Put ``content`` back into ``path`` whole (a temporary file, then a rename), unless it
+    already holds it."""
+    path = Path(path)
+    if path.exists() and path.read_bytes() == content:
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(content)
+    os.replace(tmp, path)
 
 
 def _plain(v: Any) -> Any:

@@ -153,34 +153,65 @@ def test_every_flow_step_is_a_dvc_stage(tmp_path, committed_params, monkeypatch)
     assert known == set(flows_targets) | {PARAMS_STAGE}
 
 
-def test_write_overrides_keeps_the_file(tmp_path):
-    """Overrides go into params.yaml as `dvc exp run -S` would put them: only the changed
-    values' lines differ, comments and flow-style lists stay, unknown keys are refused."""
+def test_committed_params_are_a_fixed_point_of_dvcs_writer(tmp_path):
+    """`dvc exp run -S k=v` re-dumps params.yaml with DVC's writer: lists in block style,
+    nulls empty. The committed file is already in that style, so a -S changes only its own
+    line (it rewrote 58 lines when the lists were inline)."""
+    from dvc.utils.hydra import apply_overrides
+
+    root = Path(__file__).resolve().parents[1]
+    before = (root / "params.yaml").read_text()
+    path = tmp_path / "params.yaml"
+    path.write_text(before)
+    apply_overrides(path, [])
+    assert path.read_text() == before
+    apply_overrides(path, ["rl.steps=9"])
+    changed = [(a, b) for a, b in zip(before.splitlines(), path.read_text().splitlines())
+               if a != b]
+    assert changed == [("  steps: 4", "  steps: 9")]
+
+
+def test_write_overrides_writes_what_dvc_writes(tmp_path):
+    """The flows' writer and `dvc exp run -S` give the same bytes: only the changed values'
+    lines differ, comments stay; unknown keys are refused; the same values again leave the
+    file untouched."""
+    import difflib
+
+    from dvc.utils.hydra import apply_overrides
+
     from flows.pipeline import normalize_overrides, resolve_params
     from flows.stages import write_overrides
     from hargo.params import ParamsError
 
     root = Path(__file__).resolve().parents[1]
-    path = tmp_path / "params.yaml"
+    path, dvc_path = tmp_path / "params.yaml", tmp_path / "dvc.yaml"
     before = (root / "params.yaml").read_text()
     path.write_text(before)
+    dvc_path.write_text(before)
     ov = normalize_overrides({"rl.method": "hargo", "rl.steps": 9, "seed": 42,
                               "validate.task_counts": {"race_c": [1, 40], "race_fortran": [1, 40],
                                                        "mlperf": [1, 40], "plp": [1, 40]}})
     assert sorted(write_overrides(path, ov)) == ["rl.methods", "rl.steps", "validate.task_counts"]
     after = path.read_text()
     assert yaml.safe_load(after) == resolve_params(root / "params.yaml", ov)
-    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
-    assert len(before.splitlines()) == len(after.splitlines()) and len(changed) == 6, changed
-    assert any(b.startswith("  methods: [hargo]") and "# each gets its own stage" in b
-               for _, b in changed)
-    assert "    race_c: [1, 40]" in after.splitlines()
-    assert after.count("null") == before.count("null")
+    apply_overrides(dvc_path, ["rl.methods=[hargo]", "rl.steps=9", "seed=42",
+                               "validate.task_counts={race_c: [1, 40], race_fortran: [1, 40], "
+                               "mlperf: [1, 40], plp: [1, 40]}"])
+    assert after == dvc_path.read_text()
+    diff = [d for d in difflib.ndiff(before.splitlines(), after.splitlines())
+            if d[:1] in "-+"]
+    # task_counts: 8 numbers; rl.methods [grpo, hargo] -> [hargo]: one line gone; rl.steps
+    assert sum(d.startswith("- ") for d in diff) == 10, diff
+    assert sum(d.startswith("+ ") for d in diff) == 9, diff
+    assert any("# each gets its own stage" in line for line in after.splitlines()
+               if line.startswith("  methods:"))
+    assert after.count("#") == before.count("#")
     # the same values again: the file is not touched
     mtime = path.stat().st_mtime_ns
     assert write_overrides(path, ov) == [] and path.stat().st_mtime_ns == mtime
     with pytest.raises(ParamsError, match=r"^rl.stepz: unknown parameter"):
         write_overrides(path, {"rl.stepz": 1})
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_dvc_error_reason_and_permanence():
@@ -333,21 +364,29 @@ def test_bad_params_fail_the_run_before_any_task(harness, project):
     assert _task_runs(state.state_details.flow_run_id) == []
 
 
+def _lock_params(root: Path, stage: str) -> dict:
+    return yaml.safe_load((root / "dvc.lock").read_text())["stages"][stage]["params"]["params.yaml"]
+
+
 @pytest.mark.timeout(400)
 def test_prepare_runs_through_dvc(harness, project):
     """DVC decides: the stage runs when `dvc status` finds it changed (new, an output replaced,
-    one of its params changed) or with force, and is `UpToDate` otherwise; every run is in
-    dvc.lock, so `dvc status` agrees after each flow run."""
+    one of its params changed) or with force, and is `UpToDate` otherwise. A run's overrides
+    are what dvc.lock records, and params.yaml is back as it was when the run ends."""
     from flows.pipeline import hargo_prepare
+    from flows.stages import write_overrides
 
+    committed = (project / "params.yaml").read_bytes()
     first = hargo_prepare(overrides=SMALL, return_state=True)
     assert first.is_completed(), first.message
     assert _states(first, "prepare") == ["Completed"]
     assert first.result()["prepare"]["reproduced"] is True
-    assert _lock_stages(project) == {"params", "prepare"} and _status(project, "prepare") == {}
-    # the overrides were written into params.yaml: the params DVC recorded
-    written = yaml.safe_load((project / "params.yaml").read_text())
-    assert written["data"]["split"]["eval_fraction"] == SMALL["data.split.eval_fraction"]
+    assert _lock_stages(project) == {"params", "prepare"}
+    # the stage ran with the overrides (dvc.lock), and the project's params are untouched
+    assert _lock_params(project, "prepare")["data"]["split"]["eval_fraction"] == \
+        SMALL["data.split.eval_fraction"]
+    assert (project / "params.yaml").read_bytes() == committed
+    assert "changed deps" in json.dumps(_status(project, "prepare"))   # `dvc repro` would re-run
     train = (project / "data" / "prepared" / "train.jsonl").read_bytes()
     # nothing changed: DVC says up to date, the stage does not run
     second = hargo_prepare(overrides=SMALL, return_state=True)
@@ -362,14 +401,42 @@ def test_prepare_runs_through_dvc(harness, project):
     # a param of the stage changed: runs
     fourth = hargo_prepare(overrides={**SMALL, "seed": 7}, return_state=True)
     assert _states(fourth, "prepare") == ["Completed"]
-    assert yaml.safe_load((project / "params.yaml").read_text())["seed"] == 7
+    assert _lock_params(project, "prepare")["seed"] == 7
+    assert (project / "params.yaml").read_bytes() == committed
     # a param of another stage changed: still up to date
     fifth = hargo_prepare(overrides={**SMALL, "seed": 7, "rl.steps": 9}, return_state=True)
     assert _states(fifth, "prepare") == ["UpToDate"]
     # force (`dvc repro --force`): runs whatever DVC says
-    sixth = hargo_prepare(force=True, return_state=True)
+    sixth = hargo_prepare(overrides={**SMALL, "seed": 7}, force=True, return_state=True)
     assert _states(sixth, "prepare") == ["Completed"]
+    # the params in the file are the ones the stage ran with: DVC agrees
+    write_overrides(project / "params.yaml", {**SMALL, "seed": 7})
     assert _status(project, "prepare") == {}
+
+
+def test_overrides_are_taken_back_however_the_run_ends(harness, project):
+    """A flow run's overrides live only as long as the run: params.yaml gets its bytes back
+    when the run fails, too (and is not rewritten when there was nothing to write)."""
+    from prefect import flow
+
+    from flows.pipeline import run_params
+
+    committed = (project / "params.yaml").read_bytes()
+    seen = {}
+
+    @flow(name="overrides-then-fail")
+    def fails():
+        with run_params("params.yaml", {"rl.steps": 9, "rl.method": "hargo"}) as params:
+            seen["params"] = params["rl"]
+            seen["file"] = yaml.safe_load((project / "params.yaml").read_text())["rl"]
+            raise RuntimeError("a stage failed")
+
+    state = fails(return_state=True)
+    assert state.is_failed() and "a stage failed" in state.message
+    assert seen["file"]["steps"] == seen["params"]["steps"] == 9
+    assert seen["file"]["methods"] == ["hargo"]
+    assert (project / "params.yaml").read_bytes() == committed
+    assert not list(project.glob(".params.yaml.tmp"))
 
 
 @pytest.mark.timeout(300)
@@ -438,8 +505,11 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     _dvc(["repro"], dvc_root, env, 600)
     dvc_metrics = json.loads((dvc_root / "metrics" / "eval.json").read_text())
 
-    # the Prefect door: committed params.yaml + the same overrides as a flow parameter
-    flow_root = make_project(tmp_path / "flow", real_raw_dir, N_RAW, dvc=True)
+    # the Prefect door: the same params.yaml, and the same overrides as a flow parameter
+    # (nothing left to write: a run whose overrides change the file restores it at the end,
+    # test_prepare_runs_through_dvc)
+    flow_root = make_project(tmp_path / "flow", real_raw_dir, N_RAW, params_updates=overrides,
+                             dvc=True)
     monkeypatch.chdir(flow_root)
     monkeypatch.delenv("HARGO_DOOR", raising=False)
     state = hargo_pipeline(overrides=overrides, return_state=True)
@@ -451,7 +521,7 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     assert [r.state.name for r in _task_runs(state.state_details.flow_run_id)
             if r.name in targets] == ["Completed"] * len(targets)
 
-    # one book: the overrides are in params.yaml, every stage in dvc.lock, and DVC agrees
+    # one book: the params in params.yaml, every stage in dvc.lock, and DVC agrees
     assert yaml.safe_load((flow_root / "params.yaml").read_text()) == \
         yaml.safe_load((dvc_root / "params.yaml").read_text())
     assert _lock_stages(flow_root) == set(targets) | {"params"} == _lock_stages(dvc_root)
@@ -544,8 +614,12 @@ def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, project
     from flows.compare import REPORT_KEY, hargo_comparison
     from flows.pipeline import hargo_pipeline
 
+    from flows.stages import write_overrides
+
     overrides = {**tiny_overrides(tiny_model_dir, N_RAW),
                  "compare.methods": ["grpo", "dpo", "hpcgpt"], "compare.seeds": [1]}
+    # the project's params (a flow run's own overrides are taken back when it ends)
+    write_overrides(project / "params.yaml", overrides)
     assert hargo_pipeline(overrides=overrides, pull=False, return_state=True).is_completed()
     state = hargo_comparison(overrides=overrides, return_state=True)
     assert state.is_completed(), state.message
