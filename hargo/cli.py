@@ -30,21 +30,34 @@ def _params(path: str, overrides: Optional[List[str]]):
 
 
 def _run(fn, *args, online: bool = False, **kwargs):
-    """Call a stage; turn expected failures into a one-line error and a non-zero exit. The stage
-    runs in Hugging Face hub offline mode (``hargo.offline.hub_offline``) unless ``online``
-    (only ``base-model`` with a hub id)."""
+    """Call a stage; turn expected failures (and a full disk, ``hargo.diskspace``) into a
+    one-line error and a non-zero exit. The stage runs in Hugging Face hub offline mode
+    (``hargo.offline.hub_offline``) unless ``online`` (only ``base-model`` with a hub id), and
+    shows each distinct library warning once (``hargo.console.warnings_once``)."""
     import contextlib
 
     from hargo.io import HargoInputError
     from hargo.offline import hub_offline
     from hargo.params import ParamsError
 
+    from hargo.console import warnings_once
+    from hargo.diskspace import disk_full, disk_full_message
+
     try:
-        with contextlib.nullcontext() if online else hub_offline():
+        with contextlib.nullcontext() if online else hub_offline(), warnings_once():
             return fn(*args, **kwargs)
-    except (HargoInputError, ParamsError, FileNotFoundError, ValueError, RuntimeError) as e:
-        typer.secho(f"error: {type(e).__name__}: {e}", fg="red", err=True)
-        raise typer.Exit(1)
+    except Exception as e:
+        if disk_full(e):   # whichever library raised it: one line, not its traceback
+            p = args[0] if args and isinstance(args[0], dict) else {}
+            model_dir = (p.get("model") or {}).get("out_dir")
+            typer.secho(f"error: {disk_full_message(e, model_dir=model_dir)}", fg="red",
+                        err=True)
+            raise typer.Exit(1)
+        if isinstance(e, (HargoInputError, ParamsError, FileNotFoundError, ValueError,
+                          RuntimeError)):
+            typer.secho(f"error: {type(e).__name__}: {e}", fg="red", err=True)
+            raise typer.Exit(1)
+        raise
 
 
 @app.command("check-params")

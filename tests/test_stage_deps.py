@@ -24,6 +24,8 @@ RESULT_NEUTRAL = {
                        "params, and the `params` stage re-validates on any change",
     "hargo/param_values.py": "the params checks' error type and number parsing",
     "hargo/offline.py": "keeps the model hub offline; a hub request fails instead of connecting",
+    "hargo/console.py": "how library warnings are shown on the console",
+    "hargo/diskspace.py": "the message for a full disk",
 }
 
 

@@ -1,0 +1,65 @@
+"""What a stage prints: hargo's own progress, and each distinct library warning once.
+
+Libraries repeat themselves: TRL warns about the installed vLLM version from five modules when
+it is imported, in every process that imports it, so an ``rl`` stage printed the same paragraph
+five times and the synthetic stage once per worker as well. :func:`warnings_once` shows each
+distinct warning (category and text) the first time it is raised, counts the repeats and, when
+the block ends, prints one line saying how many were not shown again. Processes started inside
+the block (DVC, multiprocessing workers) inherit ``PYTHONWARNINGS=once::UserWarning``: each of
+them shows a given warning text once (Python's ``once`` action, docs.python.org "The Warnings
+Filter"); they cannot add to this process's count.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from collections import Counter
+from typing import Iterator, TextIO
+
+__all__ = ["warnings_once"]
+
+CHILD_FILTER = "once::UserWarning"
+
+
+@contextlib.contextmanager
+def warnings_once(stream: TextIO | None = None) -> Iterator[Counter]:
+    """Inside the block, each distinct ``UserWarning`` (and subclass) is shown once; the
+    repeats are counted and summarised on ``stream`` (default ``sys.stderr``) at the end.
+
+    Yields:
+        ``Counter`` of ``(category name, message text)`` -> times raised (shown or not).
+
+    The previous warning filters, ``warnings.showwarning`` and ``PYTHONWARNINGS`` are
+    restored on exit.
+    """
+    seen: Counter = Counter()
+    old_env = os.environ.get("PYTHONWARNINGS")
+    with warnings.catch_warnings():
+        shown_by = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            key = (category.__name__, str(message))
+            seen[key] += 1
+            if seen[key] == 1:
+                shown_by(message, category, filename, lineno, file, line)
+
+        # every repeat reaches `show` (Python's default shows one per code location)
+        warnings.filterwarnings("always", category=UserWarning)
+        warnings.showwarning = show
+        os.environ["PYTHONWARNINGS"] = ",".join(x for x in (old_env, CHILD_FILTER) if x)
+        try:
+            yield seen
+        finally:
+            if old_env is None:
+                os.environ.pop("PYTHONWARNINGS", None)
+            else:
+                os.environ["PYTHONWARNINGS"] = old_env
+            repeats = {k: n - 1 for k, n in seen.items() if n > 1}
+            if repeats:
+                out = stream or sys.stderr
+                print(f"({sum(repeats.values())} repeats of {len(repeats)} library warning(s) "
+                      "above not shown again: " + "; ".join(
+                          f"{cat} '{msg[:60]}{'...' if len(msg) > 60 else ''}' x{n + 1}"
+                          for (cat, msg), n in repeats.items()) + ")", file=out, flush=True)

@@ -1,0 +1,63 @@
+"""Each distinct library warning once, with a count of the repeats (issue 30, item 7)."""
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import warnings
+
+from hargo.console import CHILD_FILTER, warnings_once
+
+
+def _five_places():
+    # the same text from five code locations, as TRL's vLLM-version warning is raised
+    warnings.warn("TRL currently supports vLLM versions from 0.22.0 to 0.31.0.", UserWarning)
+    warnings.warn("TRL currently supports vLLM versions from 0.22.0 to 0.31.0.", UserWarning)
+    warnings.warn("TRL currently supports vLLM versions from 0.22.0 to 0.31.0.", UserWarning)
+    warnings.warn("TRL currently supports vLLM versions from 0.22.0 to 0.31.0.", UserWarning)
+    warnings.warn("TRL currently supports vLLM versions from 0.22.0 to 0.31.0.", UserWarning)
+
+
+def test_each_distinct_warning_once_then_a_count(capsys):
+    before_env = os.environ.get("PYTHONWARNINGS")
+    before_filters = list(warnings.filters)
+    out = io.StringIO()
+    with warnings_once(out) as seen:
+        _five_places()
+        for _ in range(3):
+            warnings.warn("another library's warning", FutureWarning)   # same line: once
+        warnings.warn("loading weights in float32", UserWarning)
+        assert os.environ["PYTHONWARNINGS"].endswith(CHILD_FILTER)
+    err = capsys.readouterr().err
+    assert err.count("TRL currently supports vLLM versions") == 1
+    assert err.count("loading weights in float32") == 1
+    assert err.count("another library's warning") == 1
+    assert seen[("UserWarning", "TRL currently supports vLLM versions from 0.22.0 to 0.31.0.")] \
+        == 5
+    assert out.getvalue() == ("(4 repeats of 1 library warning(s) above not shown again: "
+                              "UserWarning 'TRL currently supports vLLM versions from 0.22.0 "
+                              "to 0.31...' x5)\n")
+    assert os.environ.get("PYTHONWARNINGS") == before_env
+    assert warnings.filters == before_filters
+
+
+def test_nothing_repeated_prints_no_summary():
+    out = io.StringIO()
+    with warnings_once(out):
+        warnings.warn("just once", UserWarning)
+    assert out.getvalue() == ""
+
+
+def test_a_process_started_inside_shows_each_text_once():
+    code = ("import warnings\n"
+            "warnings.warn('from a worker', UserWarning)\n"
+            "warnings.warn('from a worker', UserWarning)\n")
+    with warnings_once(io.StringIO()):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=os.environ.copy(), timeout=60)
+    assert proc.returncode == 0 and proc.stderr.count("from a worker") == 1, proc.stderr
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60, env={k: v for k, v in os.environ.items()
+                                            if k != "PYTHONWARNINGS"})
+    assert plain.stderr.count("from a worker") == 2       # Python's default: once per line
