@@ -94,7 +94,8 @@ def _worker(job) -> dict:
     train, ev = read_split(root, "train"), read_split(root, "eval")
     run = train_run(params, p, config, method, seed, train, ev,
                     resolve_model_dir(root / MODEL_DIR), print_fn=lambda *a, **k: None)
-    run.pop("eval")   # per-prompt completions: not needed for the table
+    ev = run.pop("eval")   # per-prompt completions: not needed; the per-prompt rewards are
+    run["eval"] = {k: ev[k] for k in ("ids", "tasks", "reward", "correct") if k in ev}
     return {"key": _run_key(point, method, seed, config, policy), "point": point,
             "method": method, "seed": seed, "config": config, "root": str(root),
             "policy": policy, "run": run}
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         ctx = mp.get_context("spawn")
-        with ctx.Pool(a.workers, maxtasksperchild=1) as pool, out.open("a") as f:
+        with ctx.Pool(a.workers) as pool, out.open("a") as f:
             for i, r in enumerate(pool.imap_unordered(_worker, jobs), 1):
                 f.write(json.dumps(r) + "\n")
                 f.flush()

@@ -307,3 +307,28 @@ def test_hedge_of_each_task_pays_less_than_the_answer():
     assert synthetic_reward("syn_long", long, ans, None, homogeneous) == 0.0
     with pytest.raises(ValueError, match="unknown synthetic task"):
         hedge("plp", "x", rng)
+
+
+def test_heterogeneity_blends_graded_and_exact_rewards():
+    """h * graded + (1 - h) * exact for syn_short and syn_long; h = 0 is the control's reward
+    on every completion; yes/no is 0/1 either way."""
+    from hargo.data.synthetic import similarity, synthetic_reward
+
+    half = SyntheticConfig(heterogeneity=0.5)
+    # syn_short: 24 against 23 is within 5% (tier 0.5), not exact: 0.5 * 0.5 + 0.5 * 0
+    assert synthetic_reward("syn_short", "24", "23", None, half) == pytest.approx(0.25)
+    assert synthetic_reward("syn_short", "23", "23", None, half) == 1.0
+    ref, part = "apple river stone", "apple river"
+    # unigram F1 0.8, bigram F1 2/3: similarity 11/15; not exact
+    assert similarity(part, ref) == pytest.approx(11 / 15)
+    assert synthetic_reward("syn_long", part, ref, None, half) == pytest.approx(0.5 * 11 / 15)
+    zero, homo = SyntheticConfig(heterogeneity=0.0), SyntheticConfig(homogeneous=True)
+    for task, completion, answer in [("syn_short", "24", "23"), ("syn_short", "23 or 24", "23"),
+                                     ("syn_short", "23", "23"), ("syn_long", part, ref),
+                                     ("syn_long", ref, ref), ("syn_long", ref + " " + ref, ref)]:
+        assert synthetic_reward(task, completion, answer, None, zero) == \
+            synthetic_reward(task, completion, answer, None, homo), (task, completion)
+    assert synthetic_reward("syn_yesno", "yes", None, "yes", half) == 1.0
+    assert SyntheticConfig.from_params({"heterogeneity": "0.333"}).heterogeneity == 0.333
+    with pytest.raises(ValueError, match=r"heterogeneity must be in \[0, 1\]"):
+        SyntheticConfig(heterogeneity=1.5)

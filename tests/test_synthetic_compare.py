@@ -16,7 +16,7 @@ from hargo.compare import synthetic as S
 from hargo.compare import synthetic_data as D
 from hargo.compare import synthetic_report as R
 from hargo.compare.synthetic_plan import configuration, plan
-from hargo.data.synthetic import SyntheticConfig, generate
+from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, generate
 from hargo.models.tiny import TinyPolicyConfig, build_tiny_policy, train_small_tokenizer
 from hargo.params import ParamsError, validate_params
 
@@ -68,8 +68,10 @@ def test_committed_params_make_a_plan(params):
     ("seeds", [1, 1], r"synthetic.seeds: a non-empty list of distinct"),
     ("rl.steps", 0, r"synthetic.rl.steps: expected an integer >= 1, got 0"),
     ("rl.prompts_per_task", {"syn_yesno": 4, "syn_short": 4}, r"synthetic.rl.prompts_per_task"),
-    ("rl.prompts_per_task", {"syn_yesno": 400, "syn_short": 1, "syn_long": 1},
-     r"exceed synthetic.data.n_train 300"),
+    ("rl.prompts_per_task", {"syn_yesno": 1601, "syn_short": 1, "syn_long": 1},
+     r"\{'syn_yesno': 1601\} exceed synthetic.data.n_train 1600"),
+    ("rl.prompts_per_task", {"syn_yesno": 1, "syn_short": 1, "syn_long": 301},
+     r"\{'syn_long': 301\} exceed the train records SFT did not see"),
     ("rl.max_new_tokens", {"syn_yesno": 0, "syn_short": 4, "syn_long": 4},
      r"synthetic.rl.max_new_tokens.syn_yesno: expected an integer >= 1"),
     ("data.homogeneous", True, r"synthetic.data.homogeneous: leave it false"),
@@ -79,8 +81,8 @@ def test_committed_params_make_a_plan(params):
     ("policy.hidden_size", 250, r"not divisible by num_heads 4"),
     ("policy.depth", 2, r"synthetic.policy: unknown keys \['depth'\]"),
     ("sft.lr", 1.0, r"synthetic.sft: missing \['learning_rate'\]; unknown \['lr'\]"),
-    ("sft.examples_per_task", {"syn_yesno": 301, "syn_short": 1, "syn_long": 1},
-     r"synthetic.sft.examples_per_task: \{'syn_yesno': 301\} exceed synthetic.data.n_train"),
+    ("sft.examples_per_task", {"syn_yesno": 1601, "syn_short": 1, "syn_long": 1},
+     r"synthetic.sft.examples_per_task: \{'syn_yesno': 1601\} exceed synthetic.data.n_train"),
     ("sft.examples_per_task", {"syn_yesno": 0, "syn_short": 0, "syn_long": 0},
      r"synthetic.sft.examples_per_task: SFT needs at least one example"),
     ("sft.examples_per_task", {"syn_yesno": -1, "syn_short": 1, "syn_long": 1},
@@ -105,6 +107,9 @@ def test_bad_synthetic_params_fail_in_validate_params_naming_the_key(params, key
 # ----------------------------------------------------------------------------- pure parts
 
 def test_rl_prompts_follow_the_task_mix_and_the_seed(params):
+    params = copy.deepcopy(params)
+    params["synthetic"]["data"]["n_train"] = 300
+    params["synthetic"]["rl"].update(pool="all", prompts_per_task={t: 32 for t in SYNTHETIC_TASKS})
     p = plan(params)
     train, _ = generate(p.data, 42)
     a, b, a2 = (S.rl_prompts(train, p, s) for s in (1, 2, 1))
@@ -132,6 +137,7 @@ def test_rl_prompts_follow_the_task_mix_and_the_seed(params):
 def test_sft_records_take_the_first_n_of_each_task(params):
     q = copy.deepcopy(params)
     q["synthetic"]["sft"]["examples_per_task"] = {"syn_yesno": 3, "syn_short": 0, "syn_long": 2}
+    q["synthetic"]["sft"]["hedge_share"] = 0.0
     p = plan(q)
     train, _ = generate(p.data, 42)
     got = S.sft_records(train, p)
@@ -244,6 +250,33 @@ def test_intervals_and_verdicts_on_crafted_runs():
     assert R.intervals(runs, ["hargo"], [1, 2], 10, 0.9, 0) == {}
 
 
+def test_each_method_minus_sft_on_crafted_runs():
+    """RL vs the SFT policy it starts from: SFT's one deterministic eval is paired with every
+    seed. +0.1 on every prompt and seed is the point interval [+0.1, +0.1]; +0.3 on one seed and
+    -0.1 on the other has mean +0.1 and an interval that contains 0 (the seeds disagree)."""
+    tasks = ["syn_yesno", "syn_short", "syn_long"] * 4
+    base = [0.0, 0.2, 0.5] * 4
+    sft = {"ids": [str(i) for i in range(12)], "tasks": tasks, "reward": base,
+           "correct": [0.0] * 12}
+    runs = {"grpo-s1": _fake_run([v + 0.1 for v in base], tasks),
+            "grpo-s2": _fake_run([v + 0.1 for v in base], tasks),
+            "hargo-s1": _fake_run([v + 0.3 for v in base], tasks),
+            "hargo-s2": _fake_run([v - 0.1 for v in base], tasks)}
+    vs = R.sft_intervals(runs, ["grpo", "hargo"], [1, 2], sft, 500, 0.9, 0)
+    g, h = vs["grpo"]["all/reward"], vs["hargo"]["all/reward"]
+    assert (g["diff"], g["low"], g["high"]) == pytest.approx((0.1, 0.1, 0.1))
+    assert h["diff"] == pytest.approx(0.1) and h["low"] < 0 < h["high"]
+    assert h["low"] == pytest.approx(-0.1) and h["high"] == pytest.approx(0.3)
+    assert vs["grpo"]["syn_long/reward"]["diff"] == pytest.approx(0.1)
+    summary = {"configurations": {"heterogeneous": {"table": {}, "intervals": {},
+                                                    "vs_sft": vs}}}
+    flat = R.flat_metrics(summary)
+    assert flat["heterogeneous.grpo-sft.all.reward.low"] == pytest.approx(0.1)
+    runs["grpo-s2"]["eval"]["ids"] = list(reversed(sft["ids"]))
+    with pytest.raises(ValueError, match="grpo-s2: eval prompts differ from the SFT eval's"):
+        R.sft_intervals(runs, ["grpo"], [1, 2], sft, 10, 0.9, 0)
+
+
 def test_two_level_interval_carries_the_spread_over_seeds():
     """Same prompts, HARGO - GRPO = +0.3 on seed 1 and -0.1 on seed 2 on every prompt: with the
     seeds fixed the interval is the point (+0.1); resampling seed pairs spreads it over
@@ -328,6 +361,33 @@ def replace_counts(cfg: SyntheticConfig, n_train: int, n_eval: int) -> Synthetic
 
 
 # ----------------------------------------------------------------------------- the pipeline
+
+def test_a_run_does_not_depend_on_what_its_worker_ran_before(params, tmp_path):
+    """train_configuration's workers train run after run (no fresh process per run): run B
+    after run A in one process equals run B alone in a fresh one, history and eval alike."""
+    import multiprocessing as mp
+
+    p = tiny_params(params)
+    p["train"] = {**p["train"], "threads": 1}
+    D.prepare_data(p, tmp_path)
+    S.train_sft(p, tmp_path)
+    model = str(tmp_path / "models" / "synthetic" / "sft")
+    a = (p, "heterogeneous", "hargo", 1, str(tmp_path), model)
+    b = (p, "heterogeneous", "grpo", 2, str(tmp_path), model)
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:                       # one process: A, then B
+        after_a = list(pool.imap(S._train_run_job, [a, b]))[1]
+    with ctx.Pool(1, maxtasksperchild=1) as pool:   # B alone in a fresh process
+        alone = pool.apply(S._train_run_job, (b,))
+    for r in (after_a, alone):
+        for key in ("wall_s", "train_s"):
+            r.pop(key)
+        for row in r["history"]:
+            for k in [k for k in row if "time" in k or k.endswith("_s")]:
+                row.pop(k)
+    same = lambda x: json.dumps(x, sort_keys=True)  # noqa: E731
+    assert same(after_a) == same(alone)
+
 
 def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
     p = tiny_params(params)

@@ -428,8 +428,10 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
         q = {**params, "train": {**params["train"], "threads": each}}
         jobs = [(q, name, m, s, str(root), str(model_dir)) for m, s, _, _ in pending]
         where = {(m, s): (fp, path) for m, s, fp, path in pending}
-        with mp.get_context("spawn").Pool(min(p.parallel_runs, len(jobs)),
-                                          maxtasksperchild=1) as pool:
+        # a worker trains run after run: a fresh process per run cost ~10 s of imports each
+        # (a quarter of a 25-step run); a run's result does not depend on what its process ran
+        # before (train_run seeds everything; tests/test_synthetic_compare.py)
+        with mp.get_context("spawn").Pool(min(p.parallel_runs, len(jobs))) as pool:
             for run in pool.imap_unordered(_train_run_job, jobs):
                 finished(run, *where[(run["method"], run["seed"])])
     else:

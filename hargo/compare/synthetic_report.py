@@ -5,8 +5,10 @@ Per configuration (``heterogeneous``, ``homogeneous``):
 - the eval table: per method the mean and std over seeds of the mean greedy eval reward (all
   prompts, and per task) and the exact-match share; the SFT policy (the untuned start of every
   run) as its own row;
-- the paired two-level bootstrap intervals of HARGO minus every other method on the same
-  metrics (:func:`hargo.stats.paired_bootstrap_ci_two_level`: seed pairs and prompts resampled), with a verdict per interval: above 0, below 0, or containing 0;
+- each method minus the SFT policy (did RL improve on it?) and HARGO minus every other
+  method: paired two-level bootstrap intervals on the same metrics
+  (:func:`hargo.stats.paired_bootstrap_ci_two_level`: seed pairs and prompts resampled), with
+  a verdict per interval: above 0, below 0, or containing 0;
 - figures: training reward per task (mean over seeds, per step) and each task's share of the
   update mass (``<task>/update_mass_share``), GRPO against HARGO.
 
@@ -32,8 +34,8 @@ from hargo.data.synthetic import SYNTHETIC_TASKS
 from hargo.io import atomic_files, write_json
 from hargo.stats import mean_std, paired_bootstrap_ci_two_level
 
-__all__ = ["METRICS", "prompt_values", "method_table", "intervals", "verdict", "flat_metrics",
-           "log_to_mlflow", "report"]
+__all__ = ["METRICS", "prompt_values", "method_table", "intervals", "sft_intervals", "verdict",
+           "flat_metrics", "log_to_mlflow", "report"]
 
 #: Report metrics: (key in eval_summary, column title).
 METRICS: tuple[tuple[str, str], ...] = (
@@ -100,6 +102,31 @@ def intervals(runs: Mapping[str, Mapping], methods: Sequence[str], seeds: Sequen
     return out
 
 
+def sft_intervals(runs: Mapping[str, Mapping], methods: Sequence[str], seeds: Sequence[int],
+                  sft_eval: Mapping, resamples: int, confidence: float, seed: int
+                  ) -> dict[str, dict[str, dict]]:
+    """``{method: {metric: interval}}`` of each method minus the SFT policy it starts from:
+    did RL improve on SFT? The SFT policy is one model whose greedy eval is deterministic, so
+    it is paired with every seed of the method (``S`` copies of its per-prompt values) and
+    :func:`hargo.stats.paired_bootstrap_ci_two_level` resamples the method's seeds and the
+    prompts.
+
+    Raises:
+        ValueError: the SFT eval and a run were scored on different prompts (ids differ).
+    """
+    out = {}
+    for m in methods:
+        for s in seeds:
+            if list(runs[run_name(m, s)]["eval"]["ids"]) != list(sft_eval["ids"]):
+                raise ValueError(f"{run_name(m, s)}: eval prompts differ from the SFT eval's: "
+                                 "re-run stage synthetic_sft and synthetic_rl together")
+        out[m] = {key: paired_bootstrap_ci_two_level(
+            [prompt_values(runs[run_name(m, s)]["eval"], key) for s in seeds],
+            [prompt_values(sft_eval, key)] * len(seeds), resamples, confidence, seed)
+            for key, _ in METRICS}
+    return out
+
+
 def verdict(ci: Mapping) -> str:
     """``"HARGO better"`` (interval above 0), ``"HARGO worse"`` (below 0) or ``"no
     difference shown"`` (0 inside)."""
@@ -112,8 +139,9 @@ def verdict(ci: Mapping) -> str:
 
 def flat_metrics(summary: Mapping) -> dict[str, float]:
     """The summary as MLflow metric names: ``<configuration>.<method>.<scope>.<reward|correct>``
-    (mean over seeds) and ``<configuration>.hargo-<other>.<scope>.<reward|correct>.<diff|low|
-    high>`` (the intervals); ``/`` in a metric key becomes ``.``."""
+    (mean over seeds), ``<configuration>.hargo-<other>.<scope>.<reward|correct>.<diff|low|
+    high>`` (the intervals) and ``<configuration>.<method>-sft.all.reward.<diff|low|high>``
+    (each method minus SFT); ``/`` in a metric key becomes ``.``."""
     out: dict[str, float] = {}
     for name, conf in summary["configurations"].items():
         for method, row in conf["table"].items():
@@ -123,6 +151,10 @@ def flat_metrics(summary: Mapping) -> dict[str, float]:
             for key, ci in cis.items():
                 for part in ("diff", "low", "high"):
                     out[f"{name}.{pair}.{key.replace('/', '.')}.{part}"] = float(ci[part])
+        for method, cis in conf.get("vs_sft", {}).items():
+            ci = cis["all/reward"]
+            for part in ("diff", "low", "high"):
+                out[f"{name}.{method}-sft.all.reward.{part}"] = float(ci[part])
     return out
 
 
@@ -206,6 +238,21 @@ def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapp
               f"({len(runs[run_name(plan.methods[0], plan.seeds[0])]['eval']['ids'])} eval "
               "prompts; each task's reward divided by its scale; exact match: the 0/1 reward).",
               ""]
+    vs = data.get("vs_sft") or {}
+    if vs:
+        lines += [f"Did RL improve on SFT? Each method minus the SFT policy, paired two-level "
+                  f"bootstrap {int(plan.confidence * 100)}% intervals (the method's seeds and the "
+                  "prompts resampled):", "",
+                  "| method minus SFT | " + " | ".join(t for _, t in METRICS) + " |",
+                  "|" + "---|" * (len(METRICS) + 1)]
+        for m, cis in vs.items():
+            lines.append(f"| {m} | " + " | ".join(
+                f"{cis[k]['diff']:+.3f} [{cis[k]['low']:+.3f}, {cis[k]['high']:+.3f}]"
+                for k, _ in METRICS) + " |")
+        above = [m for m, cis in vs.items() if cis["all/reward"]["low"] > 0]
+        lines += ["", f"Above SFT on the all-task eval reward (interval above 0): "
+                  f"**{len(above)} of {len(vs)}** methods"
+                  + (f" ({', '.join(above)})" if 0 < len(above) < len(vs) else "") + ".", ""]
     ci = data["intervals"]
     if ci:
         lines += [f"Paired two-level bootstrap {int(plan.confidence * 100)}% intervals of HARGO "
@@ -285,10 +332,13 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
                 _plot_curves(place(figures_dir / fname), hists, metric,
                              f"{name}: {title}", ylabel)
                 figures[f"{name}: {title}"] = f"synthetic/{fname}"
-            lines += _section(name, {"runs": runs, "intervals": ci}, sft["eval"][name]["summary"],
-                              plan, figures)
+            vs_sft = sft_intervals(runs, plan.methods, plan.seeds, sft["eval"][name],
+                                   plan.resamples, plan.confidence, int(params["seed"]))
+            lines += _section(name, {"runs": runs, "intervals": ci, "vs_sft": vs_sft},
+                              sft["eval"][name]["summary"], plan, figures)
             summary["configurations"][name] = {
                 "table": method_table(runs, plan.methods, plan.seeds), "intervals": ci,
+                "vs_sft": vs_sft,
                 "runs_wall_s": round(sum(r["wall_s"] for r in runs.values()), 1),
                 "train_s_mean": float(np.mean([r["train_s"] for r in runs.values()]))}
         place(root / REPORT_MD).write_text("\n".join(lines))

@@ -49,6 +49,9 @@ syn_long, range [``long_min_reward``, 1]
     reference alone scores exactly the maximum 1.0. Padding and extra candidate lists dilute
     the precision of both F1s (and past the budget cost the penalty), so a hedge earns less.
 
+``heterogeneity = h`` in [0, 1] blends the two: syn_short's and syn_long's reward is
+``h * graded + (1 - h) * exact match`` (1: the graded rewards above; 0: the control below).
+
 ``homogeneous=True`` (the control): every task gets a 0/1 exact-match reward (still times its
 scale), so the tasks differ in content and answer length but not in reward shape:
 
@@ -76,7 +79,7 @@ import math
 import random
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Mapping, Sequence
 
@@ -122,6 +125,11 @@ class SyntheticConfig:
             without shrinking syn_yesno's prompt space.
         long_answer_words: words in every syn_long reference answer (>= 2).
         homogeneous: the control: every task gets a 0/1 exact-match reward (module docstring).
+        heterogeneity: h in [0, 1], the weight of syn_short's and syn_long's graded rewards
+            against their exact-match rewards: ``h * graded + (1 - h) * exact``; 1 (default)
+            the graded rewards, 0 the control's rewards (``homogeneous`` wins over it): one
+            knob from the homogeneous to the heterogeneous rewards
+            (``benchmarks/synthetic_study.py``).
         yesno_question: syn_yesno's question: ``"last_even"`` (is the last of ``difficulty``
             digits even: one token decides, so a tiny policy learns it by SFT on a few hundred
             examples) or ``"mixed"`` (sum parity, a repeated number or sorted order, drawn per
@@ -138,6 +146,7 @@ class SyntheticConfig:
     short_terms: int = 0
     long_answer_words: int = 18
     homogeneous: bool = False
+    heterogeneity: float = 1.0
     yesno_question: str = "last_even"
     scale_yesno: float = 1.0
     scale_short: float = 1.0
@@ -165,6 +174,9 @@ class SyntheticConfig:
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"SyntheticConfig.{name} must be a finite number >= 0, got {v}")
+        if not (0 <= self.heterogeneity <= 1):
+            raise ValueError("SyntheticConfig.heterogeneity must be in [0, 1], got "
+                             f"{self.heterogeneity}")
         if not (self.long_min_reward <= 1 and math.isfinite(self.long_min_reward)):
             raise ValueError("SyntheticConfig.long_min_reward must be a finite number <= 1, got "
                              f"{self.long_min_reward}")
@@ -436,6 +448,15 @@ def _long_reward(completion: str, answer: str, config: SyntheticConfig) -> float
     return max(config.long_min_reward, r)
 
 
+def _blend(config: SyntheticConfig, graded: float, exact) -> float:
+    """``h * graded + (1 - h) * exact()`` with ``h = config.heterogeneity`` (``graded`` alone
+    when h is 1 or the rewards are already the homogeneous ones)."""
+    h = config.heterogeneity
+    if h == 1 or config.homogeneous:
+        return graded
+    return h * graded + (1 - h) * exact()
+
+
 def synthetic_reward(task: str, completion: str, answer: str | None, label: str | None,
                      config: SyntheticConfig | None = None) -> float:
     """The reward of one completion (formulas and ranges in the module docstring), times
@@ -467,9 +488,11 @@ def synthetic_reward(task: str, completion: str, answer: str | None, label: str 
             if not _NUMBER.fullmatch(answer.strip()):
                 raise ValueError(f"synthetic_reward: syn_short answer must be a number, "
                                  f"got {answer!r}")
-            r = _short_reward(completion, answer, config.homogeneous)
+            r = _blend(config, _short_reward(completion, answer, config.homogeneous),
+                       lambda: _short_reward(completion, answer, True))
         else:
-            r = _long_reward(completion, answer, config)
+            r = _blend(config, _long_reward(completion, answer, config),
+                       lambda: _long_reward(completion, answer, replace(config, homogeneous=True)))
     return float(r * config.scale(task))
 
 
