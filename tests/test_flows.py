@@ -460,7 +460,8 @@ def test_transient_failures_are_retried_others_are_not(harness, project, monkeyp
     state = fp.hargo_prepare(overrides=SMALL, return_state=True)
     assert state.is_completed(), state.message
     assert calls == ["prepare", "prepare"]
-    assert _status(project, "prepare") == {}
+    assert _lock_params(project, "prepare")["data"]["split"]["eval_fraction"] == \
+        SMALL["data.split.eval_fraction"]                   # the retried run was recorded
 
     # bad input data, through the real `dvc repro`: the CLI's error, not retried
     calls.clear()

@@ -110,6 +110,7 @@ def test_rl_prompts_follow_the_task_mix_and_the_seed(params):
     params = copy.deepcopy(params)
     params["synthetic"]["data"]["n_train"] = 300
     params["synthetic"]["rl"].update(pool="all", prompts_per_task={t: 32 for t in SYNTHETIC_TASKS})
+    params["synthetic"]["sft"]["examples_per_task"] = {t: 300 for t in SYNTHETIC_TASKS}
     p = plan(params)
     train, _ = generate(p.data, 42)
     a, b, a2 = (S.rl_prompts(train, p, s) for s in (1, 2, 1))

@@ -423,7 +423,11 @@ def test_four_processes_open_one_fresh_store_at_once(tmp_path, committed_params)
 
 
 _SLOW_STAGE = """
-import json, sys, time
+import json, signal, sys, time
+# Ctrl-C as in a shell: a child inherits SIGINT ignored when its parent ignores it (Python
+# installs its KeyboardInterrupt handler only when SIGINT is not ignored at start), as a test
+# worker may after other tests
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from hargo import tracking
 params = json.loads(sys.argv[2])
 with tracking.stage_run("rl", params, sys.argv[1], extra_tags={"hargo.method": "hargo"}) as run:
