@@ -221,6 +221,17 @@ def _fmt(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
+def _interval_table(head: str, rows: Mapping[str, Mapping]) -> list[str]:
+    """A Markdown table: one row per name, ``diff [low, high]`` per :data:`METRICS` column."""
+    lines = ["| " + head + " | " + " | ".join(t for _, t in METRICS) + " |",
+             "|" + "---|" * (len(METRICS) + 1)]
+    for name, cis in rows.items():
+        lines.append(f"| {name} | " + " | ".join(
+            f"{cis[k]['diff']:+.3f} [{cis[k]['low']:+.3f}, {cis[k]['high']:+.3f}]"
+            for k, _ in METRICS) + " |")
+    return lines
+
+
 def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapping[str, str]
              ) -> list[str]:
     runs = data["runs"]
@@ -242,13 +253,7 @@ def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapp
     if vs:
         lines += [f"Did RL improve on SFT? Each method minus the SFT policy, paired two-level "
                   f"bootstrap {int(plan.confidence * 100)}% intervals (the method's seeds and the "
-                  "prompts resampled):", "",
-                  "| method minus SFT | " + " | ".join(t for _, t in METRICS) + " |",
-                  "|" + "---|" * (len(METRICS) + 1)]
-        for m, cis in vs.items():
-            lines.append(f"| {m} | " + " | ".join(
-                f"{cis[k]['diff']:+.3f} [{cis[k]['low']:+.3f}, {cis[k]['high']:+.3f}]"
-                for k, _ in METRICS) + " |")
+                  "prompts resampled):", ""] + _interval_table("method minus SFT", vs)
         above = [m for m, cis in vs.items() if cis["all/reward"]["low"] > 0]
         lines += ["", f"Above SFT on the all-task eval reward (interval above 0): "
                   f"**{len(above)} of {len(vs)}** methods"
@@ -256,13 +261,9 @@ def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapp
     ci = data["intervals"]
     if ci:
         lines += [f"Paired two-level bootstrap {int(plan.confidence * 100)}% intervals of HARGO "
-                  f"minus each method ({plan.resamples} resamples of seed pairs and prompts):", "",
-                  "| HARGO minus | " + " | ".join(t for _, t in METRICS) + " |",
-                  "|" + "---|" * (len(METRICS) + 1)]
-        for pair, cis in ci.items():
-            lines.append(f"| {pair.split('-', 1)[1]} | " + " | ".join(
-                f"{cis[k]['diff']:+.3f} [{cis[k]['low']:+.3f}, {cis[k]['high']:+.3f}]"
-                for k, _ in METRICS) + " |")
+                  f"minus each method ({plan.resamples} resamples of seed pairs and prompts):",
+                  ""] + _interval_table("HARGO minus", {pair.split("-", 1)[1]: cis
+                                                        for pair, cis in ci.items()})
         grpo = ci.get("hargo-grpo", {}).get("all/reward")
         if grpo:
             lines += ["", f"HARGO vs GRPO on the mean eval reward: **{verdict(grpo)}** "
