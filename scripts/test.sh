@@ -19,7 +19,8 @@ fi
 # pytest-xdist (dev extra): HARGO_TEST_WORKERS processes (default 2, one a core of the 2-core
 # machines this is measured on; 0: one process). Every test is single-threaded
 # (OMP_NUM_THREADS=1 above) and the distributed tests pick free ports. Measured alone on a 2-core
-# Xeon (AVX512-BF16/AMX): 22-24 min with 2 workers (--dist load), ~44 min in one process.
+# Xeon (AVX512-BF16/AMX): 22-24 min with 2 workers (--dist load), ~44 min in one process;
+# 26.6-27.7 min with 2 workers on a 2-core AMD EPYC with AVX512-BF16 and no AMX.
 if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] \
    && .venv/bin/python -c "import xdist" 2>/dev/null; then
   args+=("-n" "${HARGO_TEST_WORKERS:-2}" "--dist" "load")
