@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hargo.io import atomic_write_bytes, atomic_write_text
 from hargo.params import ParamsError
 
 DVC_YAML = "dvc.yaml"
@@ -229,21 +230,16 @@ def write_overrides(params_path: str | os.PathLike, overrides: Mapping[str, Any]
     if changed:
         merge_dicts(doc, new)
         remove_missing_keys(doc, new)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(dumps_yaml(doc), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_text(path, dumps_yaml(doc))
     return changed
 
 
 def restore_file(path: str | os.PathLike, content: bytes) -> None:
-    """Put ``content`` back into ``path`` whole (a temporary file, then a rename), unless it
+    """Put ``content`` back into ``path`` whole (:func:`hargo.io.atomic_write_bytes`), unless it
     already holds it."""
     path = Path(path)
-    if path.exists() and path.read_bytes() == content:
-        return
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(content)
-    os.replace(tmp, path)
+    if not (path.exists() and path.read_bytes() == content):
+        atomic_write_bytes(path, content)
 
 
 def _plain(v: Any) -> Any:

@@ -50,6 +50,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return _replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` whole or not at all."""
+    return _replace_atomically(path, lambda tmp: tmp.write_bytes(data))
+
+
 def _replace_atomically(path: str | os.PathLike, write) -> Path:
     """``write(tmp)`` into a sibling temporary file, then ``os.replace`` it onto ``path``; on any
     error the temporary file is removed and ``path`` is untouched."""
