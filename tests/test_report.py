@@ -348,6 +348,46 @@ def test_run_metrics_hand_computed():
 
 
 @pytest.mark.fast
+def test_mlperf_verbose_share_counts_answers_over_40_characters():
+    """The paper's verbosity measure: an MLPerf completion of 41 characters is verbose, one of
+    40 is not; other tasks' lengths do not count."""
+    assert aggregate.VERBOSE_CHARS == 40
+    rows = [{"id": f"m{i}", "task": "mlperf", "completion": "x" * n, "chars": n, "reward": 0.0,
+             "correct": False, "em": False} for i, n in enumerate((40, 41, 3, 200))]
+    rows.append({"id": "p1", "task": "plp", "completion": "y" * 500, "chars": 500,
+                 "reward": 0.5, "correct": True, "similarity": 0.5})
+    m = aggregate.run_metrics(rows, {})
+    assert m["mlperf_verbose"] == 0.5                     # 41 and 200 of 40, 41, 3, 200
+    pp = aggregate.per_prompt_values(rows, {})
+    assert pp["mlperf_verbose"].tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert aggregate.run_metrics(rows[4:], {})["mlperf_verbose"] is None   # no MLPerf prompt
+    assert "mlperf_verbose" not in aggregate.per_prompt_values(rows[4:], {})
+
+
+@pytest.mark.fast
+def test_sft_cis_pair_sft_with_every_seed_by_hand():
+    """Method minus SFT: SFT verbose on prompts 0-3, seed 1 on 0-1, seed 2 on 0 only ->
+    (2/4 - 4/4 + 1/4 - 4/4) / 2 = -0.625; a method that equals SFT gets [0, 0]."""
+    sft = np.array([1.0, 1.0, 1.0, 1.0])
+    pp = {"sft": {"mlperf_verbose": sft, "avg_score": np.array([0.5, 0.5])},
+          "grpo-s1": {"mlperf_verbose": np.array([1.0, 1.0, 0.0, 0.0]),
+                      "avg_score": np.array([0.5, 0.5])},
+          "grpo-s2": {"mlperf_verbose": np.array([1.0, 0.0, 0.0, 0.0]),
+                      "avg_score": np.array([0.5, 0.5])},
+          "dpo-s1": {"mlperf_verbose": sft, "avg_score": np.array([0.5, 0.5])},
+          "dpo-s2": {"mlperf_verbose": sft, "avg_score": np.array([0.5, 0.5])}}
+    ci = aggregate.sft_cis(pp, ["grpo", "dpo"], [1, 2], 500, 0.95, 0)
+    assert list(ci) == ["grpo-sft", "dpo-sft"]
+    assert set(ci["grpo-sft"]) == {"mlperf_verbose", "avg_score"}   # only metrics present
+    v = ci["grpo-sft"]["mlperf_verbose"]
+    assert v["diff"] == pytest.approx(-0.625) and v["n_seeds"] == 2 and v["n_prompts"] == 4
+    # every resample keeps SFT at 1.0 and the runs at most 1.0: the whole interval <= 0
+    assert v["low"] <= v["diff"] <= v["high"] <= 0.0
+    assert (ci["dpo-sft"]["mlperf_verbose"]["low"], ci["dpo-sft"]["mlperf_verbose"]["high"]) \
+        == (0.0, 0.0)
+
+
+@pytest.mark.fast
 def test_cumulative_mass_share_counts_an_unsampled_task_as_zero():
     # seed 1: step 1 race 1 of 4, step 2 race absent (NaN share, no mass key), 2 of total 6;
     # seed 2: step 1 no mass at all (every group zero-variance) -> no value yet, step 2 race 3 of 3
@@ -479,8 +519,21 @@ def test_report_renders_from_fixture(tmp_path, mlflow_uri):
     ci = s["ci"]["hargo-grpo"]
     assert ci["avg_score"]["diff"] == pytest.approx(((7.7 - 5.3) / 8 + (5.5 - 4.2) / 8) / 2)
     assert ci["dr_f1"]["diff"] == pytest.approx(((1.0 - 2 / 3) + (0.8 - 0.8)) / 2)
-    assert set(ci) == {"win_rate", "dr_f1", "plp_similarity", "mlperf_em", "avg_score",
-                       "reward_race_c", "reward_race_fortran", "reward_mlperf", "reward_plp"}
+    assert set(ci) == {"win_rate", "dr_f1", "plp_similarity", "mlperf_em", "mlperf_verbose",
+                       "avg_score", "reward_race_c", "reward_race_fortran", "reward_mlperf",
+                       "reward_plp"}
+    # each method minus SFT (SFT paired with every seed): AvgScore (7.7 - 3.2) / 8 and
+    # (5.5 - 3.2) / 8 averaged; DR-F1 (1.0 - 0.5) and (0.8 - 0.5) averaged; no WinRate row
+    assert list(s["sft_ci"]) == ["grpo-sft", "hargo-sft"]
+    hs = s["sft_ci"]["hargo-sft"]
+    assert "win_rate" not in hs and "mlperf_verbose" in hs
+    assert hs["avg_score"]["diff"] == pytest.approx((4.5 + 2.3) / 16)
+    assert hs["dr_f1"]["diff"] == pytest.approx(0.4)
+    assert s["sft_ci"]["grpo-sft"]["avg_score"]["diff"] == pytest.approx((2.1 + 1.0) / 16)
+    assert hs["mlperf_verbose"] == {**hs["mlperf_verbose"], "diff": 0.0, "low": 0.0, "high": 0.0}
+    assert "## Each method minus SFT" in md
+    assert re.search(r"\| HARGO - SFT +\| +AvgScore \| +\+0\.4250 \|", md)
+    assert out["sft_ci"]["hargo-sft"]["avg_score"]["diff"] == pytest.approx(0.425)
     # per-task reward: hargo - grpo on plp, seed pairs ((0.8+0.9)-(0.6+0.7))/2 and (0.7+0.8-1.2)/2
     assert ci["reward_plp"]["diff"] == pytest.approx((0.2 + 0.15) / 2)
     assert all(c["low"] <= c["diff"] <= c["high"] for c in ci.values())
@@ -503,6 +556,7 @@ def test_report_renders_from_fixture(tmp_path, mlflow_uri):
                               search_all_experiments=True)
     assert len(runs) == 1 and runs.iloc[0]["run_id"] == out["run_id"]
     assert runs.iloc[0]["metrics.hargo/avg_score_mean"] == pytest.approx(0.825)
+    assert runs.iloc[0]["metrics.ci/hargo-sft/avg_score_diff"] == pytest.approx(0.425)
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(out["run_id"], "comparison")}
     assert {"comparison/comparison.md", "comparison/comparison.html",
             "comparison/summary.json", "comparison/figures"} <= arts

@@ -8,7 +8,8 @@ so no reward model is loaded).
 
 Metric definitions are those of ``hargo.metrics``: DR-F1 pooled over race_c and race_fortran (an
 unparseable answer counts as the wrong one), PLP similarity = mean cosine, MLPerf EM, AvgScore =
-mean task reward, per-task accuracy = mean ``correct``. Run names are ``sft`` (the SFT model,
+mean task reward, per-task accuracy = mean ``correct``, MLPerf verbosity = share of MLPerf
+completions longer than :data:`VERBOSE_CHARS` characters. Run names are ``sft`` (the SFT model,
 evaluated once) and ``<method>-s<seed>``.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from hargo.rewards import RACE_TASKS, TASKS, completion_text
 
 __all__ = ["SFT", "HEADLINE", "METRIC_KEYS", "INTERVAL_KEYS", "LABELS", "run_name", "run_metrics", "per_prompt_values",
            "StoredRewards", "RecordingJudge", "mean_curve", "cumulative_mass_share", "confusion_counts", "seed_summary",
-           "Aggregates", "aggregate", "bootstrap_cis"]
+           "Aggregates", "aggregate", "bootstrap_cis", "sft_cis", "VERBOSE_CHARS", "SFT_INTERVAL_KEYS"]
 
 SFT = "sft"
 
@@ -34,13 +35,22 @@ SFT = "sft"
 HEADLINE = {"win_rate": ("WinRate vs SFT", True), "dr_f1": ("DR-F1", True),
             "plp_similarity": ("PLP sim", False), "mlperf_em": ("MLPerf EM", True),
             "avg_score": ("AvgScore", False)}
-#: The metrics of the results table, in column order: the headline ones, then per-task
-#: accuracy and per-task mean task reward (the RL objective, on the eval prompts).
-METRIC_KEYS = list(HEADLINE) + [f"accuracy_{t}" for t in TASKS] + [f"reward_{t}" for t in TASKS]
+#: An MLPerf completion longer than this many characters counts as verbose (``mlperf_verbose``).
+#: The paper motivates HARGO with it: its SFT model answers 65.9% of the MLPerf questions with
+#: more than 40 characters, where the reference answers are a number or a name (docs/method.md).
+VERBOSE_CHARS = 40
+#: The metrics of the results table, in column order: the headline ones, the MLPerf verbosity
+#: share, then per-task accuracy and per-task mean task reward (the RL objective, on the eval
+#: prompts).
+METRIC_KEYS = list(HEADLINE) + ["mlperf_verbose"] + [f"accuracy_{t}" for t in TASKS] \
+    + [f"reward_{t}" for t in TASKS]
 #: The metrics that get HARGO-minus-other bootstrap intervals.
-INTERVAL_KEYS = list(HEADLINE) + [f"reward_{t}" for t in TASKS]
+INTERVAL_KEYS = list(HEADLINE) + ["mlperf_verbose"] + [f"reward_{t}" for t in TASKS]
+#: The metrics that get method-minus-SFT intervals (WinRate is already against SFT).
+SFT_INTERVAL_KEYS = [k for k in INTERVAL_KEYS if k != "win_rate"]
 #: key -> (label, shown in percent?) for every metric of METRIC_KEYS.
-LABELS = HEADLINE | {f"accuracy_{t}": (f"acc {t}", True) for t in TASKS} \
+LABELS = HEADLINE | {"mlperf_verbose": (f"MLPerf > {VERBOSE_CHARS} chars", True)} \
+    | {f"accuracy_{t}": (f"acc {t}", True) for t in TASKS} \
     | {f"reward_{t}": (f"reward {t}", False) for t in TASKS}
 
 
@@ -53,7 +63,9 @@ def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
         labels: race label ("yes"/"no") per race id.
 
     Returns:
-        ``dr_f1``, ``plp_similarity``, ``mlperf_em``, ``avg_score`` and ``accuracy_<task>``,
+        ``dr_f1``, ``plp_similarity``, ``mlperf_em``, ``mlperf_verbose`` (share of MLPerf
+        completions with more than :data:`VERBOSE_CHARS` characters, ``chars``),
+        ``avg_score`` and ``accuracy_<task>``,
         ``reward_<task>`` (mean task reward), ``n_<task>`` per task present (definitions of
         ``hargo.metrics``); a metric whose task is absent is None.
     """
@@ -64,6 +76,7 @@ def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
                                                [r["prediction"] for r in race])) if race else None,
          "plp_similarity": mean([float(r["similarity"]) for r in by["plp"]]),
          "mlperf_em": mean([float(r["em"]) for r in by["mlperf"]]),
+         "mlperf_verbose": mean([float(int(r["chars"]) > VERBOSE_CHARS) for r in by["mlperf"]]),
          "avg_score": mean([float(r["reward"]) for r in rows])}
     for t, rs in by.items():
         if rs:
@@ -76,7 +89,8 @@ def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
 def per_prompt_values(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict[str, np.ndarray]:
     """Per-prompt arrays for the bootstrap, in the order of ``rows``: ``dr_f1`` (``(n_race, 2)``
     records of :func:`race_f1_records`), ``plp_similarity`` (``(n_plp,)``), ``mlperf_em``
-    (``(n_mlperf,)``, 0/1), ``avg_score`` (``(n,)`` rewards), ``reward_<task>``
+    (``(n_mlperf,)``, 0/1), ``mlperf_verbose`` (``(n_mlperf,)``, 0/1: more than
+    :data:`VERBOSE_CHARS` characters), ``avg_score`` (``(n,)`` rewards), ``reward_<task>``
     (``(n_task,)`` rewards). Metrics without prompts are left out."""
     race = [r for r in rows if r["task"] in RACE_TASKS]
     out = {"avg_score": np.array([float(r["reward"]) for r in rows])}
@@ -87,6 +101,9 @@ def per_prompt_values(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dic
         vals = [float(r[field]) for r in rows if r["task"] == task]
         if vals:
             out[key] = np.array(vals)
+    verbose = [float(int(r["chars"]) > VERBOSE_CHARS) for r in rows if r["task"] == "mlperf"]
+    if verbose:
+        out["mlperf_verbose"] = np.array(verbose)
     for task in TASKS:
         vals = [float(r["reward"]) for r in rows if r["task"] == task]
         if vals:
@@ -366,3 +383,38 @@ def bootstrap_cis(per_prompt: Mapping[str, Mapping[str, np.ndarray]], methods: S
             ci[pair][k] = paired_bootstrap_ci_seeds(a, b, statistics.get(k, mean_statistic),
                                                     resamples, confidence, seed)
     return ci, notes
+
+
+def sft_cis(per_prompt: Mapping[str, Mapping[str, np.ndarray]], methods: Sequence[str],
+            seeds: Sequence[int], resamples: int, confidence: float,
+            seed: int) -> dict[str, dict]:
+    """Paired bootstrap intervals of each compared method minus the SFT model it starts from
+    (did post-training move the metric at all?), for every metric of
+    :data:`SFT_INTERVAL_KEYS`.
+
+    The SFT model is one run (greedy decoding, evaluated once), so it is paired with every seed
+    of the method (``S`` copies of its per-prompt values) and
+    :func:`hargo.stats.paired_bootstrap_ci_seeds` resamples the prompts with the seeds fixed,
+    as for :func:`bootstrap_cis` (DR-F1 with the F1 statistic, the others with the mean).
+
+    Args:
+        per_prompt: :attr:`Aggregates.per_prompt` (``sft`` and ``<method>-s<seed>``).
+        methods, seeds: the compared methods and seeds.
+        resamples, confidence, seed: of the bootstrap.
+
+    Returns:
+        ``{"<method>-sft": {metric: interval}}`` in the order of ``methods``; a metric missing
+        in a run (no prompts of its task) has no interval.
+    """
+    statistics = {"dr_f1": f1_statistic}
+    out: dict[str, dict] = {}
+    for m in methods:
+        out[f"{m}-{SFT}"] = {}
+        for k in SFT_INTERVAL_KEYS:
+            a = [per_prompt[run_name(m, s)].get(k) for s in seeds]
+            b = [per_prompt[SFT].get(k)] * len(seeds)
+            if any(x is None for x in a + b):
+                continue
+            out[f"{m}-{SFT}"][k] = paired_bootstrap_ci_seeds(
+                a, b, statistics.get(k, mean_statistic), resamples, confidence, seed)
+    return out

@@ -16,8 +16,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from hargo.compare.aggregate import (HEADLINE, LABELS, METRIC_KEYS, SFT, Aggregates,
-                                     cumulative_mass_share, mean_curve)
+from hargo.compare.aggregate import (HEADLINE, LABELS, METRIC_KEYS, SFT, VERBOSE_CHARS,
+                                     Aggregates, cumulative_mass_share, mean_curve)
 from hargo.evaluation.plots import (PREDICTED, plot_confusion, plot_task_curves,
                                     plot_task_lengths)
 from hargo.rewards import TASKS
@@ -226,6 +226,26 @@ def _intervals(setup: Setup, ci: Mapping[str, Mapping], notes: Sequence[str]) ->
     return blocks
 
 
+def _sft_intervals(setup: Setup, sft_ci: Mapping[str, Mapping]) -> list:
+    if not sft_ci:
+        return []
+    rows = [[f"{pretty(pair.rsplit('-', 1)[0])} - SFT", LABELS[k][0],
+             _fmt_diff(c["diff"], LABELS[k][1]), _fmt_diff(c["low"], LABELS[k][1]),
+             _fmt_diff(c["high"], LABELS[k][1]),
+             "above 0" if c["low"] > 0 else "below 0" if c["high"] < 0 else "contains 0"]
+            for pair, cs in sft_ci.items() for k, c in cs.items()]
+    return [
+        ("h", 2, f"Each method minus SFT: {int(setup.confidence * 100)}% paired bootstrap "
+                 f"intervals"),
+        ("p", f"Did post-training move the SFT model it starts from? The SFT model is evaluated "
+              f"once (greedy), so it is paired with every seed of the method; {setup.resamples} "
+              f"resamples of the eval prompts, the difference averaged over the "
+              f"{len(setup.seeds)} seeds. Points for percentage metrics. MLPerf > "
+              f"{VERBOSE_CHARS} chars is the share of verbose MLPerf answers (lower is better)."),
+        ("table", ["pair", "metric", "diff", "low", "high", "interval"], rows),
+    ]
+
+
 def _figures(agg: Aggregates) -> list:
     curves = ("Per-task mean reward per step; loss weight per step (solid: the largest weight "
               "in the task's groups, dashed: the mean, 1/G by construction)." if agg.histories
@@ -274,7 +294,7 @@ def _budget(setup: Setup, train: Mapping[str, Mapping[int, Mapping]],
 def document(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
              ci: Mapping[str, Mapping], notes: Sequence[str],
              train: Mapping[str, Mapping[int, Mapping]], pref_stats: Mapping | None,
-             race: Mapping | None = None) -> list:
+             race: Mapping | None = None, sft_ci: Mapping[str, Mapping] | None = None) -> list:
     """The report as blocks (module docstring), in order: header (model, seeds, budget, eval
     prompts, judge, data version and commit), the results table (mean +- std over seeds), the
     race table against the baselines (when ``race`` is given), the paper's figures beside ours,
@@ -288,21 +308,22 @@ def document(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
         train: per method and seed, the training metrics (``prompts_seen``, ``wall_s``).
         pref_stats: the preference pairs' stats, or None when no preference method is compared.
         race: ``hargo.compare.baselines.race_table``'s result, or None.
+        sft_ci: :func:`hargo.compare.aggregate.sft_cis` (each method minus SFT), or None.
     """
     return (_header(setup, samples) + _results(setup, agg) + _race_baselines(setup, race)
             + _paper(setup, agg)
-            + _intervals(setup, ci, notes) + _figures(agg) + _budget(setup, train, pref_stats))
+            + _intervals(setup, ci, notes) + _sft_intervals(setup, sft_ci or {}) + _figures(agg) + _budget(setup, train, pref_stats))
 
 
 def summary(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
             ci: Mapping[str, Mapping], notes: Sequence[str],
             train: Mapping[str, Mapping[int, Mapping]], pref_stats: Mapping | None,
-            race: Mapping | None = None) -> dict:
+            race: Mapping | None = None, sft_ci: Mapping[str, Mapping] | None = None) -> dict:
     """The summary metrics document (``metrics/compare/summary.json``; arguments as
     :func:`document`): setup and budget, SFT's metrics, ``results`` (mean/std/values per method
     and metric), ``runs`` (per-run metrics and WinRate counts), ``ci``, the bootstrap settings,
-    confusion counts, preference stats, the paper's figures, the notes and ``race`` (the race
-    table against the baselines, or None)."""
+    confusion counts, preference stats, the paper's figures, the notes, ``race`` (the race
+    table against the baselines, or None) and ``sft_ci`` (each method minus SFT)."""
     return {
         "methods": setup.methods, "seeds": setup.seeds, "judge": setup.judge,
         "n_prompts": len(samples), "n_prompts_per_task": _n_per_task(samples),
@@ -323,7 +344,7 @@ def summary(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
         "confusion": {"labels": ["yes", "no"], "predicted": list(PREDICTED),
                       "counts": agg.confusion},
         "preferences": pref_stats, "paper": {"model": PAPER_MODEL, "results": PAPER},
-        "notes": list(notes), "race": race,
+        "notes": list(notes), "race": race, "sft_ci": dict(sft_ci or {}),
     }
 
 

@@ -56,7 +56,7 @@ from typing import Mapping, Sequence
 
 from hargo.compare import render
 from hargo.compare.aggregate import (SFT, Aggregates, RecordingJudge, StoredRewards, aggregate,
-                                     bootstrap_cis, run_metrics, run_name)
+                                     bootstrap_cis, run_metrics, run_name, sft_cis)
 from hargo.compare.baselines import race_table
 from hargo.compare.layout import BASE_RUN, EVAL_ROOT, TRAIN_METRICS_ROOT
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_text, read_jsonl
@@ -293,7 +293,8 @@ def write_outputs(root: Path, blocks: list, summary: Mapping, agg: Aggregates) -
 
 def flat_metrics(agg: Aggregates, ci: Mapping[str, Mapping]) -> dict[str, float]:
     """The MLflow metrics: ``sft/<metric>``, ``<method>/<metric>_mean`` / ``_std`` and
-    ``ci/hargo-<other>/<metric>_{diff,low,high}``; non-finite values left out."""
+    ``ci/<a>-<b>/<metric>_{diff,low,high}`` (``hargo-<other>`` and ``<method>-sft``);
+    non-finite values left out."""
     flat: dict[str, float] = {}
     for k, v in agg.per_run[SFT].items():
         if isinstance(v, (int, float)) and v is not None:
@@ -373,8 +374,9 @@ def run(params: dict, root: str | Path = ".") -> dict:
 
     Returns:
         ``{"report": md path, "html": html path, "summary": summary path, "figures": [png
-        paths], "methods", "seeds", "judge", "ci": {"<a>-<b>": {metric: {diff, low, high}}},
-        "run_id": MLflow run id}``.
+        paths], "methods", "seeds", "judge", "ci": {"hargo-<other>": {metric: {diff, low,
+        high}}}, "sft_ci": {"<method>-sft": {metric: {diff, low, high}}}, "run_id": MLflow run
+        id}``.
 
     Raises:
         FileNotFoundError: an input is missing (the message names it and the stage that writes
@@ -393,17 +395,21 @@ def run(params: dict, root: str | Path = ".") -> dict:
     setup = _setup(params, root, methods, seeds, judge.name)
     ci, notes = bootstrap_cis(agg.per_prompt, methods, seeds, setup.resamples, setup.confidence,
                               setup.bootstrap_seed)
+    sft_ci = sft_cis(agg.per_prompt, methods, seeds, setup.resamples, setup.confidence,
+                     setup.bootstrap_seed)
     race = race_table(inputs.samples, inputs.rows, inputs.labels, inputs.train_records, methods,
                       seeds, inputs.base_rows)
     blocks = render.document(setup, inputs.samples, agg, ci, notes, inputs.train,
-                             inputs.pref_stats, race=race)
+                             inputs.pref_stats, race=race, sft_ci=sft_ci)
     summary = render.summary(setup, inputs.samples, agg, ci, notes, inputs.train,
-                             inputs.pref_stats, race=race)
+                             inputs.pref_stats, race=race, sft_ci=sft_ci)
     out = write_outputs(root, blocks, summary, agg)
-    run_id = log_to_mlflow(params, root, setup, agg, ci, out)
+    run_id = log_to_mlflow(params, root, setup, agg, {**ci, **sft_ci}, out)
     return {"report": str(out.md), "html": str(out.html), "summary": str(out.summary),
             "figures": [str(p) for p in out.figures], "methods": methods, "seeds": seeds,
             "judge": judge.name,
             "ci": {pair: {k: {f: c[f] for f in ("diff", "low", "high")} for k, c in cs.items()}
                    for pair, cs in ci.items()},
+            "sft_ci": {pair: {k: {f: c[f] for f in ("diff", "low", "high")}
+                              for k, c in cs.items()} for pair, cs in sft_ci.items()},
             "run_id": run_id}
