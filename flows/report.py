@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-# The report's columns, in this order, when present: the README's headline metrics, the
+# The report's columns, in this order, when present: `hargo summary`'s headline metrics, the
 # pooled data-race precision/recall, the wall time of the model's evaluation (seconds).
 REPORT_COLUMNS = ("dr_f1", "dr_mcc", "dr_auc", "dr_yes_share", "dr_precision", "dr_recall",
                   "plp_similarity", "mlperf_em", "avg_score", "win_rate", "wall_s")

@@ -23,7 +23,7 @@ Threads (``train.threads``): an integer pins torch's intra-op thread count; ``au
 cores this process may run on that are not busy right now (:func:`auto_threads`), re-checked at
 the start of every stage. On a 2-core machine 2 threads are ~1.7x faster than 1 when the machine
 is quiet, but ~10x *slower* when another process keeps one core busy (OpenMP threads spin and
-wait on each other): see ``benchmarks/bench_hardware.py`` and the README's tables.
+wait on each other): see ``benchmarks/bench_hardware.py`` and the tables in docs/results.md.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@
 #   scripts/compare.sh synthetic   the synthetic test bed (synthetic/dvc.yaml): grpo, dr_grpo,
 #                                  hargo, hargo_b1, hargo_b2 x 10 seeds on generated tasks with a
 #                                  tiny policy, heterogeneous and homogeneous rewards (~35 min on
-#                                  a 2-core CPU; README "Synthetic test bed"); no HPC-GPT data.
+#                                  a 2-core CPU; docs/synthetic.md); no HPC-GPT data.
 # Extra arguments go to `dvc exp run` (cpu, research, paper, synthetic), e.g. -S 'compare.seeds=[1,2,3,4,5]'.
 # Results: reports/comparison.md and .html, metrics/compare/summary.json; `dvc exp show`.
 set -euo pipefail
@@ -36,7 +36,7 @@ case "$size" in
   quick)
     dvc repro compare/dvc.yaml ;;
   cpu)
-    # sized from measured step times (README "The CPU research size"). It runs in the
+    # sized from measured step times (docs/results.md "The CPU research size"). It runs in the
     # workspace: every finished stage is in dvc.lock and the cache, so after an interruption
     # the same command re-runs only the missing stages. Preference pairs: the pipeline's
     # preferences stage runs anyway (no preference method here), so at its smallest.

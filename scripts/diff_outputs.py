@@ -8,7 +8,7 @@ Compared: every ``*.json`` under ``metrics/`` and every ``metrics.json`` (leaf b
 ``*.jsonl`` under ``data/`` (record by record: prepared splits, generations, preference pairs).
 Prints one line per differing file and a count; exit status 1 when any file differs or is missing.
 
-The refactor check of the README ("Changing the code without changing results"):
+The refactor check of docs/development.md ("Changing the code without changing results"):
 
     git worktree add --detach /tmp/before <old commit>
     (cd /tmp/before && python -m pytest tests/test_compare.py::test_comparison_pipeline_through_dvc \

@@ -63,7 +63,7 @@ shot() {   # name url
 }
 # MLflow 3.17's UI opens every experiment in its GenAI view unless the URL (or the browser's
 # remembered choice) says "Model training": the experiment's mlflow.experimentKind tag no longer
-# decides. The README gives the same URLs.
+# decides. docs/tracking.md gives the same URLs.
 ml="workflowType=machine_learning"
 shot experiment "$base/experiments/$exp_id?$ml"
 shot run "$base/experiments/$exp_id/runs/$run_id?$ml"

@@ -1,4 +1,4 @@
-"""The ``rl`` and ``sft`` stages launched on 2 CPU processes (torchrun, gloo), as README's
+"""The ``rl`` and ``sft`` stages launched on 2 CPU processes (torchrun, gloo), as docs/gpu.md's
 ``accelerate launch --num_processes N -m hargo.cli ...`` does on a cluster: both processes
 train, the step's batch is the *global* batch of params.yaml (not N times it), and only the main
 process writes the model, the metrics file, the checkpoint fingerprint and the MLflow run.

@@ -240,7 +240,7 @@ def test_the_local_store_is_recognised_however_its_uri_is_spelled(tmp_path, monk
 
 def test_a_copied_project_reroots_through_a_relative_uri_and_before_loading_a_model(
         tmp_path, monkeypatch, committed_params):
-    """MLFLOW_TRACKING_URI=sqlite:///mlruns/mlflow.db (the README's spelling) in a copied clone,
+    """MLFLOW_TRACKING_URI=sqlite:///mlruns/mlflow.db (docs/tracking.md's spelling) in a copied clone,
     and hargo.registry.load_registered / ask: both re-root before MLflow reads an artifact."""
     from hargo.registry import load_registered
 

@@ -7,7 +7,7 @@
 - **nearest-train** (:func:`nearest_train`): the 1-nearest-neighbour lookup of the eval kernel in
   the train split. A model whose race gain does not beat this row may have learned lookup, not
   race detection (on the grouped split's 336 race eval prompts it scored accuracy 0.902, F1
-  0.896, MCC 0.803 when it was written; the README's main-job table has the current figure).
+  0.896, MCC 0.803 when it was written; docs/results.md's main-job table has the current figure).
 
 Nearest-train, exactly:
 

@@ -47,7 +47,7 @@ optimizer step) and ``time/step_s``; and, from the trainer's log of the step, ``
 ``trl/<name>``.
 
 Why ``loss`` can read 0 while the weights move (GRPO, ``beta = 0``: ratio 1 in value, group
-advantages of mean 0), and what shows learning instead: README, *Reading an RL run*.
+advantages of mean 0), and what shows learning instead: docs/operations.md, *Reading an RL run*.
 
 One console line per step (:class:`RLLoggingCallback`) carries reward, accuracy, ``w_max``,
 ``g``, ``loss``, ``grad_norm``, ``adv_logprob``, ``adv_log_ratio``, ``kl``, the share of
