@@ -1,0 +1,106 @@
+"""The README stays a front door and the docs site builds with no broken link.
+
+- ``mkdocs build --strict`` (mkdocs.yml: every link problem is a warning, so a link to a missing
+  docs page or image, a broken ``#anchor`` or a page left out of the nav fails the build);
+- README.md has at most 250 lines (issue 28: measurements, operations and the rest live in docs/);
+- every relative link in README.md and docs/**/*.md points at an existing file, and a link from
+  the README into a Markdown file with an ``#anchor`` names a heading of that file (GitHub's
+  anchors; MkDocs checks the docs pages' own anchors).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+README_MAX_LINES = 250
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.S | re.M)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+# [text](target) and ![alt](target), the text possibly across lines; an optional "title"
+_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.M)
+
+
+def _prose(text: str) -> str:
+    """``text`` without fenced code blocks and code spans (their brackets are no links)."""
+    return _CODE_SPAN.sub("", _FENCE.sub("", text))
+
+
+def _links(md: Path) -> list[str]:
+    return _LINK.findall(_prose(md.read_text(encoding="utf-8")))
+
+
+def _is_external(target: str) -> bool:
+    return re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) is not None   # http:, mailto:, ...
+
+
+def _github_slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces -> hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)   # a link in a heading: its text
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def _anchors(md: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for _, title in _HEADING.findall(_FENCE.sub("", md.read_text(encoding="utf-8"))):
+        slug = _github_slug(title)
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def _markdown_files() -> list[Path]:
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def test_readme_is_a_front_door():
+    n = len(README.read_text(encoding="utf-8").splitlines())
+    assert n <= README_MAX_LINES, (
+        f"README.md has {n} lines (at most {README_MAX_LINES}): move measurements and "
+        "operations to a page under docs/ (measured figures: docs/results.md)")
+
+
+def test_the_link_checker_sees_links():
+    """Guards the checks below against a regex that matches nothing."""
+    targets = _links(README)
+    assert "docs/results.md" in {t.split("#")[0] for t in targets}
+    assert not any("scripts/main.sh" in t for t in targets)   # code spans are not links
+    assert _github_slug("The main job (2026-12-01)") == "the-main-job-2026-12-01"
+    assert _github_slug("Add a method (today)") == "add-a-method-today"
+
+
+@pytest.mark.parametrize("md", _markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_at_existing_files(md):
+    broken = []
+    for target in _links(md):
+        if _is_external(target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (md.parent / path).resolve() if path else md
+        if not dest.exists():
+            broken.append(f"{target} (no file {dest.relative_to(ROOT) if ROOT in dest.parents else dest})")
+        elif anchor and md == README and dest.suffix == ".md" and anchor not in _anchors(dest):
+            broken.append(f"{target} (no heading #{anchor} in {dest.relative_to(ROOT)})")
+    assert not broken, f"{md.relative_to(ROOT)}: broken links:\n  " + "\n  ".join(broken)
+
+
+def test_docs_site_builds_strict(tmp_path):
+    """``mkdocs build --strict``: zero warnings (mkdocs.yml turns every link problem into one)."""
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+         str(ROOT / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}{proc.stderr}"
+    assert (tmp_path / "site" / "index.html").is_file()
+    assert (tmp_path / "site" / "results" / "index.html").is_file()
