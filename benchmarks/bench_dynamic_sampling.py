@@ -14,8 +14,9 @@ dynamic sampling is meant to raise: the update only learns from these); groups s
 dropped per task; the generation share of the time. ``--budget-ab N`` instead runs each method
 with dynamic sampling off twice, with ``rl.max_new_tokens: N`` for every task and with the
 params' own (per-task) budgets, and prints training and generation seconds and the final reward
-per task of both (README "Completion budgets per task"). Run it alone on the machine (2-thread torch
-with a busy neighbour is ~11x slower) and name the CPU with the figures.
+per task of both (docs/operations.md "Completion budgets per task"; figures in docs/results.md).
+Run it alone on the machine (2-thread torch with a busy neighbour is ~11x slower) and name the
+CPU with the figures.
 """
 from __future__ import annotations
 

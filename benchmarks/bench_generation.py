@@ -17,7 +17,7 @@ eval prompts and the same model, with the evaluate stage's code path
   settings cannot touch the transformers run). tokens/s = generated tokens (EOS included when
   hit) / generation wall time, model load excluded.
 
-Prints a Markdown table (the README carries the latest), the vLLM / transformers ratio, and how
+Prints a Markdown table (docs/results.md carries the latest), the vLLM / transformers ratio, and how
 many greedy completions the two backends agree on.
 """
 from __future__ import annotations

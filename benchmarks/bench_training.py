@@ -4,7 +4,7 @@
 
 Each benchmark runs in its own fresh Python process (so ``ru_maxrss``, the peak resident memory,
 is that benchmark's own) and returns one table row; the rows are printed as a Markdown table
-(the README carries the latest). Benchmarks register in ``BENCHMARKS``: ``name -> function(params,
+(docs/results.md carries the latest). Benchmarks register in ``BENCHMARKS``: ``name -> function(params,
 base_dir, train_path, steps) -> dict``.
 
 - ``sft``: TRL SFTTrainer with the committed ``sft.*`` / ``train.*`` params (LoRA or full, bf16
