@@ -23,7 +23,7 @@ fi
 # 26.6-27.7 min with 2 workers on a 2-core AMD EPYC with AVX512-BF16 and no AMX.
 if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] \
    && .venv/bin/python -c "import xdist" 2>/dev/null; then
-  args+=("-n" "${HARGO_TEST_WORKERS:-2}" "--dist" "load")
+  args+=("-n" "${HARGO_TEST_WORKERS:-2}" "--dist" "loadgroup")
 fi
 .venv/bin/python -m pytest -q -p no:cacheprovider "${args[@]}"
 rc=$?

@@ -155,3 +155,30 @@ def real_raw_dir(tmp_path_factory) -> Path:
         md5 = e["md5"]
         shutil.copy(store / md5[:2] / md5[2:], out / e["relpath"])
     return out
+
+
+# ------------------------------------------------------------------ the shared tiny pipeline
+@pytest.fixture(scope="session")
+def dvc_door(tmp_path_factory, real_raw_dir, tiny_model_dir):
+    """The main pipeline reproduced once by ``dvc repro`` in a tiny project (40 raw records a
+    file, the tiny model, ``tiny_overrides``), logging to its own MLflow store. Read-only for
+    its tests: one that changes the project works on ``Door.copy`` (with a store of its own).
+    Tests using it carry ``@pytest.mark.xdist_group(flow_project.PIPELINE_GROUP)``."""
+    import subprocess
+
+    from flow_project import Door, make_project, tiny_overrides
+
+    overrides = tiny_overrides(tiny_model_dir, 40)
+    base = tmp_path_factory.mktemp("dvc-door")
+    root = make_project(base / "project", real_raw_dir, 40, params_updates=overrides, dvc=True)
+    uri = f"sqlite:///{base / 'mlflow.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARGO_")}
+    env.update(PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", DVC_NO_ANALYTICS="1",
+               MLFLOW_TRACKING_URI=uri)
+    proc = subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(f"dvc repro of the shared tiny pipeline failed:\n{proc.stdout[-4000:]}\n"
+                    f"{proc.stderr[-4000:]}")
+    return Door(root, overrides, uri, env)
+

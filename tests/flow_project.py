@@ -99,3 +99,25 @@ def tiny_overrides(model_dir: Path, n: int = 40) -> dict[str, Any]:
         "compare.evaluate.max_new_tokens": 4,
         "compare.report.bootstrap_resamples": 200,
     }
+
+
+#: The xdist group of the tests that share :func:`dvc_door` (and test_flows' Prefect door):
+#: ``scripts/test.sh`` runs ``--dist loadgroup``, so they land on one worker and the tiny
+#: pipeline is reproduced once per run, not once per test. xdist hands out the largest work
+#: unit first (``--loadscope-reorder``, its default), so this group (~15 min of one worker)
+#: starts at once and the other worker's queue fills that time.
+PIPELINE_GROUP = "tiny-pipeline"
+
+
+class Door:
+    """A tiny project after a whole main-pipeline run: its ``root``, the ``overrides`` it ran
+    with (``flow_project.tiny_overrides``), the MLflow store it logged to (``mlflow_uri``) and
+    the environment its DVC commands ran in (``env``)."""
+
+    def __init__(self, root: Path, overrides: dict, mlflow_uri: str, env: dict):
+        self.root, self.overrides, self.mlflow_uri, self.env = root, overrides, mlflow_uri, env
+
+    def copy(self, dst: Path) -> Path:
+        """A copy of the project (DVC cache and lock included) that a test may change."""
+        shutil.copytree(self.root, dst, symlinks=True)
+        return dst

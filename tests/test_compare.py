@@ -4,17 +4,15 @@ SFT model and gives a model the eval stage generates from; the report renders)."
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from flow_project import make_project, tiny_overrides
+from flow_project import PIPELINE_GROUP
 from hargo.params import ParamsError, apply_overrides
 
-N_RAW = 40
 DEFAULT_METHODS = ["hpcgpt", "ppo", "dpo", "kto", "simpo", "grpo", "dr_grpo", "hargo"]
 
 
@@ -95,25 +93,23 @@ def _dvc(args, cwd, env, timeout):
     return proc.stdout
 
 
-def test_comparison_pipeline_through_dvc(tmp_path, real_raw_dir, tiny_model_dir, mlflow_uri):
-    """`dvc repro` (the main pipeline), then `dvc repro compare/dvc.yaml` with every default
-    method x 1 seed on the tiny model: every run trains from the SFT model (hpcgpt from the
-    base model), writes a complete model the eval stage generates from, and the report renders.
-    A second `dvc repro compare/dvc.yaml` has nothing to do; nothing upstream re-ran."""
+@pytest.mark.xdist_group(PIPELINE_GROUP)
+def test_comparison_pipeline_through_dvc(tmp_path, dvc_door, mlflow_uri):
+    """After the main pipeline's `dvc repro` (the shared tiny run, copied), `dvc repro
+    compare/dvc.yaml` with every default method x 1 seed on the tiny model: every run trains
+    from the SFT model (hpcgpt from the base model), writes a complete model the eval stage
+    generates from, and the report renders. A second `dvc repro compare/dvc.yaml` has nothing
+    to do; nothing upstream re-ran."""
     from hargo.io import read_jsonl, require_complete_dir
 
-    overrides = tiny_overrides(tiny_model_dir, N_RAW)
-    root = make_project(tmp_path / "p", real_raw_dir, N_RAW, params_updates=overrides)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARGO_")}
-    env.update(MLFLOW_TRACKING_URI=mlflow_uri,
-               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    _dvc(["init", "--no-scm", "-q"], root, env, 60)
-    _dvc(["repro"], root, env, 600)
+    root = dvc_door.copy(tmp_path / "p")
+    env = {**dvc_door.env, "MLFLOW_TRACKING_URI": mlflow_uri}   # a store of this test's own
     assert not (root / "models" / "compare").exists()   # the main job does not run the comparison
     sft_mtime = (root / "models" / "sft").stat().st_mtime_ns
     out = _dvc(["repro", "compare/dvc.yaml"], root, env, 1200)
     assert "Running stage 'sft'" not in out and (root / "models" / "sft").stat().st_mtime_ns \
         == sft_mtime
+    assert "Running stage 'prepare'" not in out and "Running stage 'rl@hargo'" not in out
 
     params = json.loads(json.dumps(__import__("yaml").safe_load((root / "params.yaml").read_text())))
     assert params["compare"]["methods"] == DEFAULT_METHODS

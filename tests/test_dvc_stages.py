@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+# one xdist worker runs this module (scripts/test.sh: --dist loadgroup), so its DVC project
+# (``project``) is built and committed once
+pytestmark = pytest.mark.xdist_group("dvc-stages")
+
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "ppo"]
 

@@ -21,9 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flow_project import make_project, tiny_overrides
+from flow_project import PIPELINE_GROUP, make_project, tiny_overrides
 
 N_RAW = 40  # records per raw file in the project copies
+# one worker runs this module: its Prefect API (``harness``) starts once, and the Prefect door
+# and conftest's ``dvc_door`` (shared with test_compare) run once (flow_project.PIPELINE_GROUP)
+pytestmark = pytest.mark.xdist_group(PIPELINE_GROUP)
 
 
 # ------------------------------------------------------------------------------- fixtures
@@ -47,6 +50,32 @@ def project(tmp_path, real_raw_dir, monkeypatch, mlflow_uri):
     monkeypatch.chdir(root)
     monkeypatch.delenv("HARGO_DOOR", raising=False)
     return root
+
+
+class PrefectDoor:
+    """The tiny main pipeline run once by the ``hargo-pipeline`` flow (:func:`prefect_door`)."""
+
+    def __init__(self, root: Path, state, overrides: dict, mlflow_uri: str):
+        self.root, self.state, self.overrides, self.mlflow_uri = root, state, overrides, mlflow_uri
+
+
+@pytest.fixture(scope="module")
+def prefect_door(harness, dvc_door, tmp_path_factory, real_raw_dir) -> PrefectDoor:
+    """The main pipeline through Prefect once for this module, in a tiny project built like
+    :func:`dvc_door`'s (same params: the same overrides as a flow parameter) and logging to the
+    same MLflow store, so that one store holds both doors' runs. Read-only for its tests (the
+    comparison test works on a copy)."""
+    from flows.pipeline import hargo_pipeline
+
+    root = make_project(tmp_path_factory.mktemp("prefect-door") / "flow", real_raw_dir, N_RAW,
+                        params_updates=dvc_door.overrides, dvc=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.delenv("HARGO_DOOR", raising=False)
+        mp.delenv("HARGO_PARENT_RUN_ID", raising=False)
+        mp.setenv("MLFLOW_TRACKING_URI", dvc_door.mlflow_uri)
+        state = hargo_pipeline(overrides=dvc_door.overrides, return_state=True)
+    return PrefectDoor(root, state, dvc_door.overrides, dvc_door.mlflow_uri)
 
 
 SMALL = {k: v for k, v in tiny_overrides(Path("unused"), N_RAW).items()
@@ -484,12 +513,11 @@ def _without_timings(doc: dict) -> dict:
 
 
 @pytest.mark.timeout(1500)
-def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_model_dir,
-                                         monkeypatch, mlflow_uri):
-    """The whole pipeline through Prefect and through `dvc repro`, same params, same code, one
-    MLflow store: same final metrics; runs marked by door; a report artifact. One book: after
-    the flow run `dvc status` finds every stage up to date and `dvc repro` has nothing to
-    reproduce; after `dvc repro`, a flow run runs no stage."""
+def test_pipeline_flow_matches_dvc_repro(harness, dvc_door, prefect_door, monkeypatch):
+    """The whole pipeline through Prefect and through `dvc repro` (the shared tiny runs), same
+    params, same code, one MLflow store: same final metrics; runs marked by door; a report
+    artifact. One book: after the flow run `dvc status` finds every stage up to date and `dvc
+    repro` has nothing to reproduce; after `dvc repro`, a flow run runs no stage."""
     from mlflow.tracking import MlflowClient
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -498,22 +526,17 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
     from flows.report import per_model_metrics
     from hargo.io import read_jsonl
 
-    overrides = tiny_overrides(tiny_model_dir, N_RAW)
-    # the DVC door: overrides written into params.yaml (as `dvc exp run -S` does)
-    dvc_root = make_project(tmp_path / "dvc", real_raw_dir, N_RAW, params_updates=overrides,
-                            dvc=True)
-    env = _dvc_env(mlflow_uri)
-    _dvc(["repro"], dvc_root, env, 600)
+    mlflow_uri = dvc_door.mlflow_uri
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+    monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
+    # the DVC door: the overrides written into params.yaml (as `dvc exp run -S` does)
+    dvc_root, env = dvc_door.root, dvc_door.env
     dvc_metrics = json.loads((dvc_root / "metrics" / "eval.json").read_text())
 
     # the Prefect door: the same params.yaml, and the same overrides as a flow parameter
     # (nothing left to write: a run whose overrides change the file restores it at the end,
     # test_prepare_runs_through_dvc)
-    flow_root = make_project(tmp_path / "flow", real_raw_dir, N_RAW, params_updates=overrides,
-                             dvc=True)
-    monkeypatch.chdir(flow_root)
-    monkeypatch.delenv("HARGO_DOOR", raising=False)
-    state = hargo_pipeline(overrides=overrides, return_state=True)
+    flow_root, state = prefect_door.root, prefect_door.state
     assert state.is_completed(), state.message
     flow_metrics = json.loads((flow_root / "metrics" / "eval.json").read_text())
     targets = pipeline_targets(yaml.safe_load((flow_root / "params.yaml").read_text()))
@@ -605,23 +628,27 @@ def test_pipeline_flow_matches_dvc_repro(harness, tmp_path, real_raw_dir, tiny_m
 
 
 @pytest.mark.timeout(1500)
-def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, project, tiny_model_dir):
-    """`hargo-comparison` on the outputs of `hargo-pipeline`: preferences, then train + eval per
-    method x seed, SFT eval, report, each through DVC; the report artifact is the rendered
-    comparison; afterwards DVC finds both pipelines up to date, and a second run runs nothing."""
+def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, prefect_door, tmp_path,
+                                                                monkeypatch, mlflow_uri):
+    """`hargo-comparison` on the outputs of `hargo-pipeline` (a copy of the shared Prefect-door
+    project): preferences, then train + eval per method x seed, SFT eval, report, each through
+    DVC; the report artifact is the rendered comparison; afterwards DVC finds both pipelines up
+    to date, and a second run runs nothing."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from flows.compare import REPORT_KEY, hargo_comparison
-    from flows.pipeline import hargo_pipeline
-
     from flows.stages import write_overrides
 
-    overrides = {**tiny_overrides(tiny_model_dir, N_RAW),
+    assert prefect_door.state.is_completed(), prefect_door.state.message
+    project = tmp_path / "project"
+    shutil.copytree(prefect_door.root, project, symlinks=True)
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("HARGO_DOOR", raising=False)
+    overrides = {**prefect_door.overrides,
                  "compare.methods": ["grpo", "dpo", "hpcgpt"], "compare.seeds": [1]}
     # the project's params (a flow run's own overrides are taken back when it ends)
     write_overrides(project / "params.yaml", overrides)
-    assert hargo_pipeline(overrides=overrides, pull=False, return_state=True).is_completed()
     state = hargo_comparison(overrides=overrides, return_state=True)
     assert state.is_completed(), state.message
     results = state.result()

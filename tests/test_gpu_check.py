@@ -24,6 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 from hargo import gpu_check  # noqa: E402
 from hargo.gpu_check import inputs  # noqa: E402
 
+# one xdist worker runs this module (scripts/test.sh: --dist loadgroup), so the dry run
+# (``dry_run``, ~2 min) runs once, on one worker
+pytestmark = pytest.mark.xdist_group("gpu-check")
+
 METHODS = ("grpo", "dr_grpo", "hargo")
 
 

@@ -17,6 +17,10 @@ from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, char_reward, completion_to
 
 from hargo.testing import crafted_records
 
+# one xdist worker runs this module (scripts/test.sh: --dist loadgroup), so the module's trained
+# runs (``straight_runs``, ``fixed_params``) are built once
+pytestmark = pytest.mark.xdist_group("rl")
+
 METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
 PER_TASK_METRICS = ("reward_mean", "reward_std", "accuracy", "completion_length",
                     "advantage_mean", "weight_mean", "weight_max", "kl", "clip_fraction",
