@@ -362,6 +362,11 @@ def test_mlperf_verbose_share_counts_answers_over_40_characters():
     assert pp["mlperf_verbose"].tolist() == [0.0, 1.0, 0.0, 1.0]
     assert aggregate.run_metrics(rows[4:], {})["mlperf_verbose"] is None   # no MLPerf prompt
     assert "mlperf_verbose" not in aggregate.per_prompt_values(rows[4:], {})
+    # the trivial baseline: the reference answers' own share (41 chars of 41 and 40)
+    refs = [{"task": "mlperf", "answer": "a" * 41}, {"task": "mlperf", "answer": "b" * 40},
+            {"task": "plp", "answer": "c" * 99}]
+    assert aggregate.reference_verbose_share(refs) == 0.5
+    assert aggregate.reference_verbose_share(refs[2:]) is None
 
 
 @pytest.mark.fast
@@ -532,6 +537,8 @@ def test_report_renders_from_fixture(tmp_path, mlflow_uri):
     assert s["sft_ci"]["grpo-sft"]["avg_score"]["diff"] == pytest.approx((2.1 + 1.0) / 16)
     assert hs["mlperf_verbose"] == {**hs["mlperf_verbose"], "diff": 0.0, "low": 0.0, "high": 0.0}
     assert "## Each method minus SFT" in md
+    # the fixture's MLPerf references ("42", "resnet") are short: the baseline share is 0
+    assert s["reference_mlperf_verbose"] == 0.0 and "the reference answers themselves, 0.0%" in md
     assert re.search(r"\| HARGO - SFT +\| +AvgScore \| +\+0\.4250 \|", md)
     assert out["sft_ci"]["hargo-sft"]["avg_score"]["diff"] == pytest.approx(0.425)
     # per-task reward: hargo - grpo on plp, seed pairs ((0.8+0.9)-(0.6+0.7))/2 and (0.7+0.8-1.2)/2

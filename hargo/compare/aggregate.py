@@ -27,7 +27,8 @@ from hargo.rewards import RACE_TASKS, TASKS, completion_text
 
 __all__ = ["SFT", "HEADLINE", "METRIC_KEYS", "INTERVAL_KEYS", "LABELS", "run_name", "run_metrics", "per_prompt_values",
            "StoredRewards", "RecordingJudge", "mean_curve", "cumulative_mass_share", "confusion_counts", "seed_summary",
-           "Aggregates", "aggregate", "bootstrap_cis", "sft_cis", "VERBOSE_CHARS", "SFT_INTERVAL_KEYS"]
+           "Aggregates", "aggregate", "bootstrap_cis", "sft_cis", "VERBOSE_CHARS", "SFT_INTERVAL_KEYS",
+           "reference_verbose_share"]
 
 SFT = "sft"
 
@@ -84,6 +85,24 @@ def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
             m[f"reward_{t}"] = mean([float(r["reward"]) for r in rs])
             m[f"n_{t}"] = len(rs)
     return m
+
+
+def reference_verbose_share(samples: Sequence[Mapping]) -> float | None:
+    """Share of the MLPerf eval prompts whose reference answer has more than
+    :data:`VERBOSE_CHARS` characters: the ``mlperf_verbose`` of a model that answers every
+    MLPerf prompt with exactly its reference. The trivial baseline beside a model's verbosity
+    share -- not 0, since many MLPerf reference answers are sentences ("The submitter is IEI and
+    the number of processors is 2.").
+
+    Args:
+        samples: eval records (``task``, ``answer``).
+
+    Returns:
+        The share in [0, 1], or None when no sample is an MLPerf one.
+    """
+    refs = [len(str(s.get("answer") or "")) > VERBOSE_CHARS for s in samples
+            if s["task"] == "mlperf"]
+    return float(np.mean(refs)) if refs else None
 
 
 def per_prompt_values(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict[str, np.ndarray]:

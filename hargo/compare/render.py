@@ -17,7 +17,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from hargo.compare.aggregate import (HEADLINE, LABELS, METRIC_KEYS, SFT, VERBOSE_CHARS,
-                                     Aggregates, cumulative_mass_share, mean_curve)
+                                     Aggregates, cumulative_mass_share, mean_curve,
+                                     reference_verbose_share)
 from hargo.evaluation.plots import (PREDICTED, plot_confusion, plot_task_curves,
                                     plot_task_lengths)
 from hargo.rewards import TASKS
@@ -226,9 +227,15 @@ def _intervals(setup: Setup, ci: Mapping[str, Mapping], notes: Sequence[str]) ->
     return blocks
 
 
-def _sft_intervals(setup: Setup, sft_ci: Mapping[str, Mapping]) -> list:
+def _sft_intervals(setup: Setup, samples: Sequence[Mapping],
+                   sft_ci: Mapping[str, Mapping]) -> list:
     if not sft_ci:
         return []
+    ref = reference_verbose_share(samples)
+    ref_text = ("" if ref is None else
+                f" Its trivial baseline: the reference answers themselves, {100 * ref:.1f}% of "
+                f"them over {VERBOSE_CHARS} characters (a model answering each MLPerf prompt with "
+                f"its reference would score that).")
     rows = [[f"{pretty(pair.rsplit('-', 1)[0])} - SFT", LABELS[k][0],
              _fmt_diff(c["diff"], LABELS[k][1]), _fmt_diff(c["low"], LABELS[k][1]),
              _fmt_diff(c["high"], LABELS[k][1]),
@@ -241,7 +248,8 @@ def _sft_intervals(setup: Setup, sft_ci: Mapping[str, Mapping]) -> list:
               f"once (greedy), so it is paired with every seed of the method; {setup.resamples} "
               f"resamples of the eval prompts, the difference averaged over the "
               f"{len(setup.seeds)} seeds. Points for percentage metrics. MLPerf > "
-              f"{VERBOSE_CHARS} chars is the share of verbose MLPerf answers (lower is better)."),
+              f"{VERBOSE_CHARS} chars is the share of verbose MLPerf answers (lower is better)."
+              + ref_text),
         ("table", ["pair", "metric", "diff", "low", "high", "interval"], rows),
     ]
 
@@ -312,7 +320,7 @@ def document(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
     """
     return (_header(setup, samples) + _results(setup, agg) + _race_baselines(setup, race)
             + _paper(setup, agg)
-            + _intervals(setup, ci, notes) + _sft_intervals(setup, sft_ci or {}) + _figures(agg) + _budget(setup, train, pref_stats))
+            + _intervals(setup, ci, notes) + _sft_intervals(setup, samples, sft_ci or {}) + _figures(agg) + _budget(setup, train, pref_stats))
 
 
 def summary(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
@@ -323,7 +331,8 @@ def summary(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
     :func:`document`): setup and budget, SFT's metrics, ``results`` (mean/std/values per method
     and metric), ``runs`` (per-run metrics and WinRate counts), ``ci``, the bootstrap settings,
     confusion counts, preference stats, the paper's figures, the notes, ``race`` (the race
-    table against the baselines, or None) and ``sft_ci`` (each method minus SFT)."""
+    table against the baselines, or None), ``sft_ci`` (each method minus SFT) and
+    ``reference_mlperf_verbose`` (the reference answers' own verbosity share)."""
     return {
         "methods": setup.methods, "seeds": setup.seeds, "judge": setup.judge,
         "n_prompts": len(samples), "n_prompts_per_task": _n_per_task(samples),
@@ -345,6 +354,7 @@ def summary(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
                       "counts": agg.confusion},
         "preferences": pref_stats, "paper": {"model": PAPER_MODEL, "results": PAPER},
         "notes": list(notes), "race": race, "sft_ci": dict(sft_ci or {}),
+        "reference_mlperf_verbose": reference_verbose_share(samples),
     }
 
 
