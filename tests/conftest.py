@@ -182,3 +182,28 @@ def dvc_door(tmp_path_factory, real_raw_dir, tiny_model_dir):
                     f"{proc.stderr[-4000:]}")
     return Door(root, overrides, uri, env)
 
+
+
+@pytest.fixture(scope="session")
+def dvc_compare_door(dvc_door, tmp_path_factory):
+    """:func:`dvc_door`'s project copied, then ``dvc repro compare/dvc.yaml`` in it: every
+    default method x seed 1 trained, evaluated and reported on the tiny model, logging to an
+    MLflow store of its own. ``log`` holds the command's output and ``sft_mtime_ns`` the SFT
+    model's mtime before it ran. Read-only for its tests, like :func:`dvc_door`."""
+    import subprocess
+
+    from flow_project import Door
+
+    base = tmp_path_factory.mktemp("dvc-compare-door")
+    root = dvc_door.copy(base / "project")
+    uri = f"sqlite:///{base / 'mlflow.db'}"
+    env = {**dvc_door.env, "MLFLOW_TRACKING_URI": uri}
+    sft_mtime = (root / "models" / "sft").stat().st_mtime_ns
+    proc = subprocess.run([sys.executable, "-m", "dvc", "repro", "compare/dvc.yaml"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        pytest.fail(f"dvc repro compare/dvc.yaml of the shared tiny pipeline failed:\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    door = Door(root, dvc_door.overrides, uri, env)
+    door.log, door.sft_mtime_ns = proc.stdout, sft_mtime
+    return door

@@ -94,22 +94,21 @@ def _dvc(args, cwd, env, timeout):
 
 
 @pytest.mark.xdist_group(PIPELINE_GROUP)
-def test_comparison_pipeline_through_dvc(tmp_path, dvc_door, mlflow_uri):
-    """After the main pipeline's `dvc repro` (the shared tiny run, copied), `dvc repro
-    compare/dvc.yaml` with every default method x 1 seed on the tiny model: every run trains
-    from the SFT model (hpcgpt from the base model), writes a complete model the eval stage
-    generates from, and the report renders. A second `dvc repro compare/dvc.yaml` has nothing
-    to do; nothing upstream re-ran."""
+def test_comparison_pipeline_through_dvc(dvc_door, dvc_compare_door):
+    """After the main pipeline's `dvc repro` (the shared tiny run), `dvc repro compare/dvc.yaml`
+    with every default method x 1 seed on the tiny model (the shared comparison run, on a copy):
+    every run trains from the SFT model (hpcgpt from the base model), writes a complete model
+    the eval stage generates from, and the report renders. A second `dvc repro
+    compare/dvc.yaml` has nothing to do; nothing upstream re-ran."""
     from hargo.io import read_jsonl, require_complete_dir
 
-    root = dvc_door.copy(tmp_path / "p")
-    env = {**dvc_door.env, "MLFLOW_TRACKING_URI": mlflow_uri}   # a store of this test's own
-    assert not (root / "models" / "compare").exists()   # the main job does not run the comparison
-    sft_mtime = (root / "models" / "sft").stat().st_mtime_ns
-    out = _dvc(["repro", "compare/dvc.yaml"], root, env, 1200)
+    root, env, out = dvc_compare_door.root, dvc_compare_door.env, dvc_compare_door.log
+    mlflow_uri = dvc_compare_door.mlflow_uri
+    assert not (dvc_door.root / "models" / "compare").exists()   # the main job runs no comparison
     assert "Running stage 'sft'" not in out and (root / "models" / "sft").stat().st_mtime_ns \
-        == sft_mtime
+        == dvc_compare_door.sft_mtime_ns
     assert "Running stage 'prepare'" not in out and "Running stage 'rl@hargo'" not in out
+    assert "Running stage 'compare/dvc.yaml:compare_train@hargo-1'" in out
 
     params = json.loads(json.dumps(__import__("yaml").safe_load((root / "params.yaml").read_text())))
     assert params["compare"]["methods"] == DEFAULT_METHODS

@@ -25,7 +25,8 @@ from flow_project import PIPELINE_GROUP, make_project, tiny_overrides
 
 N_RAW = 40  # records per raw file in the project copies
 # one worker runs this module: its Prefect API (``harness``) starts once, and the Prefect door
-# and conftest's ``dvc_door`` (shared with test_compare) run once (flow_project.PIPELINE_GROUP)
+# and conftest's ``dvc_door`` and ``dvc_compare_door`` (shared with test_compare) run once
+# (flow_project.PIPELINE_GROUP)
 pytestmark = pytest.mark.xdist_group(PIPELINE_GROUP)
 
 
@@ -63,8 +64,7 @@ class PrefectDoor:
 def prefect_door(harness, dvc_door, tmp_path_factory, real_raw_dir) -> PrefectDoor:
     """The main pipeline through Prefect once for this module, in a tiny project built like
     :func:`dvc_door`'s (same params: the same overrides as a flow parameter) and logging to the
-    same MLflow store, so that one store holds both doors' runs. Read-only for its tests (the
-    comparison test works on a copy)."""
+    same MLflow store, so that one store holds both doors' runs. Read-only for its tests."""
     from flows.pipeline import hargo_pipeline
 
     root = make_project(tmp_path_factory.mktemp("prefect-door") / "flow", real_raw_dir, N_RAW,
@@ -628,24 +628,28 @@ def test_pipeline_flow_matches_dvc_repro(harness, dvc_door, prefect_door, monkey
 
 
 @pytest.mark.timeout(1500)
-def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, prefect_door, tmp_path,
-                                                                monkeypatch, mlflow_uri):
-    """`hargo-comparison` on the outputs of `hargo-pipeline` (a copy of the shared Prefect-door
-    project): preferences, then train + eval per method x seed, SFT eval, report, each through
-    DVC; the report artifact is the rendered comparison; afterwards DVC finds both pipelines up
-    to date, and a second run runs nothing."""
+def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, dvc_compare_door,
+                                                                tmp_path, monkeypatch,
+                                                                mlflow_uri):
+    """`hargo-comparison` on a copy of the shared comparison run (every default method x seed
+    1, reproduced by `dvc repro compare/dvc.yaml`) whose DPO run lost its model and its eval,
+    with three of the methods: preferences, then train + eval per method x seed, SFT eval,
+    report, each through DVC, in the plan's order; only what is missing or whose params
+    changed is reproduced (DPO's two stages; the report, whose method list changed), the rest
+    is UpToDate; the report artifact is the rendered comparison; afterwards DVC finds both
+    pipelines up to date, and a second run runs nothing."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from flows.compare import REPORT_KEY, hargo_comparison
     from flows.stages import write_overrides
 
-    assert prefect_door.state.is_completed(), prefect_door.state.message
-    project = tmp_path / "project"
-    shutil.copytree(prefect_door.root, project, symlinks=True)
+    project = dvc_compare_door.copy(tmp_path / "project")
+    shutil.rmtree(project / "models" / "compare" / "dpo-s1")
+    shutil.rmtree(project / "data" / "compare" / "eval" / "dpo-s1")
     monkeypatch.chdir(project)
     monkeypatch.delenv("HARGO_DOOR", raising=False)
-    overrides = {**prefect_door.overrides,
+    overrides = {**dvc_compare_door.overrides,
                  "compare.methods": ["grpo", "dpo", "hpcgpt"], "compare.seeds": [1]}
     # the project's params (a flow run's own overrides are taken back when it ends)
     write_overrides(project / "params.yaml", overrides)
@@ -659,16 +663,19 @@ def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, prefect
     assert results["compare_train@dpo-1"] == {
         "stage": "compare/dvc.yaml:compare_train@dpo-1", "reproduced": True,
         "changes": results["compare_train@dpo-1"]["changes"]}
-    assert all(r["reproduced"] for r in results.values())
+    assert [step for step, r in results.items() if r["reproduced"]] == \
+        ["compare_train@dpo-1", "compare_eval@dpo-1", "report"]
+    assert _states(state, "compare_train") == ["UpToDate", "Completed", "UpToDate"]
     train_dpo = json.loads((project / "metrics" / "compare" / "train" / "dpo-s1.json").read_text())
     assert train_dpo["method"] == "dpo"
     n_prompts = [json.loads((project / "data" / "compare" / "eval" / run / "metrics.json")
-                            .read_text())["n_prompts"] for run in ("grpo-s1", "hpcgpt-s1")]
+                            .read_text())["n_prompts"] for run in ("dpo-s1", "hpcgpt-s1")]
     assert n_prompts[0] == n_prompts[1] > 0
     # one book: compare/dvc.lock holds every step, DVC finds both pipelines up to date
-    assert _lock_stages(project, "compare/dvc.lock") == set(results)
+    assert set(results) <= _lock_stages(project, "compare/dvc.lock")
     assert _status(project) == {}
     md = (project / "reports" / "comparison.md").read_text()
+    assert "| DPO " in md and "| KTO " not in md        # the report of the three methods
     with get_client(sync_client=True) as pc:
         arts = pc.read_artifacts(artifact_filter=ArtifactFilter(
             key=ArtifactFilterKey(any_=[REPORT_KEY])))
