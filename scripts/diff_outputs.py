@@ -15,8 +15,11 @@ The refactor check of docs/development.md ("Changing the code without changing r
         -p no:randomly --basetemp=/tmp/before-tmp)
     python -m pytest tests/test_compare.py::test_comparison_pipeline_through_dvc -p no:randomly \
         --basetemp=/tmp/after-tmp
-    python scripts/diff_outputs.py /tmp/before-tmp/test_comparison_pipeline_throu0/p \
-        /tmp/after-tmp/test_comparison_pipeline_throu0/p
+    python scripts/diff_outputs.py /tmp/before-tmp/dvc-compare-door0/project \
+        /tmp/after-tmp/dvc-compare-door0/project
+
+(The project is the session fixture ``dvc_compare_door`` since 16d2050; at an older commit it is
+``test_comparison_pipeline_throu0/p`` under the basetemp.)
 """
 from __future__ import annotations
 

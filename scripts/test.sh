@@ -18,9 +18,11 @@ if [[ " $* " != *" --randomly-seed"* && " $* " != *"no:randomly"* ]] \
 fi
 # pytest-xdist (dev extra): HARGO_TEST_WORKERS processes (default 2, one a core of the 2-core
 # machines this is measured on; 0: one process). Every test is single-threaded
-# (OMP_NUM_THREADS=1 above) and the distributed tests pick free ports. Measured alone on a 2-core
-# Xeon (AVX512-BF16/AMX): 22-24 min with 2 workers (--dist load), ~44 min in one process;
-# 26.6-27.7 min with 2 workers on a 2-core AMD EPYC with AVX512-BF16 and no AMX.
+# (OMP_NUM_THREADS=1 above) and the distributed tests pick free ports. --dist loadgroup: the
+# tests of one xdist_group (the shared tiny pipeline, tests/flow_project.PIPELINE_GROUP, and the
+# modules with costly module fixtures) run on one worker, which builds their fixtures once.
+# Measured alone on a 2-core AMD EPYC with AVX512-BF16 and no AMX: 19 min 58 s (2026-12-03;
+# docs/results.md "The test suite").
 if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] \
    && .venv/bin/python -c "import xdist" 2>/dev/null; then
   args+=("-n" "${HARGO_TEST_WORKERS:-2}" "--dist" "loadgroup")
