@@ -3,8 +3,9 @@
 #   scripts/compare.sh [quick]     params.yaml's `compare` as committed: 8 methods x 3 seeds,
 #                                  2 steps each (~1 h on a 2-core CPU): checks that everything
 #                                  runs and the report renders; it does not rank methods.
-#   scripts/compare.sh cpu         the CPU research size (a DVC experiment; 33 min measured on
-#                                  a 2-core bf16 CPU after the main job): SFT, GRPO and HARGO x 3
+#   scripts/compare.sh cpu         the CPU research size (a DVC experiment; 33 min on a 2-core
+#                                  AMX Xeon after the main job, 40.7 min on a 2-core AMD EPYC
+#                                  from a fresh clone, SFT included): SFT, GRPO and HARGO x 3
 #                                  seeds, 12 steps x 2 prompts (G=4) each, 96 eval prompts
 #                                  (24 per task), with the baselines and paired intervals.
 #                                  Resumable: an interrupted run keeps its finished stages.
