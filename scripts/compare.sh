@@ -16,7 +16,7 @@
 #                                  all 5,273 training samples, its hyperparameters; GPU host).
 #   scripts/compare.sh synthetic   the synthetic test bed (synthetic/dvc.yaml): grpo, dr_grpo,
 #                                  hargo, hargo_b1, hargo_b2 x 10 seeds on generated tasks with a
-#                                  tiny policy, heterogeneous and homogeneous rewards (~35 min on
+#                                  tiny policy, heterogeneous and homogeneous rewards (29 min on
 #                                  a 2-core CPU; docs/synthetic.md); no HPC-GPT data.
 # Extra arguments go to `dvc exp run` (cpu, research, paper, synthetic), e.g. -S 'compare.seeds=[1,2,3,4,5]'.
 # Results: reports/comparison.md and .html, metrics/compare/summary.json; `dvc exp show`.
