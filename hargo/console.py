@@ -8,19 +8,54 @@ the block ends, prints one line saying how many were not shown again. Processes 
 the block (DVC, multiprocessing workers) inherit ``PYTHONWARNINGS=once::UserWarning``: each of
 them shows a given warning text once (Python's ``once`` action, docs.python.org "The Warnings
 Filter"); they cannot add to this process's count.
+
+Libraries that log instead of warning get the same treatment where their logging is configured
+with :class:`OncePerMessage`: vLLM's is (:data:`VLLM_LOGGING_CONFIG`, through vLLM's own
+``VLLM_LOGGING_CONFIG_PATH``): its CPU worker logs "CPU backend doesn't allow to use
+`torch.set_num_threads` ..." four times per engine and every engine repeats its start-up
+warnings; each distinct WARNING-or-above message is shown once and its repeats are counted in
+the same summary line.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import warnings
 from collections import Counter
+from pathlib import Path
 from typing import Iterator, TextIO
 
-__all__ = ["warnings_once"]
+__all__ = ["warnings_once", "OncePerMessage", "VLLM_LOGGING_CONFIG"]
 
 CHILD_FILTER = "once::UserWarning"
+
+
+#: the open ``warnings_once`` blocks' counters, innermost last (read by :class:`OncePerMessage`)
+_OPEN: list[Counter] = []
+
+#: vLLM's logging configuration under hargo (``VLLM_LOGGING_CONFIG_PATH``, set by
+#: :func:`hargo.evaluation.generate.import_vllm`): vLLM's ``vllm`` logger at WARNING through one
+#: stream handler with :class:`OncePerMessage`.
+VLLM_LOGGING_CONFIG = Path(__file__).with_name("vllm_logging.json")
+
+
+class OncePerMessage(logging.Filter):
+    """A logging filter: inside :func:`warnings_once`, a WARNING-or-above record passes the first
+    time its message template (``record.msg``, before the arguments are put in) is seen from its
+    library, and its repeats are counted in the block's summary; outside a block, or below
+    WARNING, every record passes. Named in a ``dictConfig`` as
+    ``{"()": "hargo.console.OncePerMessage"}`` (vLLM re-applies its configuration at every engine
+    start, so the count lives in the block, not in the filter)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _OPEN or record.levelno < logging.WARNING:
+            return True
+        seen = _OPEN[-1]
+        key = (f"{record.name.split('.')[0]} {record.levelname}", str(record.msg))
+        seen[key] += 1
+        return seen[key] == 1
 
 
 @contextlib.contextmanager
@@ -49,9 +84,11 @@ def warnings_once(stream: TextIO | None = None) -> Iterator[Counter]:
         warnings.filterwarnings("always", category=UserWarning)
         warnings.showwarning = show
         os.environ["PYTHONWARNINGS"] = ",".join(x for x in (old_env, CHILD_FILTER) if x)
+        _OPEN.append(seen)
         try:
             yield seen
         finally:
+            _OPEN.pop()
             if old_env is None:
                 os.environ.pop("PYTHONWARNINGS", None)
             else:

@@ -27,7 +27,9 @@ each version's ``hargo.gate`` tag, the reason (with the intervals) its descripti
 on the run and in ``metrics/register.json``.
 
 Failure handling: every check (metrics present for SFT and each method, gate metrics known and
-numeric, model folders complete, adapters trained on the SFT model there, per-prompt rows
+numeric, model folders complete, each with a training record that says it did not diverge
+(:func:`hargo.training.divergence.check_training_record`, against ``train.divergence``), adapters
+trained on the SFT model there, per-prompt rows
 matching the metrics, the store usable)
 runs before anything is registered. If logging, registering or moving an alias fails midway,
 the champion and candidate aliases are put back and the versions created by this run are
@@ -154,6 +156,11 @@ def _register(params: dict, root: str | Path) -> dict:
     check_rows_match_metrics(rows, metrics, gates, root / EVAL_FILE)
     dirs = {m: require_complete_dir(root / params["rl"]["out_dir"] / m, f"model folder of '{m}'")
             for m in methods}
+    from hargo.training.divergence import DivergenceBounds, check_training_record
+
+    bounds = DivergenceBounds.from_params(params)
+    for m in methods:     # a model whose training diverged is never registered
+        check_training_record(dirs[m], bounds, f"model folder of '{m}'")
     adapters = {m: adapter_dir(dirs[m]) for m in methods}
     base_dir = digest = None
     if any(adapters.values()):      # LoRA runs: their base is the SFT model they were trained on

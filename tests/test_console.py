@@ -64,3 +64,43 @@ def test_a_process_started_inside_shows_each_text_once():
                            timeout=60, env={k: v for k, v in os.environ.items()
                                             if k != "PYTHONWARNINGS"})
     assert plain.stderr.count("from a worker") == 2       # Python's default: once per line
+
+
+def test_the_vllm_logging_config_shows_each_message_once_even_after_it_is_reapplied():
+    """vLLM applies its logging config (hargo.console.VLLM_LOGGING_CONFIG, through
+    VLLM_LOGGING_CONFIG_PATH) at import and again at every engine start, with a new handler and
+    filter each time: the count must live in the warnings_once block, not in the filter."""
+    import json
+    import logging
+    import logging.config
+
+    from hargo.console import VLLM_LOGGING_CONFIG
+
+    config = json.loads(VLLM_LOGGING_CONFIG.read_text())
+    stream = io.StringIO()
+    config["handlers"]["vllm"]["stream"] = stream   # the shipped file writes to sys.stdout
+    assert json.loads(VLLM_LOGGING_CONFIG.read_text())["handlers"]["vllm"]["stream"] == \
+        "ext://sys.stdout"
+    worker = logging.getLogger("vllm.v1.worker.cpu_worker")
+    vllm_logger = logging.getLogger("vllm")
+    saved = (vllm_logger.handlers[:], vllm_logger.level, vllm_logger.propagate)
+    msg = "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding"
+    out = io.StringIO()
+    try:
+        with warnings_once(out) as seen:
+            for engine in range(3):                      # three engines, config re-applied
+                logging.config.dictConfig(config)
+                for _ in range(4):
+                    worker.warning(msg)
+                worker.warning("Loaded model %d", engine)   # one template, three texts
+                worker.info("not shown: below WARNING")
+        logging.config.dictConfig(config)
+        worker.warning(msg)                              # outside the block: shown again
+    finally:
+        vllm_logger.handlers[:], vllm_logger.level, vllm_logger.propagate = saved
+    lines = stream.getvalue().splitlines()
+    assert lines == [f"vllm WARNING [test_console.py:{lines[0].split(':')[1].split(']')[0]}] "
+                     f"{msg}", lines[1], lines[2]]
+    assert lines[1].endswith("Loaded model 0") and lines[2].endswith(msg)
+    assert seen[("vllm WARNING", msg)] == 12 and seen[("vllm WARNING", "Loaded model %d")] == 3
+    assert out.getvalue().startswith("(13 repeats of 2 library warning(s) above not shown again")

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hargo.training.divergence import (DivergenceBounds, DivergenceGuard, TrainingDiverged,
+from hargo.io import HargoInputError
+from hargo.training.divergence import (TRAINING_RECORD, DivergenceBounds, DivergenceGuard,
+                                       TrainingDiverged, check_training_record, training_record,
                                        check_logs)
 
 PARAMS = str(Path(__file__).resolve().parents[1] / "params.yaml")
@@ -111,9 +113,16 @@ def test_rl_at_lr_1e3_stops_and_saves_nothing(tiny_policy, tmp_path, method):
     assert f"checkpoint-{step}" not in saved, (step, saved)
     # the same run at a healthy learning rate passes the guard
     q = _tiny_params(1e-4)
+    diverged = training_record(trainer.state.log_history, q_bounds := DivergenceBounds())
+    assert diverged["diverged"] and diverged["problem"].startswith(f"step {step}: ")
     trainer = build_trainer(q, method, model_dir, records, tmp_path / "healthy",
                             reward_funcs=rewards)
     trainer.train()
+    # the record the rl stage saves beside the model: 4 logged steps, every peak within bounds
+    rec = training_record(trainer.state.log_history, q_bounds)
+    assert rec["diverged"] is False and rec["problem"] is None and rec["logged_steps"] == 4
+    assert {"loss", "grad_norm"} <= set(rec["peaks"])
+    assert all(math.isfinite(p["value"]) and 1 <= p["step"] <= 4 for p in rec["peaks"].values())
 
 
 def test_sft_at_lr_1e3_stops_and_writes_no_model(tiny_policy, tmp_path):
@@ -154,3 +163,58 @@ def test_check_params_warns_on_an_implausible_learning_rate():
     assert res.exit_code == 0
     assert ("rl.learning_rate = 1000 is outside the plausible range [1e-07, 0.01]"
             in res.output)
+
+
+HISTORY = [{"loss": 2.0, "grad_norm": 5.0, "learning_rate": 1e-4, "step": 1},
+           {"loss": -3.5, "kl": 0.2, "grad_norm": 1.0, "step": 2},
+           {"train_runtime": 9.0, "step": 2}]      # the end-of-training entry: nothing checked
+
+
+def test_training_record_takes_each_peak_and_its_step_by_hand():
+    rec = training_record(HISTORY, DivergenceBounds())
+    assert rec == {"diverged": False, "problem": None,
+                   "bounds": {"max_loss": 100.0, "max_kl": 10.0, "max_grad_norm": 1000.0},
+                   "logged_steps": 2,
+                   "peaks": {"loss": {"value": 3.5, "step": 2},
+                             "grad_norm": {"value": 5.0, "step": 1},
+                             "kl": {"value": 0.2, "step": 2}}}
+
+
+def test_training_record_keeps_the_first_non_finite_value_and_the_first_problem():
+    hist = HISTORY + [{"loss": float("nan"), "step": 3}, {"loss": 1e9, "step": 4}]
+    rec = training_record(hist, DivergenceBounds())
+    assert rec["diverged"] is True and rec["problem"] == "step 3: loss = nan (non-finite)"
+    assert math.isnan(rec["peaks"]["loss"]["value"]) and rec["peaks"]["loss"]["step"] == 3
+    # tighter bounds: the first step past them is the problem
+    rec = training_record(HISTORY, DivergenceBounds(max_grad_norm=4.0))
+    assert rec["problem"] == "step 1: grad_norm = 5 (bound |grad_norm| <= 4, " \
+        "train.divergence.max_grad_norm)"
+
+
+def _write(folder: Path, record) -> Path:
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / TRAINING_RECORD).write_text(json.dumps(record))
+    return folder
+
+
+def test_check_training_record_refuses_what_diverged_and_names_the_field(tmp_path):
+    healthy = training_record(HISTORY, DivergenceBounds())
+    assert check_training_record(_write(tmp_path / "ok", healthy), DivergenceBounds()) == healthy
+    with pytest.raises(HargoInputError, match=r"no training record"):
+        check_training_record(tmp_path / "empty", DivergenceBounds(), "model folder of 'grpo'")
+    bad = training_record(HISTORY + [{"grad_norm": float("inf"), "step": 3}], DivergenceBounds())
+    with pytest.raises(HargoInputError, match=r"field 'diverged'.*diverged in training "
+                                              r"\(step 3: grad_norm = inf \(non-finite\)\)"):
+        check_training_record(_write(tmp_path / "inf", bad), DivergenceBounds())
+    # trained under raised bounds (the record says healthy), registered under the defaults
+    raised = training_record(HISTORY + [{"loss": 500.0, "step": 3}],
+                             DivergenceBounds(max_loss=1e6))
+    with pytest.raises(HargoInputError, match=r"field 'peaks.loss'.*reached 500 at step 3, past "
+                                              r"train.divergence.max_loss = 100"):
+        check_training_record(_write(tmp_path / "raised", raised), DivergenceBounds())
+    # the same record passes where the bound in force is above its peak
+    check_training_record(tmp_path / "raised", DivergenceBounds(max_loss=1000.0))
+    with pytest.raises(HargoInputError, match=r"not a training record"):
+        check_training_record(_write(tmp_path / "other", {"loss": 1}), DivergenceBounds())

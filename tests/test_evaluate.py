@@ -401,3 +401,36 @@ def test_eval_json_entry_keeps_scalars_and_reduces_the_confusion_matrix():
                           "matrix": [[1, 1], [1, 1]]}}
     assert eval_json_entry(m) == {"n": 4, "dr_f1": 0.5, "plp_similarity": None,
                                   "dr_confusion": {"tp": 1, "fp": 1, "fn": 1, "tn": 1}}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_weights_in_dtype_casts_a_copy_only_when_needed(tiny_model_dir, dtype):
+    """vLLM warns once per tensor when it loads float32 weights into bf16 parameters (572 of the
+    evaluate stage's 623 console lines): the served folder holds the weights in vLLM's dtype,
+    cast with torch's rounding (the same values vLLM's own copy would give)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from hargo.models.loading import model_digest, weights_in_dtype
+
+    before = model_digest(tiny_model_dir)
+    fp32 = load_file(str(tiny_model_dir / "model.safetensors"))
+    with weights_in_dtype(tiny_model_dir, dtype) as served:
+        if dtype == "float32":           # already stored so: the folder itself, no copy
+            assert served == tiny_model_dir
+        else:
+            assert served != tiny_model_dir and served.is_dir()
+            cast = load_file(str(served / "model.safetensors"))
+            assert set(cast) == set(fp32)
+            for k, v in cast.items():
+                assert v.dtype == torch.bfloat16 and torch.equal(v, fp32[k].to(torch.bfloat16))
+            assert json.loads((served / "config.json").read_text())["dtype"] == "bfloat16"
+            assert (served / "tokenizer.json").read_bytes() == (
+                tiny_model_dir / "tokenizer.json").read_bytes()
+            assert not (served / "adapter").exists() and not (served / ".complete").exists()
+    if dtype != "float32":
+        assert not served.exists()       # removed on exit
+    assert model_digest(tiny_model_dir) == before
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        with weights_in_dtype(tiny_model_dir, "int8"):
+            pass

@@ -72,10 +72,20 @@ def write_eval(root: Path, models: dict, ids=IDS, run=None) -> dict:
     return doc
 
 
+#: a healthy run's training record (hargo.training.divergence.training_record), by hand
+HEALTHY_RECORD = {"diverged": False, "problem": None, "logged_steps": 2,
+                  "bounds": {"max_loss": 100.0, "max_kl": 10.0, "max_grad_norm": 1000.0},
+                  "peaks": {"loss": {"value": 2.5, "step": 1}, "kl": {"value": 0.1, "step": 2},
+                            "grad_norm": {"value": 4.0, "step": 1}}}
+
+
 @pytest.fixture()
 def reg_root(tmp_path, tiny_model_dir) -> Path:
+    from hargo.training.divergence import TRAINING_RECORD
+
     for m in ("grpo", "hargo"):
         shutil.copytree(tiny_model_dir, tmp_path / "models" / "rl" / m)
+        (tmp_path / "models" / "rl" / m / TRAINING_RECORD).write_text(json.dumps(HEALTHY_RECORD))
     return tmp_path
 
 
@@ -581,6 +591,33 @@ def test_missing_or_half_written_model_folder(reg_root, committed_params, mlflow
                        else "incomplete"):
         run(reg_params(committed_params, methods=("grpo", "hargo")), root=reg_root)
     assert _registered_names(mlflow_uri) == []  # grpo, though fine, was not registered either
+
+
+@pytest.mark.parametrize("record", ["diverged", "past-bound", "missing"])
+def test_a_model_whose_training_diverged_is_refused_before_anything_is_registered(
+        reg_root, committed_params, mlflow_uri, record):
+    """Issue 30 item 1: register reads each model's training record; grpo, though healthy and
+    first in order, is not registered either."""
+    from hargo.registry import run
+    from hargo.training.divergence import TRAINING_RECORD
+
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45), "hargo": model_rows(plp=0.5)})
+    path = reg_root / "models" / "rl" / "hargo" / TRAINING_RECORD
+    if record == "missing":
+        path.unlink()
+        match = r"models/rl/hargo/training_record.json: model folder of 'hargo' has no training"
+    elif record == "diverged":
+        path.write_text(json.dumps({**HEALTHY_RECORD, "diverged": True,
+                                    "problem": "step 2: loss = 3.1e+23 (bound |loss| <= 100)"}))
+        match = r"field 'diverged'.*diverged in training \(step 2: loss = 3.1e\+23"
+    else:   # trained with train.divergence.max_kl raised to 1e6; registered under the default 10
+        path.write_text(json.dumps({**HEALTHY_RECORD, "peaks": {"kl": {"value": 9.7e24,
+                                                                       "step": 2}}}))
+        match = r"field 'peaks.kl'.*reached 9.7e\+24 at step 2, past train.divergence.max_kl = 10"
+    with pytest.raises(HargoInputError, match=match):
+        run(reg_params(committed_params, methods=("grpo", "hargo")), root=reg_root)
+    assert _registered_names(mlflow_uri) == []
+    assert not (reg_root / "metrics" / "register.json").exists()
 
 
 def test_store_that_cannot_be_opened_is_a_clear_error(reg_root, committed_params, monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hargo.io import HargoInputError
-from tests.test_registry import model_rows, reg_params, write_eval
+from tests.test_registry import HEALTHY_RECORD, model_rows, reg_params, write_eval
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -31,7 +31,7 @@ def make_lora_rl(sft_dir: Path, out_dir: Path, seed: int, adapter_dtype: str = "
     model = get_peft_model(load_model(sft_dir), LoraConfig(
         r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
     save_merged(model, load_tokenizer(sft_dir), out_dir, dtype="float32", adapter_base=sft_dir,
-                adapter_dtype=adapter_dtype)
+                adapter_dtype=adapter_dtype, training_record=HEALTHY_RECORD)
 
 
 def _tensor_dtypes(path: Path) -> set[str]:

@@ -113,6 +113,9 @@ def test_rl_runs_every_method_and_logs_per_task_metrics(committed_params, tiny_m
         res = results[method]
         assert res["steps"] == 2 and res["steps_this_run"] == 2
         assert (tmp_path / "models" / "rl" / method / ".complete").is_file()
+        record = json.loads((tmp_path / "models" / "rl" / method / "training_record.json")
+                            .read_text())     # read by the register stage
+        assert record["diverged"] is False and record["logged_steps"] == res["steps"] == 2
         assert (tmp_path / "models" / "rl" / method / "model.safetensors").is_file()
         # LoRA: the adapter is kept beside the merged weights, with the digest of its base
         assert params["rl"]["lora"]["enabled"]

@@ -78,6 +78,9 @@ def _run_and_check(workdir: Path, params: dict, margin: float) -> dict:
         json.dumps(metrics))
     out = workdir / "models" / "sft"
     assert (out / ".complete").exists()
+    record = json.loads((out / "training_record.json").read_text())   # read by register
+    assert record["diverged"] is False and record["logged_steps"] >= 1
+    assert metrics["initial_loss"] <= record["peaks"]["loss"]["value"] < 100
     assert not list(out.glob("adapter_*")), "adapters must be merged"
     model = AutoModelForCausalLM.from_pretrained(out)
     base = AutoModelForCausalLM.from_pretrained(workdir / "models" / "base")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.hardware import generation_dtype
-from hargo.models.loading import check_context, context_length
+from hargo.models.loading import check_context, context_length, weights_in_dtype
 
 __all__ = ["BACKENDS", "GenerationResult", "VLLMUnavailableError", "generate", "run_generation",
            "render_prompts", "stop_token_ids", "import_vllm"]
@@ -258,13 +258,20 @@ def import_vllm():
     """Set vLLM's environment for an in-process engine, then import ``vllm``.
 
     Sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (always: the engine must not fork under the CLI or
-    pytest) and, unless already set, ``VLLM_LOGGING_LEVEL=WARNING``.
+    pytest) and, unless already set, ``VLLM_LOGGING_LEVEL=WARNING`` and (at that level)
+    ``VLLM_LOGGING_CONFIG_PATH`` to :data:`hargo.console.VLLM_LOGGING_CONFIG`: inside
+    :func:`hargo.console.warnings_once` (every CLI stage) each distinct vLLM warning is shown
+    once and its repeats counted.
 
     Raises:
         VLLMUnavailableError: ``vllm`` cannot be imported; says how to install it.
     """
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if os.environ["VLLM_LOGGING_LEVEL"] == "WARNING":   # a user's own level or config stays
+        from hargo.console import VLLM_LOGGING_CONFIG
+
+        os.environ.setdefault("VLLM_LOGGING_CONFIG_PATH", str(VLLM_LOGGING_CONFIG))
     try:
         import vllm
     except ImportError as e:
@@ -279,7 +286,8 @@ def _vllm_engine_kwargs(vllm, params_evaluate: Mapping, dtype: str, max_model_le
 
     kw = dict(dtype=dtype, seed=int(seed), max_model_len=int(max_model_len),
               enforce_eager=bool(params_evaluate.get("enforce_eager", True)),
-              generation_config="vllm")
+              generation_config="vllm",
+              use_tqdm_on_load=False)   # 3 console lines per engine; hargo names each model
     if current_platform.is_cpu():
         gib = float(params_evaluate.get("kv_cache_gib", 2))
         if gib <= 0:
@@ -302,7 +310,9 @@ def _vllm_generate(vllm, model_dir: Path, ids, eos, max_new: list[int], temperat
     llm = None
     try:
         t0 = time.perf_counter()
-        llm = vllm.LLM(model=str(model_dir), tokenizer=str(model_dir), **kw)
+        # weights stored in the dtype vLLM serves: no per-tensor dtype warning (the function)
+        with weights_in_dtype(model_dir, dtype) as served:
+            llm = vllm.LLM(model=str(served), tokenizer=str(model_dir), **kw)
         load_s = time.perf_counter() - t0
         # greedy: one completion, repeated below (n > 1 would decode the same text n times)
         n = num_samples if temperature > 0 else 1

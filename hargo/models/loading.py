@@ -9,14 +9,15 @@ the merged weights (:mod:`hargo.registered_models`).
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from hargo.io import atomic_dir, require_complete_dir
 
 __all__ = ["DTYPES", "ADAPTER_DIR", "ADAPTER_BASE_FILE", "resolve_model_dir", "load_model",
            "load_tokenizer", "save_merged", "cast_lora_params", "model_digest", "describe",
-           "context_length", "check_context"]
+           "context_length", "check_context", "weights_in_dtype"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 #: the subfolder of a model folder holding the LoRA adapter it was merged from (rl stage)
@@ -25,6 +26,8 @@ ADAPTER_DIR = "adapter"
 ADAPTER_BASE_FILE = "hargo_base.json"
 #: the files of a model folder that make the model (weights, config, tokenizer, remote code)
 _MODEL_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".jinja", ".model", ".txt", ".py")
+#: hargo.training.divergence.TRAINING_RECORD (not imported: that module imports transformers)
+_TRAINING_RECORD = "training_record.json"
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -77,7 +80,8 @@ def load_tokenizer(path: str | Path):
 def model_digest(model_dir: str | Path) -> str:
     """SHA-256 (hex) over the top-level files of a model folder that make the model (weights,
     config, tokenizer, chat template; by name and content, in name order): two folders with the
-    same digest load the same model. ``adapter/`` and the ``.complete`` marker are not part of it.
+    same digest load the same model. ``adapter/``, the ``.complete`` marker and the training record
+(``training_record.json``, a record of the run, not of the model) are not part of it.
 
     Raises:
         FileNotFoundError: ``model_dir`` is not a folder.
@@ -85,7 +89,8 @@ def model_digest(model_dir: str | Path) -> str:
     from hargo.io import sha256_files
 
     return sha256_files((p for p in Path(model_dir).iterdir()
-                         if p.is_file() and p.suffix in _MODEL_FILE_SUFFIXES), b"\0")
+                         if p.is_file() and p.suffix in _MODEL_FILE_SUFFIXES
+                         and p.name != _TRAINING_RECORD), b"\0")
 
 
 def cast_lora_params(model, dtype) -> None:
@@ -98,7 +103,8 @@ def cast_lora_params(model, dtype) -> None:
 
 
 def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
-                adapter_base: str | Path | None = None, adapter_dtype: str = "float32") -> None:
+                adapter_base: str | Path | None = None, adapter_dtype: str = "float32",
+                training_record: dict | None = None) -> None:
     """Save ``model`` as a plain model folder (safetensors, tokenizer, generation config).
 
     A PEFT model's adapters are merged into the base weights first (``merge_and_unload``), so
@@ -127,6 +133,10 @@ def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
     registry then refuses the mixed file by name (``hargo.registered_models``). Only the rl
     stage passes ``adapter_base``; SFT, HPC-GPT and the preference methods merge their fp32
     LoRA weights as trained.
+
+    ``training_record``: the run's record (:func:`hargo.training.divergence.training_record`),
+    written as ``training_record.json`` inside the same atomic write, so a folder never lacks
+    the record it was saved with; the ``register`` stage reads it.
 
     Raises:
         ValueError: ``dtype`` or ``adapter_dtype`` not one of :data:`DTYPES`.
@@ -159,6 +169,8 @@ def save_merged(model, tokenizer, out_dir: str | Path, dtype: str = "float32",
         tokenizer.save_pretrained(tmp)
         if getattr(model, "generation_config", None) is not None:
             model.generation_config.save_pretrained(tmp)
+        if training_record is not None:
+            (tmp / _TRAINING_RECORD).write_text(json.dumps(training_record, indent=1) + "\n")
 
 
 def describe(model: Any) -> dict[str, int]:
@@ -218,3 +230,78 @@ def check_context(limit: int | None, longest_prompt: int, new_tokens: int, promp
                          f"{new_tokens} it needs {need} tokens, past the model's context of "
                          f"{limit}; {fix}")
     return need
+
+
+@contextlib.contextmanager
+def weights_in_dtype(model_dir: str | Path, dtype: str) -> Iterator[Path]:
+    """A model folder whose floating-point weights are stored in ``dtype``.
+
+    vLLM serves a model in one dtype (``evaluate.dtype``, bf16 where the CPU or GPU has it) and
+    warns once per tensor ("Attempted to load weight ... with dtype torch.float32 into parameter
+    with dtype torch.bfloat16", vllm ``model_executor/models/utils.py``: 272 lines for
+    SmolLM2-135M) when the folder holds another, as hargo's float32 model folders do
+    (``model.dtype``). Here the weights are cast before vLLM sees them, so the warning has no
+    cause; the cast is torch's round-to-nearest-even, the same rounding vLLM's own copy into a
+    bf16 parameter does, so the served model is the same.
+
+    Yields ``model_dir`` itself when every floating tensor of its ``*.safetensors`` files is
+    already ``dtype`` (or it has none); otherwise a temporary folder (removed on exit) with the
+    cast ``*.safetensors``, ``config.json``'s ``dtype``/``torch_dtype`` set to ``dtype``, and
+    every other top-level file copied (subfolders such as ``adapter/`` and hidden files such as
+    the ``.complete`` marker are left out).
+
+    Raises:
+        ValueError: ``dtype`` is not one of :data:`DTYPES`.
+        FileNotFoundError: ``model_dir`` is not a folder.
+    """
+    import json
+    import shutil
+    import tempfile
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model folder {model_dir} does not exist")
+    target = getattr(torch, dtype)
+    stored = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+              "F64": torch.float64}
+    shards = sorted(model_dir.glob("*.safetensors"))
+    needs_cast = False
+    for shard in shards:
+        with safe_open(str(shard), "pt") as f:
+            for key in f.keys():
+                t = stored.get(f.get_slice(key).get_dtype())
+                if t is not None and t != target:
+                    needs_cast = True
+                    break
+        if needs_cast:
+            break
+    if not needs_cast:
+        yield model_dir
+        return
+    with tempfile.TemporaryDirectory(prefix=f"hargo-{dtype}-") as tmp:
+        out = Path(tmp)
+        for p in model_dir.iterdir():
+            if not p.is_file() or p.name.startswith("."):    # e.g. the .complete marker
+                continue
+            if p.suffix == ".safetensors":
+                with safe_open(str(p), "pt") as f:
+                    metadata = f.metadata()
+                tensors = {k: (v.to(target) if v.is_floating_point() else v)
+                           for k, v in load_file(str(p)).items()}
+                save_file(tensors, str(out / p.name), metadata=metadata)
+                del tensors
+            elif p.name == "config.json":
+                cfg = json.loads(p.read_text(encoding="utf-8"))
+                for key in ("dtype", "torch_dtype"):
+                    if key in cfg:
+                        cfg[key] = dtype
+                (out / p.name).write_text(json.dumps(cfg, indent=2) + "\n")
+            else:
+                shutil.copy2(p, out / p.name)
+        yield out

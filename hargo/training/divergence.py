@@ -22,16 +22,30 @@ runs at lr 2e-4):
 transformers' ``logging_nan_inf_filter`` (default on) replaces a NaN/inf loss in the logs with
 the window's mean, which would hide a non-finite loss from this guard: hargo's trainers turn it
 off (the guard checks what was computed).
+
+The training record: every model folder a training stage saves (SFT, RL, the preference methods)
+holds ``training_record.json`` (:func:`training_record`, written inside the folder's atomic write
+by :func:`hargo.models.loading.save_merged`): the bounds in force, how many logged steps were
+checked and the peak |value| of each checked quantity with its step, over the run's whole log
+history (a resumed run's too). The ``register`` stage reads it (:func:`check_training_record`)
+and refuses a model whose record says it diverged or whose peaks are past the bounds in force at
+registration (a run trained with raised bounds), or that has no record (a folder not saved by a
+training stage).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
 
 from transformers import TrainerCallback
 
-__all__ = ["TrainingDiverged", "DivergenceBounds", "check_logs", "DivergenceGuard"]
+__all__ = ["TrainingDiverged", "DivergenceBounds", "check_logs", "DivergenceGuard",
+           "TRAINING_RECORD", "training_record", "check_training_record"]
+
+#: the file in every model folder a training stage saves (:func:`training_record`)
+TRAINING_RECORD = "training_record.json"
 
 
 class TrainingDiverged(RuntimeError):
@@ -111,3 +125,94 @@ class DivergenceGuard(TrainerCallback):
                 f"{self.what} diverged at step {state.global_step}: {problem}; learning rate "
                 f"{args.learning_rate:g}. Nothing of this run was saved. Lower the learning "
                 "rate, or raise the bound if the value is healthy for this model")
+
+
+def training_record(log_history: Sequence[Mapping], bounds: DivergenceBounds) -> dict:
+    """The training record of a run from its trainer's ``state.log_history``.
+
+    Args:
+        log_history: transformers' ``TrainerState.log_history``: one dict per logged step with
+            ``step`` and some of ``loss``, ``kl``, ``grad_norm`` (other keys ignored).
+        bounds: the bounds the run was checked against.
+
+    Returns:
+        ``{"diverged": bool, "problem": str | None, "bounds": {...}, "logged_steps": int,
+        "peaks": {key: {"value": max |v|, "step": step}}}``; ``problem`` is the first logged
+        step's :func:`check_logs` finding (``"step 2: loss = ..."``), ``diverged`` whether
+        there is one. A non-finite value is its own peak.
+    """
+    peaks: dict[str, dict] = {}
+    problem = None
+    logged = 0
+    for logs in log_history:
+        seen = False
+        for key, _ in _CHECKED:
+            v = logs.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            seen = True
+            a = abs(float(v))
+            old = peaks.get(key)
+            if old is not None and not math.isfinite(old["value"]):
+                continue   # the first non-finite value stays the peak
+            if old is None or not math.isfinite(a) or a > old["value"]:
+                peaks[key] = {"value": a, "step": int(logs.get("step", 0))}
+        logged += seen
+        if problem is None and seen:
+            found = check_logs(logs, bounds)
+            if found is not None:
+                problem = f"step {int(logs.get('step', 0))}: {found}"
+    return {"diverged": problem is not None, "problem": problem, "bounds": asdict(bounds),
+            "logged_steps": logged, "peaks": peaks}
+
+
+def check_training_record(model_dir: str | Path, bounds: DivergenceBounds,
+                          what: str = "model folder") -> dict:
+    """Read ``model_dir/training_record.json`` and refuse a model that diverged.
+
+    Refused: no record, a record that is not a JSON object with ``diverged`` and ``peaks``, a
+    record that says ``diverged``, and a peak that is non-finite or past ``bounds`` (the bounds
+    in force now, which may be lower than those the run was trained under).
+
+    Returns:
+        The record.
+
+    Raises:
+        hargo.io.HargoInputError: naming the file and the field (``diverged`` or
+            ``peaks.<key>``) and the value and step.
+    """
+    import json
+
+    from hargo.io import HargoInputError
+
+    path = Path(model_dir) / TRAINING_RECORD
+    if not path.is_file():
+        raise HargoInputError(path, f"{what} has no training record: only a model saved by a "
+                              "hargo training stage (which records whether it diverged) can be "
+                              "registered; re-run the stage that trains it")
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise HargoInputError(path, f"not a readable JSON training record ({e})") from None
+    if not (isinstance(rec, dict) and isinstance(rec.get("diverged"), bool)
+            and isinstance(rec.get("peaks"), dict)):
+        raise HargoInputError(path, "not a training record (needs 'diverged' true/false and "
+                              "'peaks')")
+    if rec["diverged"]:
+        raise HargoInputError(path, f"{what} diverged in training ({rec.get('problem')}): not "
+                              "registered", field="diverged")
+    for key, bound_name in _CHECKED:
+        peak = rec["peaks"].get(key)
+        if peak is None:
+            continue
+        v = peak.get("value") if isinstance(peak, dict) else None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise HargoInputError(path, f"peak of {key} is not a number: {peak!r}",
+                                  field=f"peaks.{key}")
+        bound = getattr(bounds, bound_name)
+        if not math.isfinite(v) or v > bound:
+            raise HargoInputError(
+                path, f"{what} diverged in training: |{key}| reached {v:.4g} at step "
+                f"{peak.get('step')}, past train.divergence.{bound_name} = {bound:g}; not "
+                "registered", field=f"peaks.{key}")
+    return rec

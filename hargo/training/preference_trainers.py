@@ -337,8 +337,13 @@ def train_preference(params: Mapping, method: str, model_dir: str | Path,
             "trainable_parameters": counts["trainable"],
         }
         if out_dir is not None:
+            from hargo.training.divergence import DivergenceBounds, training_record
+
             loading.save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                               dtype=params["model"]["dtype"])
+                               dtype=params["model"]["dtype"],
+                               training_record=training_record(
+                                   trainer.state.log_history,
+                                   DivergenceBounds.from_params(params)))
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)

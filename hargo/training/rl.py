@@ -369,9 +369,13 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
             trainer.accelerator.wait_for_everyone()
         if launch.is_main:   # one writer: atomic_dir's rename would race between processes
             # the LoRA adapter is kept beside the merged weights: the registry stores it
+            from hargo.training.divergence import DivergenceBounds, training_record
+
             save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
                         dtype=params["model"]["dtype"], adapter_base=model_dir,
-                        adapter_dtype=rl["lora"].get("adapter_dtype", "float32"))
+                        adapter_dtype=rl["lora"].get("adapter_dtype", "float32"),
+                        training_record=training_record(trainer.state.log_history,
+                                                        DivergenceBounds.from_params(params)))
         save_s = time.perf_counter() - t0
 
         history = recorder.history

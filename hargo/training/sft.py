@@ -278,8 +278,13 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
             if launch.num_processes > 1:
                 trainer.accelerator.wait_for_everyone()
             if launch.is_main:   # one writer: atomic_dir's rename would race between processes
+                from hargo.training.divergence import DivergenceBounds, training_record
+
                 loading.save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                                   dtype=params["model"]["dtype"])
+                                   dtype=params["model"]["dtype"],
+                                   training_record=training_record(
+                                       trainer.state.log_history,
+                                       DivergenceBounds.from_params(params)))
         return metrics
     finally:
         shutil.rmtree(work, ignore_errors=True)
