@@ -40,6 +40,7 @@ A metric whose tasks are absent from the samples is ``None``.
 from __future__ import annotations
 
 import statistics
+from typing import Mapping
 
 from hargo.rewards import (RACE_TASKS, TASKS, TaskReward, check_task, completion_text,
                            question_text)
@@ -47,7 +48,32 @@ from hargo.rewards.mlperf import mlperf_em
 from hargo.rewards.race import extract_yes_no, canonical_label
 
 __all__ = ["score_samples", "compute_metrics", "race_classification", "race_auc", "win_rate",
-           "PLP_CORRECT_THRESHOLD"]
+           "PLP_CORRECT_THRESHOLD", "HEADLINE_METRICS", "headline"]
+
+#: the DVC metrics of each pipeline (``metrics/headline.json``, ``metrics/compare/headline.json``):
+#: the paper's three task metrics, their average, the judged win rate, and the race metric that
+#: chance cannot fool, so ``dvc metrics show`` / ``dvc exp show`` stay readable; every other
+#: number stays in the stage's full JSON (a plain DVC output)
+HEADLINE_METRICS = ("dr_f1", "dr_mcc", "mlperf_em", "plp_similarity", "avg_score", "win_rate")
+
+
+def headline(entries: Mapping) -> dict:
+    """``{name: {metric: value}}`` keeping, of each entry, the :data:`HEADLINE_METRICS` it has,
+    in that order; a value that is a ``{"mean": ...}`` aggregate is replaced by its mean.
+    Entries that are not mappings (e.g. a list of seeds) are left out."""
+    out = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, Mapping):
+            continue
+        row = {}
+        for k in HEADLINE_METRICS:
+            v = entry.get(k)
+            if isinstance(v, Mapping):
+                v = v.get("mean")
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                row[k] = v
+        out[name] = row
+    return out
 
 PLP_CORRECT_THRESHOLD = 0.5
 _LABELS = ["yes", "no"]

@@ -153,6 +153,15 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
 
     doc = json.loads((eval_root / "metrics" / "eval.json").read_text())
     assert set(doc) == {"base", "sft", "grpo", "always-yes", "nearest-train", "run"}
+    # the DVC metrics: a few numbers per model (SFT has no win rate, a baseline race ones only)
+    head = json.loads((eval_root / "metrics" / "headline.json").read_text())
+    task_metrics = {"dr_f1", "dr_mcc", "mlperf_em", "plp_similarity", "avg_score"}
+    assert {m: set(v) for m, v in head.items()} == {
+        "base": task_metrics | {"win_rate"}, "sft": task_metrics,
+        "grpo": task_metrics | {"win_rate"}, "always-yes": {"dr_f1", "dr_mcc"},
+        "nearest-train": {"dr_f1", "dr_mcc"}}
+    assert all(head[m][k] == doc[m][k] for m in head for k in head[m])
+    assert head["always-yes"]["dr_mcc"] == 0.0      # a constant answer: MCC 0 by definition
     run = doc["run"]
     assert run["judge"] == "task-reward" and run["backend"] == "vllm" and run["dtype"] == "float32"
     assert run["n_prompts"] == 8 and run["skipped_total"] == 2 and run["skipped_race_c"] == 2

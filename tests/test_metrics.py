@@ -371,3 +371,18 @@ def test_mlperf_em_and_accuracy_need_a_whole_number_token():
     assert [r["reward"] for r in scored] == [0.0, 0.0, 1.0, 0.0]
     m = compute_metrics(samples, completions, reward_fn=TaskReward(RewardConfig(), scorer=None))
     assert m["mlperf_em"] == m["accuracy_mlperf"] == pytest.approx(1 / 4)
+
+
+def test_headline_keeps_the_headline_metrics_in_order_and_takes_means():
+    from hargo.metrics import HEADLINE_METRICS, headline
+
+    assert HEADLINE_METRICS == ("dr_f1", "dr_mcc", "mlperf_em", "plp_similarity", "avg_score",
+                                "win_rate")
+    got = headline({"sft": {"win_rate": None, "avg_score": 0.5, "dr_f1": 0.25, "n": 96,
+                            "dr_confusion": {"tp": 1}},
+                    "hargo": {"dr_f1": {"mean": 0.4, "std": 0.1, "values": [0.3, 0.5]},
+                              "win_rate": {"mean": 0.6}, "dr_mcc": True},
+                    "seeds": [1, 2, 3]})
+    assert got == {"sft": {"dr_f1": 0.25, "avg_score": 0.5},
+                   "hargo": {"dr_f1": 0.4, "win_rate": 0.6}}
+    assert list(got["sft"]) == ["dr_f1", "avg_score"]

@@ -521,6 +521,15 @@ def test_report_renders_from_fixture(tmp_path, mlflow_uri):
     assert (s["runs"]["hargo-s2"]["win_wins"], s["runs"]["hargo-s2"]["win_ties"],
             s["runs"]["hargo-s2"]["win_losses"]) == (5, 2, 1)
     assert s["sft"]["dr_f1"] == 0.5 and s["sft"]["win_rate"] is None
+    # the DVC metrics: SFT's values and each method's mean over seeds, headline metrics only
+    head = json.loads((tmp_path / "metrics/compare/headline.json").read_text())["compare"]
+    assert set(head) == {"sft", "grpo", "hargo"}
+    assert head["hargo"]["avg_score"] == pytest.approx(0.825)
+    assert head["grpo"]["dr_f1"] == pytest.approx((2 / 3 + 0.8) / 2)
+    assert head["hargo"]["win_rate"] == pytest.approx((0.875 + 0.75) / 2)
+    assert head["sft"]["dr_f1"] == 0.5 and "win_rate" not in head["sft"]   # None: left out
+    assert set(head["hargo"]) <= {"dr_f1", "dr_mcc", "mlperf_em", "plp_similarity",
+                                  "avg_score", "win_rate"}
     ci = s["ci"]["hargo-grpo"]
     assert ci["avg_score"]["diff"] == pytest.approx(((7.7 - 5.3) / 8 + (5.5 - 4.2) / 8) / 2)
     assert ci["dr_f1"]["diff"] == pytest.approx(((1.0 - 2 / 3) + (0.8 - 0.8)) / 2)

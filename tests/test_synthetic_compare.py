@@ -435,6 +435,11 @@ def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
     assert "## heterogeneous rewards" in md and "HARGO vs GRPO on the mean eval reward" in md
     for name in ("heterogeneous_reward_mean.png", "homogeneous_update_mass_share.png"):
         assert (tmp_path / "reports/synthetic" / name).stat().st_size > 1000
+    head = json.loads((tmp_path / "metrics/synthetic/headline.json").read_text())   # DVC metrics
+    t = summary["configurations"]["homogeneous"]["table"]
+    assert head["homogeneous"]["hargo"] == {"reward": t["hargo"]["all/reward"]["mean"],
+                                            "correct": t["hargo"]["all/correct"]["mean"]}
+    assert set(head) == {"heterogeneous", "homogeneous"} and set(head["homogeneous"]) == set(t)
     written = json.loads((tmp_path / "metrics/synthetic/summary.json").read_text())
     assert json.dumps(written, sort_keys=True) == json.dumps(json.loads(json.dumps(summary)),
                                                              sort_keys=True)

@@ -32,7 +32,9 @@ Outputs (each whole or not at all; ``hargo.io``), rendered by ``hargo.compare.re
   (cumulative share of the update mass; one panel per task, a line
   per online RL method, mean over seeds), ``answer_lengths.png`` (completion characters per task,
   SFT and each method, seeds pooled);
-- ``metrics/compare/summary.json``;
+- ``metrics/compare/summary.json`` (a plain output) and ``metrics/compare/headline.json`` (the
+  DVC metrics, ``{"compare": {model: {metric: value}}}``: SFT and each method's mean over seeds
+  of :data:`hargo.metrics.HEADLINE_METRICS`);
 - an MLflow run tagged ``hargo.kind=comparison`` with the summary metrics and all of the above as
   artifacts.
 
@@ -64,13 +66,15 @@ from hargo.vocab import PREFERENCE_METHODS
 from hargo.rewards import RACE_TASKS
 
 __all__ = ["EVAL_ROOT", "TRAIN_METRICS_ROOT", "REPORT_MD", "REPORT_HTML", "FIGURES_DIR",
-           "SUMMARY_FILE", "Inputs", "load_inputs", "Outputs", "write_outputs", "flat_metrics",
+           "SUMMARY_FILE", "HEADLINE_FILE", "Inputs", "load_inputs", "Outputs", "write_outputs", "flat_metrics",
            "log_to_mlflow", "run"]
 
 REPORT_MD = Path("reports") / "comparison.md"
 REPORT_HTML = Path("reports") / "comparison.html"
 FIGURES_DIR = Path("reports") / "comparison"
 SUMMARY_FILE = Path("metrics") / "compare" / "summary.json"
+#: the comparison's DVC metrics: SFT's and each method's mean over seeds of the headline metrics
+HEADLINE_FILE = Path("metrics") / "compare" / "headline.json"
 
 #: Metrics of a run's metrics.json checked against the ones recomputed from its generations.
 _CHECKED = ("dr_f1", "plp_similarity", "mlperf_em", "avg_score")
@@ -287,6 +291,12 @@ def write_outputs(root: Path, blocks: list, summary: Mapping, agg: Aggregates) -
     html = atomic_write_text(root / REPORT_HTML,
                              render.render_html(blocks, images, "hargo method comparison"))
     summary_path = atomic_write_json(root / SUMMARY_FILE, summary)
+    from hargo.metrics import headline
+
+    # under "compare": the column names differ from the main pipeline's (sft.dr_f1), so DVC
+    # shows them without a file prefix and `dvc exp show --keep` matches them by name
+    atomic_write_json(root / HEADLINE_FILE, {"compare": headline(
+        {SFT: summary.get(SFT) or {}, **(summary.get("results") or {})})})
     return Outputs(md=md, html=html, summary=summary_path,
                    figures=[fig_dir / n for n in sorted(images)])
 

@@ -13,8 +13,9 @@ Per configuration (``heterogeneous``, ``homogeneous``):
   update mass (``<task>/update_mass_share``), GRPO against HARGO.
 
 Written whole or not at all: ``reports/synthetic.md``, ``reports/synthetic/*.png``,
-``metrics/synthetic/summary.json``; then logged as one MLflow run ``synthetic`` (tag
-``hargo.kind = synthetic``) in the project's experiment: :func:`flat_metrics`, the plan's sizes
+``metrics/synthetic/summary.json`` (a plain output) and ``metrics/synthetic/headline.json``
+(the DVC metrics: each configuration's mean ``all/reward`` and ``all/correct`` per method); then
+logged as one MLflow run ``synthetic`` (tag ``hargo.kind = synthetic``) in the project's experiment: :func:`flat_metrics`, the plan's sizes
 as params, the report, summary and figures as artifacts.
 """
 from __future__ import annotations
@@ -344,6 +345,11 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
                 "train_s_mean": float(np.mean([r["train_s"] for r in runs.values()]))}
         place(root / REPORT_MD).write_text("\n".join(lines))
         write_json(place(root / METRICS_DIR / "summary.json"), summary)
+        # the DVC metrics: each configuration's mean reward and correct share per method
+        write_json(place(root / METRICS_DIR / "headline.json"), {
+            name: {m: {"reward": t["all/reward"]["mean"], "correct": t["all/correct"]["mean"]}
+                   for m, t in c["table"].items()}
+            for name, c in summary["configurations"].items()})
     figures = sorted(figures_dir.glob("*.png"))
     run_id = log_to_mlflow(params, plan, root, summary,
                            [root / REPORT_MD, root / METRICS_DIR / "summary.json", *figures])

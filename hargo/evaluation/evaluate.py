@@ -29,7 +29,9 @@ Steps (params.yaml ``evaluate``; paths relative to ``root``, the repository root
 
 Outputs, each whole or not at all:
 
-- ``metrics/eval.json`` (DVC metrics): ``{model: {metric: value}}`` for ``base``, ``sft``, each
+- ``metrics/headline.json`` (the DVC metrics, :func:`headline`): a few numbers per model, so
+  ``dvc metrics show`` and ``dvc exp show`` stay readable.
+- ``metrics/eval.json`` (a plain output): ``{model: {metric: value}}`` for ``base``, ``sft``, each
   method and the baselines ``always-yes`` and ``nearest-train``, plus ``run`` (judge, backend,
   dtype, prompt counts, skipped counts). Per model: the metrics of ``compute_metrics``
   (``dr_confusion`` as ``{tp, fp, fn, tn}``), ``dr_auc``, ``win_rate`` / ``win_wins`` /
@@ -63,11 +65,14 @@ from hargo.hardware import generation_dtype
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl, \
     require_complete_dir
 
-__all__ = ["METRICS_FILE", "GENERATIONS_DIR", "PLOTS_DIR", "SFT", "BASE", "ALWAYS_YES",
-           "NEAREST_TRAIN", "BASELINES", "model_dirs", "load_eval_records", "select_prompts",
-           "eval_json_entry", "race_entry", "baseline_entries", "run"]
+__all__ = ["METRICS_FILE", "HEADLINE_FILE", "GENERATIONS_DIR", "PLOTS_DIR",
+           "SFT", "BASE", "ALWAYS_YES", "NEAREST_TRAIN", "BASELINES", "model_dirs",
+           "load_eval_records", "select_prompts", "eval_json_entry", "race_entry",
+           "baseline_entries", "headline", "run"]
 
 METRICS_FILE = "metrics/eval.json"
+#: the DVC metrics file of the main pipeline (``dvc metrics show``, ``dvc exp show``)
+HEADLINE_FILE = "metrics/headline.json"
 GENERATIONS_DIR = "data/eval"
 PLOTS_DIR = "reports/eval"
 SFT = "sft"
@@ -117,6 +122,15 @@ def select_prompts(records: Sequence[dict], params_evaluate: Mapping, seed: int,
     """
     return select_subset(records, params_evaluate.get("samples_per_task"), int(seed), tokenizer,
                          int(params_evaluate["max_prompt_tokens"]))
+
+
+def headline(doc: Mapping) -> dict:
+    """The headline numbers of ``metrics/eval.json``'s document: ``{model: {metric: value}}``
+    with the :data:`hargo.metrics.HEADLINE_METRICS` each entry has (a baseline has the race ones
+    only), models in the document's order, the ``run`` entry left out."""
+    from hargo.metrics import headline as keep_headline
+
+    return keep_headline({k: v for k, v in doc.items() if k != "run"})
 
 
 def eval_json_entry(metrics: Mapping) -> dict:
@@ -289,6 +303,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
         with atomic_dir(root / PLOTS_DIR) as tmp:
             write_plots(tmp, subset, scored)
         atomic_write_json(root / METRICS_FILE, doc)
+        atomic_write_json(root / HEADLINE_FILE, headline(doc))
 
         # 3. MLflow: metrics, generations table, plots
         mlflow.set_tags({"hargo.judge": judge.name, "hargo.eval_backend": backend})
