@@ -363,15 +363,37 @@ def replace_counts(cfg: SyntheticConfig, n_train: int, n_eval: int) -> Synthetic
 
 # ----------------------------------------------------------------------------- the pipeline
 
-def test_a_run_does_not_depend_on_what_its_worker_ran_before(params, tmp_path):
+#: the two pipeline tests share one prepared test bed and SFT policy (built once, on one worker)
+BED_GROUP = "synthetic-bed"
+
+
+@pytest.fixture(scope="module")
+def tiny_bed(params, tmp_path_factory) -> tuple[Path, dict, dict]:
+    """The tiny test bed's data and SFT policy (``tiny_params``), built once for the module:
+    ``(root, prepare's stats, train_sft's output)``. Read-only: tests copy ``root``."""
+    root = tmp_path_factory.mktemp("synthetic-bed")
+    p = tiny_params(params)
+    stats = D.prepare_data(p, root)
+    sft_out = S.train_sft(p, root)
+    return root, stats, sft_out
+
+
+def _copy_bed(bed: tuple[Path, dict, dict], dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(bed[0], dest, dirs_exist_ok=True)
+    return dest
+
+
+@pytest.mark.xdist_group(BED_GROUP)
+def test_a_run_does_not_depend_on_what_its_worker_ran_before(params, tiny_bed, tmp_path):
     """train_configuration's workers train run after run (no fresh process per run): run B
     after run A in one process equals run B alone in a fresh one, history and eval alike."""
     import multiprocessing as mp
 
     p = tiny_params(params)
     p["train"] = {**p["train"], "threads": 1}
-    D.prepare_data(p, tmp_path)
-    S.train_sft(p, tmp_path)
+    _copy_bed(tiny_bed, tmp_path)
     model = str(tmp_path / "models" / "synthetic" / "sft")
     a = (p, "heterogeneous", "hargo", 1, str(tmp_path), model)
     b = (p, "heterogeneous", "grpo", 2, str(tmp_path), model)
@@ -390,12 +412,13 @@ def test_a_run_does_not_depend_on_what_its_worker_ran_before(params, tmp_path):
     assert same(after_a) == same(alone)
 
 
-def test_pipeline_end_to_end_resumes_per_run(params, tmp_path):
+@pytest.mark.xdist_group(BED_GROUP)
+def test_pipeline_end_to_end_resumes_per_run(params, tiny_bed, tmp_path):
     p = tiny_params(params)
-    stats = D.prepare_data(p, tmp_path)
+    _, stats, sft_out = tiny_bed
+    _copy_bed(tiny_bed, tmp_path)
     assert stats["splits"]["train"]["syn_long"]["records"] == 24
     assert (tmp_path / "data/synthetic/eval.jsonl").read_text().count("\n") == 18
-    sft_out = S.train_sft(p, tmp_path)
     assert sft_out["sft"]["steps"] == 5                     # 72 examples / 16, one epoch
     assert set(sft_out["eval"]) == {"heterogeneous", "homogeneous"}
     lines: list[str] = []
