@@ -13,7 +13,9 @@ import typer
 from hargo.methods import RL_FAMILIES, method_names, methods_of_family
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="hargo: HARGO RL post-training of LLMs on HPC tasks (pipeline stages).")
+                  help="hargo: HARGO RL post-training of LLMs on HPC tasks (pipeline stages). "
+                       "Methods (hargo.methods): " + ", ".join(
+                           f"{m.name} ({m.family})" for m in methods_of_family()) + ".")
 
 ParamsOpt = typer.Option("params.yaml", "--params", "-p", help="params file")
 SetOpt = typer.Option(None, "--set", "-S", help="override a param, e.g. -S rl.steps=8")

@@ -216,12 +216,14 @@ def _hargo(args: list[str], pythonpath: Path, cwd: Path) -> subprocess.Completed
 
 
 def test_toy_method_module_appears_in_the_cli_and_the_params_check(toy_package, tmp_path):
+    top = _hargo(["--help"], toy_package, tmp_path)
+    assert "hargo_b2 (grpo_family), toy (grpo_family), ppo (value)" in top.stdout
     out = _hargo(["rl", "--help"], toy_package, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "toy: a toy: centred rewards, weighted loss, k2 KL" in out.stdout
     assert "hargo: HARGO: discrimination x confidence response weights; hargo_b1:" in out.stdout
-    assert "a method of compare.methods:" in _hargo(["compare-train", "--help"], toy_package,
-                                                   tmp_path).stdout.replace("\n", " ")
+    assert "a method of compare.methods: grpo, dr_grpo, hargo, hargo_b1, hargo_b2, toy, ppo," \
+        in _hargo(["compare-train", "--help"], toy_package, tmp_path).stdout
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))

@@ -100,14 +100,14 @@ def methods(families: tuple[str, ...] | None = None) -> tuple[Method, ...]:
 
 
 def methods_of_family(*families: str) -> tuple[Method, ...]:
-    """The registered methods of the given families (e.g. ``methods_of_family(*RL_FAMILIES)``),
-    in listing order."""
-    return methods(tuple(families))
+    """The registered methods of the given families (e.g. ``methods_of_family(*RL_FAMILIES)``;
+    every method when none is given), in listing order."""
+    return methods(tuple(families) if families else None)
 
 
 def method_names(*families: str) -> tuple[str, ...]:
     """Names of :func:`methods_of_family` (every method when no family is given)."""
-    return tuple(m.name for m in methods(tuple(families) if families else None))
+    return tuple(m.name for m in methods_of_family(*families))
 
 
 def get_method(name: Any, *families: str) -> Method:
