@@ -139,7 +139,6 @@ def test_the_hand_written_dvc_params_lists_name_the_compared_rl_methods_blocks(c
     assert blocks(rl_stage) == list(BEFORE[:5])
 
 
-@pytest.mark.fast
 def test_importing_the_registry_and_the_cli_loads_no_torch():
     code = ("import sys, hargo.cli; from hargo.methods import methods; methods(); "
             "print('torch' in sys.modules)")
