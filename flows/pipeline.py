@@ -65,7 +65,8 @@ from flows.publish import REPORT_KEY, open_mlflow_run, publish  # noqa: F401 (RE
 from flows.retries import retry_if_transient
 from flows.stages import UP_TO_DATE
 from hargo import tracking
-from hargo.params import RL_METHODS, ParamsError, load_params
+from hargo.methods import RL_FAMILIES, get_method
+from hargo.params import ParamsError, load_params
 
 # Stage tasks: a transient failure is retried twice, after ~10 s then ~20 s (+-50 % jitter).
 # No Prefect cache: DVC decides what is up to date (flows.stages).
@@ -97,9 +98,10 @@ def normalize_overrides(overrides: Mapping[str, Any] | None) -> dict:
         if "rl.methods" in ov:
             raise ParamsError("rl.method: give either rl.method or rl.methods, not both")
         method = ov.pop("rl.method")
-        if method not in RL_METHODS:
-            raise ParamsError(f"rl.method: unknown method {method!r}; "
-                              f"valid: {', '.join(RL_METHODS)}")
+        try:
+            get_method(method, *RL_FAMILIES)
+        except ParamsError as e:
+            raise ParamsError(f"rl.method: {e}") from None
         ov["rl.methods"] = [method]
     return ov
 

@@ -25,7 +25,13 @@ Estimators (registry ``ESTIMATORS``, selected by name through ``estimate``):
 ``hargo_b2``
     Ablation B2, confidence only: ``w`` proportional to ``alpha * c`` inside the group.
 
-Adding an estimator is one function with the signature of ``_grpo`` and one ``ESTIMATORS`` entry.
+Adding an estimator: one function with the signature of ``_grpo``, its ``ESTIMATORS`` entry (and
+``_NEEDS_REFERENCE`` when it reads the reference model's log-probs). An estimator runs in
+training only through a method that names it: a :class:`hargo.methods.Method` with
+``estimator="<name>"`` and ``loss="weighted"`` (``needs_reference`` as here; the trainer checks
+the two agree). ``grpo`` and ``dr_grpo`` are named by methods whose ``loss="trl"``: in training
+TRL computes those advantages itself, and these estimators are their reference implementations
+(tested against TRL's formula). Adding a method: docs/development.md, "Add a method".
 
 Numerics: estimators compute in float64 whatever the input dtype (float32, bfloat16, ...) and
 return float32, so no finite input can overflow (``|A| <= sqrt(G - 1)``, ``0 <= d, w <= 1``).
@@ -59,7 +65,7 @@ TRL_STD_EPS = 1e-4
 class HargoConfig:
     """HARGO's estimator constants (docs/method.md; paper values as defaults). The pipeline
     builds them from ``rl.hargo`` / ``rl.hargo_b1`` / ``rl.hargo_b2``
-    (:mod:`hargo.method_config`).
+    (:mod:`hargo.method_config`, read through :func:`hargo.methods.method_params`).
 
     Attributes:
         alpha: confidence modulation strength in ``M = A (1 + alpha c)`` (paper: 0.3).
@@ -72,6 +78,14 @@ class HargoConfig:
     rho: float = 0.9
     eps: float = 1e-6
     eps_w: float = 1e-6
+
+    @classmethod
+    def of(cls, method_params) -> "HargoConfig":
+        """The constants of a method's params dataclass (``hargo.methods.method_params``): its
+        ``estimator_constants()`` (``rl.hargo``, ``rl.hargo_b1``, ``rl.hargo_b2``), or the
+        defaults for a method without any (GRPO, Dr. GRPO, PPO)."""
+        constants = getattr(method_params, "estimator_constants", None)
+        return cls(**constants()) if constants is not None else cls()
 
     def __post_init__(self):
         if not (self.alpha >= 0 and math.isfinite(self.alpha)):

@@ -10,10 +10,12 @@ from typing import List, Optional
 
 import typer
 
-from hargo.vocab import COMPARE_METHODS, METHOD_DESCRIPTIONS, RL_METHODS
+from hargo.methods import RL_FAMILIES, method_names, methods_of_family
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="hargo: HARGO RL post-training of LLMs on HPC tasks (pipeline stages).")
+                  help="hargo: HARGO RL post-training of LLMs on HPC tasks (pipeline stages). "
+                       "Methods (hargo.methods): " + ", ".join(
+                           f"{m.name} ({m.family})" for m in methods_of_family()) + ".")
 
 ParamsOpt = typer.Option("params.yaml", "--params", "-p", help="params file")
 SetOpt = typer.Option(None, "--set", "-S", help="override a param, e.g. -S rl.steps=8")
@@ -115,12 +117,17 @@ def sft(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 
 
 @app.command()
-def rl(method: str = typer.Option(..., "--method", "-m", help="; ".join(f"{m}: {METHOD_DESCRIPTIONS[m]}" for m in RL_METHODS)),
+def rl(method: str = typer.Option(..., "--method", "-m", help="; ".join(
+           f"{m.name}: {m.description}" for m in methods_of_family(*RL_FAMILIES))),
        params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """RL post-training from the SFT model with one method -> models/rl/<method> (merged)."""
-    if method not in RL_METHODS:
-        typer.secho(f"error: --method: unknown method {method!r}; valid: {', '.join(RL_METHODS)}",
-                    fg="red", err=True)
+    from hargo.methods import get_method
+    from hargo.params import ParamsError
+
+    try:
+        get_method(method, *RL_FAMILIES)
+    except ParamsError as e:
+        typer.secho(f"error: --method: {e}", fg="red", err=True)
         raise typer.Exit(2)
     from hargo.training import rl as stage
 
@@ -152,7 +159,7 @@ def preferences(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 
 
 @app.command("compare-train")
-def compare_train(method: str = typer.Option(..., "--method", "-m", help="a method of compare.methods: " + ", ".join(COMPARE_METHODS)),
+def compare_train(method: str = typer.Option(..., "--method", "-m", help="a method of compare.methods: " + ", ".join(method_names())),
                   seed: int = typer.Option(..., "--seed", help="a seed of compare.seeds"),
                   params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Comparison: train one method with one seed -> models/compare/<method>-s<seed>."""

@@ -6,20 +6,24 @@ are the ``rl`` block's own keys; a method's own knobs live in its block, so the 
 ``rl@<method>`` depends on ``rl.<method>`` and on the shared keys only: changing HARGO's ``alpha``
 re-trains ``rl@hargo``, not ``rl@grpo``.
 
-=============== =================== ===============================================================
-block           dataclass           knobs
-=============== =================== ===============================================================
-``rl.grpo``     :class:`GRPOParams`  ``beta``
-``rl.dr_grpo``  :class:`GRPOParams`  ``beta``
-``rl.hargo``    :class:`HargoParams` ``beta``, ``alpha``, ``rho``, ``eps``, ``eps_w``
+=============== ====================== ============================================================
+block           dataclass              knobs
+=============== ====================== ============================================================
+``rl.grpo``     :class:`GRPOParams`    ``beta``
+``rl.dr_grpo``  :class:`GRPOParams`    ``beta``
+``rl.hargo``    :class:`HargoParams`   ``beta``, ``alpha``, ``rho``, ``eps``, ``eps_w``
 ``rl.hargo_b1`` :class:`HargoB1Params` ``beta``, ``eps``, ``eps_w`` (B1: alpha = 0, no reference)
-``rl.hargo_b2`` :class:`HargoParams` ``beta``, ``alpha``, ``rho``, ``eps``, ``eps_w``
-``rl.ppo``      :class:`PPOParams`   ``kl_coef``, ``vf_coef``, ``gamma``, ``lam``,
-                                     ``cliprange_value``, ``whiten_advantages``
-=============== =================== ===============================================================
+``rl.hargo_b2`` :class:`HargoParams`   ``beta``, ``alpha``, ``rho``, ``eps``, ``eps_w``
+``rl.ppo``      :class:`PPOParams`     ``kl_coef``, ``vf_coef``, ``gamma``, ``lam``,
+                                       ``cliprange_value``, ``whiten_advantages``
+=============== ====================== ============================================================
 
-Each field carries its help text, range and source in its metadata; :func:`method_params` checks
-type and range and rejects unknown keys, naming ``rl.<method>.<field>``. Pure Python (no torch).
+Which method reads which dataclass is the method's own business: its :class:`hargo.methods.Method`
+names it (``params_class``), and a new method may define its dataclass in its own module with
+:func:`knob`. Each field carries its help text, range and source in its metadata;
+:func:`read_block` checks type and range and rejects unknown keys, naming
+``rl.<method>.<field>``. Pure Python (no torch); imports nothing of hargo's methods (they import
+this module).
 """
 from __future__ import annotations
 
@@ -27,13 +31,14 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 from hargo.param_values import ParamsError, as_number
-from hargo.vocab import RL_METHODS
 
-__all__ = ["GRPOParams", "HargoParams", "HargoB1Params", "PPOParams", "METHOD_PARAMS",
-           "method_params", "kl_coef", "describe_fields"]
+__all__ = ["GRPOParams", "HargoParams", "HargoB1Params", "PPOParams", "knob", "read_block"]
 
 
-def _knob(default, help: str, lo=None, hi=None, lo_open=False, hi_open=False, kind=float):
+def knob(default, help: str, lo=None, hi=None, lo_open=False, hi_open=False, kind=float):
+    """A params dataclass field: its ``default``, ``help`` text (with its source) and range
+    (``lo``/``hi``, each closed unless ``lo_open``/``hi_open``), ``kind`` float (any number
+    spelling) or bool; :func:`read_block` checks it."""
     return field(default=default, metadata={"help": help, "lo": lo, "hi": hi, "lo_open": lo_open,
                                             "hi_open": hi_open, "kind": kind})
 
@@ -42,7 +47,7 @@ def _knob(default, help: str, lo=None, hi=None, lo_open=False, hi_open=False, ki
 class GRPOParams:
     """``rl.grpo`` / ``rl.dr_grpo``: TRL's GRPO and Dr. GRPO losses (uniform 1/G weights)."""
 
-    beta: float = _knob(0.02, "coefficient of the k3 KL(pi_theta || pi_ref) term in the loss "
+    beta: float = knob(0.02, "coefficient of the k3 KL(pi_theta || pi_ref) term in the loss "
                               "(TRL GRPOConfig.beta; paper: 0.02)", lo=0.0)
 
     @property
@@ -56,16 +61,15 @@ class HargoB1Params(GRPOParams):
     """``rl.hargo_b1``: ablation B1, weights from discrimination only (alpha = 0: ``M = A``; no
     reference model, no EMA baseline)."""
 
-    eps: float = _knob(1e-6, "added to the group std in A and to max|M| in d (not in the paper)",
+    eps: float = knob(1e-6, "added to the group std in A and to max|M| in d (not in the paper)",
                        lo=0.0, lo_open=True)
-    eps_w: float = _knob(1e-6, "a group with sum(d) below this gets uniform 1/G weights (not in "
+    eps_w: float = knob(1e-6, "a group with sum(d) below this gets uniform 1/G weights (not in "
                                "the paper)", lo=0.0, lo_open=True)
 
-    def hargo_config(self):
-        """The estimator constants (:class:`hargo.advantages.HargoConfig`), alpha = 0."""
-        from hargo.advantages import HargoConfig
-
-        return HargoConfig(alpha=0.0, eps=self.eps, eps_w=self.eps_w)
+    def estimator_constants(self) -> dict[str, float]:
+        """The keyword arguments of :class:`hargo.advantages.HargoConfig` (the estimator
+        constants), alpha = 0 (``rho`` is not read: no confidence, no EMA baseline)."""
+        return {"alpha": 0.0, "eps": self.eps, "eps_w": self.eps_w}
 
 
 @dataclass(frozen=True)
@@ -73,42 +77,33 @@ class HargoParams(HargoB1Params):
     """``rl.hargo`` / ``rl.hargo_b2``: HARGO (docs/method.md) and ablation B2 (confidence-only
     weights)."""
 
-    alpha: float = _knob(0.3, "confidence modulation in M = A (1 + alpha c) (paper: 0.3)", lo=0.0)
-    rho: float = _knob(0.9, "EMA factor of the reference log-prob baseline g (paper: 0.9)",
+    alpha: float = knob(0.3, "confidence modulation in M = A (1 + alpha c) (paper: 0.3)", lo=0.0)
+    rho: float = knob(0.9, "EMA factor of the reference log-prob baseline g (paper: 0.9)",
                        lo=0.0, hi=1.0, hi_open=True)
 
-    def hargo_config(self):
-        """The estimator constants (:class:`hargo.advantages.HargoConfig`)."""
-        from hargo.advantages import HargoConfig
-
-        return HargoConfig(alpha=self.alpha, rho=self.rho, eps=self.eps, eps_w=self.eps_w)
+    def estimator_constants(self) -> dict[str, float]:
+        """The keyword arguments of :class:`hargo.advantages.HargoConfig` (the estimator
+        constants)."""
+        return {"alpha": self.alpha, "rho": self.rho, "eps": self.eps, "eps_w": self.eps_w}
 
 
 @dataclass(frozen=True)
 class PPOParams:
     """``rl.ppo``: PPO with a learned value head (TRL's former ``PPOTrainer`` recipe)."""
 
-    kl_coef: float = _knob(0.02, "coefficient of the k1 KL penalty -kl_coef (log pi - log pi_ref) "
+    kl_coef: float = knob(0.02, "coefficient of the k1 KL penalty -kl_coef (log pi - log pi_ref) "
                                  "in every token's reward (not in the loss)", lo=0.0)
-    vf_coef: float = _knob(0.1, "weight of the clipped value loss (TRL's old PPOConfig default)",
+    vf_coef: float = knob(0.1, "weight of the clipped value loss (TRL's old PPOConfig default)",
                            lo=0.0)
-    gamma: float = _knob(1.0, "discount over completion tokens", lo=0.0, hi=1.0)
-    lam: float = _knob(0.95, "GAE lambda (Schulman et al. 2016)", lo=0.0, hi=1.0)
-    cliprange_value: float = _knob(0.2, "a value may move this far from its rollout value before "
+    gamma: float = knob(1.0, "discount over completion tokens", lo=0.0, hi=1.0)
+    lam: float = knob(0.95, "GAE lambda (Schulman et al. 2016)", lo=0.0, hi=1.0)
+    cliprange_value: float = knob(0.2, "a value may move this far from its rollout value before "
                                         "its loss is clipped", lo=0.0, lo_open=True)
-    whiten_advantages: bool = _knob(True, "whiten the advantages over the batch's completion "
+    whiten_advantages: bool = knob(True, "whiten the advantages over the batch's completion "
                                           "tokens", kind=bool)
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-#: method -> the dataclass of its ``rl.<method>`` block.
-METHOD_PARAMS: dict[str, type] = {
-    "grpo": GRPOParams, "dr_grpo": GRPOParams, "hargo": HargoParams,
-    "hargo_b1": HargoB1Params, "hargo_b2": HargoParams, "ppo": PPOParams,
-}
-assert set(METHOD_PARAMS) == set(RL_METHODS), "every RL method needs its params dataclass"
 
 
 def _check(key: str, value: Any, meta: Mapping) -> Any:
@@ -125,40 +120,28 @@ def _check(key: str, value: Any, meta: Mapping) -> Any:
     return float(v)
 
 
-def method_params(params: Mapping, method: str):
-    """The validated dataclass of ``params["rl"][method]``.
+def read_block(params: Mapping, dotted: str, cls: type):
+    """The validated ``cls`` (a dataclass of :func:`knob` fields) of the block ``dotted``
+    (e.g. ``"rl.hargo"``) of ``params``.
 
     Raises:
-        ParamsError: unknown method, a missing block or key, an unknown key, a value of the wrong
-            type or out of range (the message names ``rl.<method>.<field>``).
+        ParamsError: a missing block or key, an unknown key, a value of the wrong type or out of
+            range (the message names ``<dotted>.<field>``).
     """
-    if method not in METHOD_PARAMS:
-        raise ParamsError(f"rl.methods: unknown method {method!r}; valid: "
-                          f"{', '.join(METHOD_PARAMS)}")
-    cls = METHOD_PARAMS[method]
-    block = (params.get("rl") or {}).get(method)
+    block: Any = params
+    for key in dotted.split("."):
+        block = block.get(key) if isinstance(block, Mapping) else None
     names = [f.name for f in fields(cls)]
     if not isinstance(block, Mapping):
-        raise ParamsError(f"rl.{method}: missing (a block with {', '.join(names)})")
+        raise ParamsError(f"{dotted}: missing (a block with {', '.join(names)})")
     unknown = sorted(set(block) - set(names))
     if unknown:
-        raise ParamsError(f"rl.{method}: unknown key(s) {', '.join(unknown)}; valid: "
+        raise ParamsError(f"{dotted}: unknown key(s) {', '.join(unknown)}; valid: "
                           f"{', '.join(names)}")
     kw = {}
     for f in fields(cls):
-        key = f"rl.{method}.{f.name}"
+        key = f"{dotted}.{f.name}"
         if f.name not in block:
             raise ParamsError(f"{key}: missing ({f.metadata['help']})")
         kw[f.name] = _check(key, block[f.name], f.metadata)
     return cls(**kw)
-
-
-def describe_fields(method: str) -> list[tuple[str, Any, str]]:
-    """``(name, default, help)`` of every knob of ``method``'s block (for docs and ``--help``)."""
-    return [(f.name, f.default, f.metadata["help"]) for f in fields(METHOD_PARAMS[method])]
-
-
-def kl_coef(params: Mapping, method: str) -> float:
-    """The KL coefficient of ``method`` (``beta`` of the GRPO family, ``kl_coef`` of PPO)."""
-    return float(method_params(params, method).kl_coef)
-

@@ -14,7 +14,9 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from hargo.param_values import ParamsError, as_number  # noqa: F401  (public here too)
-from hargo.vocab import COMPARE_METHODS, PREFERENCE_METHODS, RL_METHODS, TASKS  # noqa: F401
+from hargo.methods import RL_FAMILIES, get_method
+from hargo.methods import methods as all_methods
+from hargo.vocab import TASKS  # noqa: F401
 
 
 class ParamsLoader(yaml.SafeLoader):
@@ -218,6 +220,15 @@ def _budget(params, key):
     check_budget(raw, key, TASKS)
 
 
+def _known_method(key: str, name: Any, families: tuple[str, ...] = ()) -> None:
+    """``name`` is a registered method (of ``families`` when given); the error names ``key``
+    and lists the valid methods (:func:`hargo.methods.get_method`)."""
+    try:
+        get_method(name, *families)
+    except ParamsError as e:
+        raise ParamsError(f"{key}: {e}") from None
+
+
 def _choice(params, key, choices):
     v = get(params, key)
     if v not in choices:
@@ -304,8 +315,7 @@ def validate_params(params: Mapping) -> None:
     if not isinstance(methods, list) or not methods:
         raise ParamsError(f"rl.methods: expected a non-empty list, got {methods!r}")
     for m in methods:
-        if m not in RL_METHODS:
-            raise ParamsError(f"rl.methods: unknown method {m!r}; valid: {', '.join(RL_METHODS)}")
+        _known_method("rl.methods", m, RL_FAMILIES)
     if len(set(methods)) != len(methods):
         raise ParamsError(f"rl.methods: duplicate method in {methods}")
     _num(params, "rl.num_generations", 2, integer=True)
@@ -316,10 +326,9 @@ def validate_params(params: Mapping) -> None:
         _budget(params, "rl.max_prompt_tokens")     # one cap, or one per task
     _num(params, "rl.temperature", 0, lo_open=True)
     _num(params, "rl.clip_range", 0, 1, lo_open=True)
-    from hargo.method_config import METHOD_PARAMS, method_params
-
-    for m in METHOD_PARAMS:   # every method's own block (rl.<method>), in use or not
-        method_params(params, m)
+    for m in all_methods():   # every method's own block (rl.<method>), in use or not
+        if m.params_class is not None:
+            m.read_params(params)
     _num(params, "rl.save_steps", 1, integer=True)
     from hargo.training.dynamic_sampling import DynamicSamplingConfig
 
@@ -370,28 +379,24 @@ def validate_preferences(params: Mapping) -> None:
 
 def _validate_compare(params: Mapping) -> None:
     """The ``compare`` section (the nine-method comparison)."""
-    for key, valid in (("compare.methods", COMPARE_METHODS), ("compare.seeds", None)):
+    for key in ("compare.methods", "compare.seeds"):
         v = get(params, key)
         if not isinstance(v, list) or not v:
             raise ParamsError(f"{key}: expected a non-empty list, got {v!r}")
         if len(set(map(str, v))) != len(v):
             raise ParamsError(f"{key}: duplicate entry in {v}")
         for x in v:
-            if valid is not None and x not in valid:
-                raise ParamsError(f"{key}: unknown method {x!r}; valid: {', '.join(valid)}")
-            if valid is None and (not isinstance(x, int) or isinstance(x, bool) or x < 0):
+            if key == "compare.methods":
+                _known_method(key, x)
+            elif not isinstance(x, int) or isinstance(x, bool) or x < 0:
                 raise ParamsError(f"{key}: seeds must be integers >= 0, got {x!r}")
     _num(params, "compare.samples_per_task", 1, integer=True, allow_none=True)
     _num(params, "compare.steps", 1, integer=True)
     _num(params, "compare.prompts_per_step", 1, integer=True)
     validate_preferences(params)
-    for m in ("dpo", "kto", "simpo"):
-        _num(params, f"compare.{m}.beta", 0, lo_open=True)
-        _num(params, f"compare.{m}.learning_rate", 0, lo_open=True)
-    _num(params, "compare.simpo.gamma", 0)
-    _num(params, "compare.hpcgpt.learning_rate", 0, lo_open=True)
-    _num(params, "compare.hpcgpt.lora_r", 1, integer=True)
-    _num(params, "compare.hpcgpt.lora_alpha", 0, lo_open=True)
+    for m in all_methods():     # the preference methods' and hpcgpt's compare.<method> blocks
+        for key, rule in m.param_rules:
+            _num(params, f"{m.params_block}.{key}", **rule)
     _num(params, "compare.evaluate.samples_per_task", 1, integer=True, allow_none=True)
     _budget(params, "compare.evaluate.max_new_tokens")
     _answer_budgets(params)

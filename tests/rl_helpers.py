@@ -75,9 +75,9 @@ def known_reward(completions, task, **_) -> list[float]:
 def set_method_knobs(p: dict, **knobs) -> dict:
     """Set a knob in every ``rl.<method>`` block that has it (``beta`` also sets PPO's
     ``kl_coef``); returns ``p``."""
-    from hargo.method_config import METHOD_PARAMS
+    from hargo.methods import methods
 
-    for m in METHOD_PARAMS:
+    for m in (m.name for m in methods() if m.params_class is not None):
         block = p["rl"][m] = dict(p["rl"][m])
         for k, v in knobs.items():
             if k in block:

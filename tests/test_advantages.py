@@ -16,17 +16,27 @@ from hypothesis.extra.numpy import arrays
 from hargo.advantages import (ESTIMATORS, EMABaseline, HargoConfig, discrimination_weights,
                               estimate, group_advantage, group_rewards, needs_reference)
 from hargo.losses import weighted_loss
-from hargo.vocab import GRPO_FAMILY
+from hargo.methods import method_names, methods_of_family
 
 pytestmark = pytest.mark.fast
 
-METHODS = GRPO_FAMILY   # hargo.vocab: the one list of the GRPO-family methods
+METHODS = method_names("grpo_family")   # hargo.methods: the GRPO-family methods
 
 
-def test_the_estimator_registry_holds_exactly_the_grpo_family():
+def test_the_estimator_registry_holds_exactly_the_grpo_familys_estimators():
+    """Every estimator is some GRPO-family method's (none registered and never run), every
+    GRPO-family method names one, and the method's needs_reference is its estimator's."""
     from hargo.advantages import ESTIMATORS
 
-    assert set(ESTIMATORS) == set(GRPO_FAMILY)
+    family = methods_of_family("grpo_family")
+    assert METHODS == ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
+    assert sorted(m.estimator for m in family) == sorted(ESTIMATORS)
+    assert [(m.name, m.needs_reference) for m in family] == [
+        (m.name, needs_reference(m.estimator)) for m in family]
+    # the weighted loss runs the estimator; grpo/dr_grpo run TRL's own advantages and loss
+    assert {m.name: m.loss for m in family} == {"grpo": "trl", "dr_grpo": "trl",
+                                               "hargo": "weighted", "hargo_b1": "weighted",
+                                               "hargo_b2": "weighted"}
 
 
 def test_params_defaults_are_the_estimators_paper_constants():
@@ -325,15 +335,15 @@ def test_group_rewards():
 def test_config_from_params(committed_params):
     import copy
 
-    from hargo.method_config import method_params
+    from hargo.methods import method_params
 
     p = copy.deepcopy(committed_params)
     p["rl"]["hargo"].update(alpha=0.5, rho=0.8, eps=1e-5, eps_w=1e-4)
-    cfg = method_params(p, "hargo").hargo_config()
+    cfg = HargoConfig.of(method_params(p, "hargo"))
     assert (cfg.alpha, cfg.rho, cfg.eps, cfg.eps_w) == (0.5, 0.8, 1e-5, 1e-4)
-    assert method_params(committed_params, "hargo").hargo_config() == HargoConfig()
+    assert HargoConfig.of(method_params(committed_params, "hargo")) == HargoConfig()
     # B1 is alpha = 0 by definition; its block has no alpha
-    b1 = method_params(committed_params, "hargo_b1").hargo_config()
+    b1 = HargoConfig.of(method_params(committed_params, "hargo_b1"))
     assert (b1.alpha, b1.eps, b1.eps_w) == (0.0, 1e-6, 1e-6)
 
 

@@ -136,10 +136,10 @@ def test_train_threads_param_accepts_auto_and_integers(committed_params):
 
 def _trainer_methods() -> list[str]:
     """Every method that builds a trainer config: the main pipeline's SFT and every comparison
-    method (RL, preference, HPC-GPT) -- a method added to the vocabulary is tested here."""
-    from hargo.params import COMPARE_METHODS
+    method (RL, preference, HPC-GPT) -- a method added to the registry (hargo.methods) is tested here."""
+    from hargo.methods import method_names
 
-    return ["sft", *COMPARE_METHODS]
+    return ["sft", *method_names()]
 
 
 @pytest.fixture()

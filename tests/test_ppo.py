@@ -13,7 +13,7 @@ import torch
 
 from rl_helpers import TASKS, rl_params, write_jsonl
 
-from hargo.method_config import method_params
+from hargo.methods import method_params
 from hargo.testing import crafted_records
 
 

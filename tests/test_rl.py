@@ -218,8 +218,8 @@ def _check_step_diagnostics(method, params, hist, step, rows, G):
     rewards (and, for hargo/hargo_b2, the recorded confidences), then reward mean/std, accuracy
     (race/mlperf: reward 1, plp: reward >= 0.5), weight mean/max, advantage mean and the share
     of groups whose G rewards are all equal -- each exact to float32 rounding."""
-    from hargo.advantages import estimate, needs_reference
-    from hargo.method_config import method_params
+    from hargo.advantages import HargoConfig, estimate, needs_reference
+    from hargo.methods import method_params
     from hargo.rewards import RewardConfig, TaskReward
 
     records = {r["task"]: r for r in crafted_records(per_task=1)}   # one prompt per task
@@ -238,7 +238,7 @@ def _check_step_diagnostics(method, params, hist, step, rows, G):
         assert ((c > 0) & (c < 1)).all()
         ref = torch.logit(c)
     mp = method_params(params, method)
-    cfg = mp.hargo_config() if hasattr(mp, "hargo_config") else None   # GRPO family: none
+    cfg = HargoConfig.of(mp) if hasattr(mp, "estimator_constants") else None  # GRPO: none
     exp = estimate(method, rewards, ref, _FixedBaseline(), cfg)
     w_exp, a_exp = exp.weights.reshape(-1).tolist(), exp.advantages.reshape(-1).tolist()
     assert [r["weight"] for r in rows] == pytest.approx(w_exp, abs=1e-5), (method, step)
@@ -274,8 +274,8 @@ def _check_step_diagnostics(method, params, hist, step, rows, G):
 @pytest.mark.parametrize("method", ["hargo", "hargo_b1", "hargo_b2"])
 def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_path):
     """beta = 0: the trainer still computes the reference log-probs HARGO needs."""
-    from hargo.advantages import EMABaseline, estimate
-    from hargo.method_config import method_params
+    from hargo.advantages import EMABaseline, HargoConfig, estimate
+    from hargo.methods import method_params
 
     params = set_method_knobs(copy.deepcopy(fixed_params), beta=0.0)
     trainer = _fixed_trainer(params, method, tmp_path)
@@ -285,7 +285,7 @@ def test_hargo_trainer_weights_equal_pure_functions(method, fixed_params, tmp_pa
     assert rewards[0].tolist() == [1.0, 0.0, 0.0, 0.0]   # the worked check's group
     assert rewards[2].tolist() == [1.0, 1.0, 1.0, 1.0]   # no contrast
     l = _reference_logprob(params["sft"]["out_dir"], trainer.processing_class)  # T = 1
-    cfg = method_params(params, method).hargo_config()
+    cfg = HargoConfig.of(method_params(params, method))
     exp = estimate(method, rewards, l, EMABaseline(cfg.rho), cfg)
     torch.testing.assert_close(out["response_weights"], exp.weights.reshape(-1), atol=1e-5, rtol=0)
     torch.testing.assert_close(out["advantages"], exp.advantages.reshape(-1), atol=1e-5, rtol=0)

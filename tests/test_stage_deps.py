@@ -29,6 +29,12 @@ RESULT_NEUTRAL = {
 }
 
 
+#: Packages that import every module of their own folder when first queried (a registry that
+#: discovers its plug-ins with pkgutil): importing one imports them all.
+DISCOVERING = {"hargo.methods": "hargo/methods/__init__.py: one module per method, found by "
+                                "pkgutil.iter_modules"}
+
+
 def _module_file(name: str) -> Path | None:
     p = ROOT.joinpath(*name.split("."))
     if (p / "__init__.py").exists():
@@ -92,6 +98,9 @@ def code_closure(modules: set[str]) -> set[str]:
         parts = name.split(".")
         todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
         todo.extend(_imports(path))
+        if name in DISCOVERING:
+            todo.extend(f"{name}.{p.stem}" for p in sorted(path.parent.glob("*.py"))
+                        if p.name != "__init__.py")
         if not (path.name == "__init__.py" and _docstring_only(path)):
             files.add(rel)
     return files
@@ -202,7 +211,7 @@ def test_no_import_cycle_in_hargo():
 
 #: Packages/modules that compute (lower) never import those that run stages (higher).
 LOWER = ("data", "models", "rewards", "losses", "advantages.py", "metrics.py", "judges.py",
-         "evaluation", "vocab.py", "param_values.py", "gate.py")
+         "evaluation", "vocab.py", "param_values.py", "gate.py", "methods", "method_config.py")
 HIGHER = ("training", "compare", "registry.py", "cli.py", "summary.py", "gpu_check")
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
-from hargo.params import PREFERENCE_METHODS
+from hargo.methods import method_names
 
 __all__ = ["PAIRS_FILE", "STATS_FILE", "check_params", "load_train_records", "make_pairs",
            "generation_params", "run"]
@@ -200,7 +200,7 @@ def run(params: dict, root: str | Path = ".") -> dict[str, Any]:
                          answer=[r.get("answer") for r in rep], label=[r.get("label") for r in rep])
         reward_s = time.perf_counter() - t0
         pairs, stats = make_pairs(subset, gen.completions, rewards, k)
-        needing = [m for m in params["compare"]["methods"] if m in PREFERENCE_METHODS]
+        needing = [m for m in params["compare"]["methods"] if m in method_names("preference")]
         if not pairs and needing:   # fail here, not later in compare_train; nothing written
             raise ValueError(
                 f"preferences: 0 pairs from {stats['prompts']} prompts (every prompt's "

@@ -16,6 +16,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from hargo.methods import get_method
+from hargo.param_values import ParamsError
 from hargo.compare.aggregate import (HEADLINE, LABELS, METRIC_KEYS, SFT, VERBOSE_CHARS,
                                      Aggregates, cumulative_mass_share, mean_curve,
                                      reference_verbose_share)
@@ -35,15 +37,18 @@ PAPER = {
     "dr_grpo": {"win_rate": 51.63, "dr_f1": 90.79, "plp_similarity": 0.8388, "mlperf_em": 15.93},
     "hargo": {"win_rate": 54.62, "dr_f1": 91.30, "plp_similarity": 0.8558, "mlperf_em": 17.58},
 }
-_PRETTY = {"sft": "SFT", "hpcgpt": "HPC-GPT", "ppo": "PPO", "dpo": "DPO", "kto": "KTO",
-           "simpo": "SimPO", "grpo": "GRPO", "dr_grpo": "Dr.GRPO", "hargo": "HARGO",
-           "hargo_b1": "HARGO-B1", "hargo_b2": "HARGO-B2"}
 _PAPER_KEYS = ("win_rate", "dr_f1", "plp_similarity", "mlperf_em")
 
 
 def pretty(m: str) -> str:
-    """The display name of a method (``hargo_b1`` -> ``HARGO-B1``); unknown names unchanged."""
-    return _PRETTY.get(m, m)
+    """The display name of a method, its :attr:`hargo.methods.Method.label` (``hargo_b1`` ->
+    ``HARGO-B1``), or of the SFT model (``sft`` -> ``SFT``); other names unchanged."""
+    if m == SFT:
+        return "SFT"
+    try:
+        return get_method(m).label
+    except ParamsError:
+        return m
 
 
 @dataclass(frozen=True)

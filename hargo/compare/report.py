@@ -62,7 +62,7 @@ from hargo.compare.aggregate import (SFT, Aggregates, RecordingJudge, StoredRewa
 from hargo.compare.baselines import race_table
 from hargo.compare.layout import BASE_RUN, EVAL_ROOT, TRAIN_METRICS_ROOT
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_text, read_jsonl
-from hargo.vocab import PREFERENCE_METHODS
+from hargo.methods import method_names
 from hargo.rewards import RACE_TASKS
 
 __all__ = ["EVAL_ROOT", "TRAIN_METRICS_ROOT", "REPORT_MD", "REPORT_HTML", "FIGURES_DIR",
@@ -245,7 +245,7 @@ def load_inputs(params: Mapping, root: Path, methods: Sequence[str],
                 raise HargoInputError(p, "expected a list", field="history")
             train[m][s] = doc
     pref_stats = None
-    if any(m in PREFERENCE_METHODS for m in methods):
+    if any(m in method_names("preference") for m in methods):
         pref_stats = _read_json(root / params["compare"]["preferences"]["out_dir"] / "stats.json",
                                 "preferences")
     return Inputs(samples=[records[i] for i in ids], labels=labels,

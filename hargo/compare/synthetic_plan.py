@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig
 from hargo.models.tiny import TinyPolicyConfig
 from hargo.param_values import ParamsError, as_number
-from hargo.vocab import GRPO_FAMILY
+from hargo.methods import method_names
 
 __all__ = ["CONFIGURATIONS", "SyntheticPlan", "plan", "configuration", "DATA_DIR", "MODEL_DIR",
            "RUNS_DIR", "METRICS_DIR", "REPORT_MD", "FIGURES_DIR"]
@@ -166,11 +166,12 @@ def plan(params: Mapping) -> SyntheticPlan:
         raise ParamsError("synthetic.data.homogeneous: leave it false; the homogeneous control "
                           "is the second configuration of every run")
     methods = tuple(s["methods"] or ())
-    bad = [m for m in methods if m not in GRPO_FAMILY]
+    grpo_family = method_names("grpo_family")
+    bad = [m for m in methods if m not in grpo_family]
     if len(set(methods)) != len(methods):
         raise ParamsError(f"synthetic.methods: a method is listed twice: {list(methods)}")
     if not methods or bad:
-        raise ParamsError(f"synthetic.methods: GRPO-family methods {list(GRPO_FAMILY)} only, "
+        raise ParamsError(f"synthetic.methods: GRPO-family methods {list(grpo_family)} only, "
                           f"got {list(methods)}")
     seeds = s["seeds"]
     if not isinstance(seeds, (list, tuple)) or not seeds or len(set(seeds)) != len(seeds) or any(

@@ -3,18 +3,19 @@
 ``run(params, method, seed)`` (``hargo compare-train --method M --seed S``, the Prefect
 comparison flow) trains from the shared upstream outputs -- nothing upstream re-runs:
 
-``grpo``, ``dr_grpo``, ``hargo``, ``hargo_b1``, ``hargo_b2``, ``ppo`` (online RL)
+``grpo``, ``dr_grpo``, ``hargo``, ``hargo_b1``, ``hargo_b2``, ``ppo`` (online RL: every method of
+:mod:`hargo.methods`' ``grpo_family`` and ``value`` families)
     :func:`hargo.training.rl.run` from the SFT model, with ``rl.steps = compare.steps``,
     ``rl.prompts_per_step = compare.prompts_per_step`` and a prompt pool of
     ``compare.samples_per_task`` prompts per task drawn with this seed; every other ``rl.*``
     knob (G, temperature, beta, alpha, rho, clip range, learning rate, LoRA) is shared with the
     ``rl`` stage. Checkpoints go to ``checkpoints/compare/<run>`` (an interrupted run resumes).
-``dpo``, ``kto``, ``simpo`` (preference)
+``dpo``, ``kto``, ``simpo`` (family ``preference``)
     :func:`hargo.training.preference_trainers.train_preference` from the SFT model on the pairs of the
     ``preferences`` stage (``data/preferences/pairs.jsonl``): ``compare.steps`` optimizer steps
     of ``compare.prompts_per_step`` pairs. No checkpoints: an interrupted run starts over (and,
     seeded, ends on the uninterrupted run's weights).
-``hpcgpt`` (the HPC-GPT baseline)
+``hpcgpt`` (the HPC-GPT baseline, family ``sft``)
     the HPC-GPT LoRA SFT recipe (``compare.hpcgpt``: r=8, alpha=16, lr 2e-5) applied to the
     *base* model with SFT's data budget (``sft.samples_per_task``, ``sft.epochs``), through
     :func:`hargo.training.sft.train`.
@@ -36,8 +37,8 @@ from pathlib import Path
 from typing import Mapping
 
 from hargo.io import HargoInputError, atomic_write_json, read_jsonl
-from hargo import vocab
 from hargo.compare.layout import TRAIN_METRICS_ROOT, run_name  # re-exported
+from hargo.methods import RL_FAMILIES, get_method
 from hargo.params import ParamsError, validate_params
 
 __all__ = ["run", "run_name", "run_params", "family", "model_dir", "metrics_path",
@@ -48,16 +49,16 @@ CHECKPOINT_ROOT = Path("checkpoints") / "compare"
 
 def family(method: str) -> str:
     """``"rl"`` (online RL: the GRPO family and PPO), ``"preference"`` or ``"sft"`` (hpcgpt), from
-    :func:`hargo.vocab.family`.
+    the method's family (:func:`hargo.methods.get_method`).
 
     Raises:
-        ParamsError: not a comparison method.
+        ParamsError: not a registered method.
     """
     try:
-        fam = vocab.family(method)
-    except ValueError as e:
+        fam = get_method(method).family
+    except ParamsError as e:
         raise ParamsError(f"method: {e}") from None
-    return "rl" if fam in ("grpo_family", "value") else fam
+    return "rl" if fam in RL_FAMILIES else fam
 
 
 def model_dir(params: Mapping, method: str, seed: int, root: str | Path = ".") -> Path:
@@ -75,15 +76,15 @@ def run_params(params: Mapping, method: str, seed: int) -> dict:
     ``rl.steps / rl.prompts_per_step / rl.samples_per_task`` are the comparison's budget
     (``compare.steps / prompts_per_step / samples_per_task``); for ``hpcgpt`` ``sft.learning_rate``
     and ``sft.lora.r / alpha`` are the HPC-GPT recipe's (``compare.hpcgpt``)."""
-    family(method)
+    fam = family(method)
     p = copy.deepcopy(dict(params))
     c = p["compare"]
     p["seed"] = int(seed)
     p["rl"]["steps"] = int(c["steps"])
     p["rl"]["prompts_per_step"] = int(c["prompts_per_step"])
     p["rl"]["samples_per_task"] = c["samples_per_task"]
-    if method == "hpcgpt":
-        h = c["hpcgpt"]
+    if fam == "sft":       # the HPC-GPT recipe (compare.<method>: hpcgpt's block)
+        h = c[method]
         p["sft"]["learning_rate"] = float(h["learning_rate"])
         p["sft"]["lora"] = {**p["sft"]["lora"], "enabled": True, "r": int(h["lora_r"]),
                             "alpha": float(h["lora_alpha"])}

@@ -213,11 +213,11 @@ def _compare_variant(ref: dict, dev: dict, precision: str) -> dict:
 
 def _estimate_check(params: Mapping, device: str) -> dict:
     """``hargo.advantages.estimate`` of every estimator: CPU float32 vs ``device`` tensors, each
-    with its ``rl.<method>`` constants (``.hargo_config()``; GRPO's: the defaults)."""
+    with its ``rl.<method>`` constants (``HargoConfig.of``; GRPO's: the defaults)."""
     import torch
 
     from hargo.advantages import ESTIMATORS, EMABaseline, HargoConfig, estimate
-    from hargo.method_config import method_params
+    from hargo.methods import method_params
 
     gen = torch.Generator().manual_seed(0)
     rewards = torch.randint(0, 2, (64, 4), generator=gen).float()
@@ -227,7 +227,7 @@ def _estimate_check(params: Mapping, device: str) -> dict:
     out = {}
     for method in ESTIMATORS:
         mp = method_params(params, method)
-        cfg = mp.hargo_config() if hasattr(mp, "hargo_config") else HargoConfig()
+        cfg = HargoConfig.of(mp)
         a = estimate(method, rewards, ref, EMABaseline(cfg.rho), cfg)
         b = estimate(method, rewards.to(device), ref.to(device), EMABaseline(cfg.rho), cfg)
         d = {"device": str(b.advantages.device)}

@@ -17,7 +17,7 @@ WHITEN_EPS = 1e-8
 
 
 def token_rewards(logps: torch.Tensor, ref_logps: torch.Tensor | None, scores: torch.Tensor,
-                  mask: torch.Tensor, beta: float) -> torch.Tensor:
+                  mask: torch.Tensor, beta: float, kl: str = "k1") -> torch.Tensor:
     """Per-token PPO rewards: KL penalty on every token plus the task reward on the last one.
 
     ``r_t = -beta * k1_t = -beta * (logps_t - ref_logps_t)`` on each valid completion token (TRL's
@@ -31,13 +31,15 @@ def token_rewards(logps: torch.Tensor, ref_logps: torch.Tensor | None, scores: t
         scores: (B,) sequence (task) rewards.
         mask: (B, T) nonzero/True on valid completion tokens (padding excluded).
         beta: KL coefficient (``rl.ppo.kl_coef``); 0 gives no KL term.
+        kl: the KL estimator's name in ``KL_ESTIMATORS`` (the method's ``kl``; k1 is TRL's old
+            PPO penalty, the formula above).
 
     Returns:
         (B, T) float32 rewards, 0 on masked positions. A row with no valid token gets no reward
         at all (its score has no token to sit on).
 
     Raises:
-        ValueError: shapes disagree, or ``beta != 0`` without ``ref_logps``.
+        ValueError: shapes disagree, ``beta != 0`` without ``ref_logps``, or an unknown ``kl``.
     """
     check_bt("token_rewards", logps, mask)
     if scores.shape != (logps.size(0),):
@@ -48,8 +50,8 @@ def token_rewards(logps: torch.Tensor, ref_logps: torch.Tensor | None, scores: t
         if ref_logps is None:
             raise ValueError("token_rewards: beta != 0 needs the reference log-probs")
         check_bt("token_rewards", ref_logps, mask)
-        kl = kl_penalty(logps.float(), ref_logps.float(), "k1")
-        rewards = torch.where(m, -beta * kl, rewards)
+        penalty = kl_penalty(logps.float(), ref_logps.float(), kl)
+        rewards = torch.where(m, -beta * penalty, rewards)
     T = logps.size(1)
     positions = torch.arange(T, device=logps.device).expand_as(m)
     last = torch.where(m, positions, torch.full_like(positions, -1)).max(dim=1).values  # (B,)

@@ -21,7 +21,7 @@ from typing import Mapping
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hargo.io import atomic_write_json, sha256_files
-from hargo.vocab import RL_METHODS
+from hargo.methods import RL_FAMILIES, method_names
 
 __all__ = ["METHOD_STATE_NAME", "TRAINER_STATE_NAME", "FINGERPRINT_NAME", "is_complete_checkpoint",
            "last_checkpoint", "read_method_state", "checkpoint_step", "run_fingerprint", "resumable_checkpoint",
@@ -85,8 +85,9 @@ def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
     training (seed, train.*, rewards.*, rl.* except methods/out_dir/save_steps/
     log_completions_steps and the other methods' blocks) and digests of the SFT model's files and
     of the train data."""
+    other = method_names(*RL_FAMILIES)     # the registered RL methods' rl.<method> blocks
     rl = {k: v for k, v in params["rl"].items()
-          if k not in _NON_TRAINING_KEYS and (k == method or k not in RL_METHODS)}
+          if k not in _NON_TRAINING_KEYS and (k == method or k not in other)}
     model_files = [p for p in Path(model_dir).iterdir()
                    if p.is_file() and p.suffix in (".safetensors", ".json", ".bin")]
     return {"method": method, "seed": params["seed"], "train": params["train"],

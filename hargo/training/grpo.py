@@ -23,14 +23,18 @@ between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving t
     calls TRL's; keeps a detached copy of the policy log-probs of the loss forward for the per-task
     KL and clip-fraction diagnostics (no extra forward pass).
 ``_compute_loss``
-    ``grpo``/``dr_grpo``: TRL's own loss, untouched. HARGO family: the weighted loss,
-    ``_hargo_weighted_loss`` (below), which calls :func:`hargo.losses.weighted_loss`.
+    a method with ``loss="trl"`` (``grpo``/``dr_grpo``): TRL's own loss, untouched;
+    ``loss="weighted"`` (the HARGO family): the weighted loss, ``_hargo_weighted_loss`` (below),
+    which calls :func:`hargo.losses.weighted_loss`.
 ``_get_train_sampler`` / ``_run_epoch`` / ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
     exact resume (the prompt order of the right epoch, and ``method_state.json`` with the EMA
     baseline and the per-step history in every checkpoint): :class:`hargo.training.resume.
     ResumeMixin`, first among the bases.
 
-Methods:
+Methods: the trainer asks the method's :class:`hargo.methods.Method` (``family="grpo_family"``)
+what to do -- its ``loss`` (``trl`` or ``weighted``), its advantage ``estimator``, whether it
+``needs_reference``, its ``policy_loss`` and ``kl`` estimator (looked up by name in
+:mod:`hargo.losses`); nothing here branches on method names. Today's methods:
 
 ``grpo``, ``dr_grpo``
     TRL's own code path: ``loss_type="grpo"``/``scale_rewards="group"``, and
@@ -47,9 +51,11 @@ Methods:
     TRL's own reference pass is skipped for these methods). The loss is
     ``weighted_loss`` of TRL's per-token ``grpo`` loss (``clipped_surrogate`` with the modulated
     advantage ``M_i``, plus ``beta`` x ``kl_penalty(kind="k3")``): the weight multiplies the
-    whole term. Supported TRL options on this path: token-level importance sampling, TRL's
-    clipping (``epsilon``, ``epsilon_high``, ``delta``), ``use_bias_correction_kl``, the vLLM
-    importance-sampling correction; anything else raises ``ValueError`` at construction.
+    whole term (the policy loss and the KL estimator are the method's ``policy_loss`` and ``kl``,
+    ``clipped_surrogate`` and ``k3`` for all three). Supported TRL options on this path:
+    token-level importance sampling, TRL's clipping (``epsilon``, ``epsilon_high``, ``delta``),
+    ``use_bias_correction_kl``, the vLLM importance-sampling correction; anything else raises
+    ``ValueError`` at construction.
 ``ppo``
     classic PPO with a learned value head, in the subclass ``hargo.training.ppo.HargoPPOTrainer``
     (it overrides the two hooks ``_response_advantages`` and ``_method_compute_loss``).
@@ -74,16 +80,16 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards, needs_reference
+from hargo.methods import get_method
 from hargo.training.dynamic_sampling import (DynamicSamplingConfig, draw_refill_indices,
                                              informative_groups, join_rows, refill_prompt_count,
                                              select_groups)
-from hargo.losses import (clip_fraction, clipped_surrogate, kl_penalty, masked_mean,
-                          masked_token_mean, weighted_loss)
+from hargo.losses import (clip_fraction, kl_penalty, masked_mean, masked_token_mean, policy_loss,
+                          weighted_loss)
 from hargo.training.reference import build_reference_model, reference_per_token_logps
 from hargo.training.resume import ResumeMixin
 from hargo.training.task_diagnostics import dataset_tasks, record_loss_diagnostics, task_index
 from hargo.training.trl_options import unsupported_trl_options
-from hargo.vocab import GRPO_FAMILY, HARGO_METHODS
 
 __all__ = ["HargoGRPOTrainer", "TRL_VERSION"]
 
@@ -92,13 +98,14 @@ TRL_VERSION = "1.16.0"
 
 
 class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
-    """TRL 1.16 ``GRPOTrainer`` running one of ``grpo, dr_grpo, hargo, hargo_b1, hargo_b2``.
+    """TRL 1.16 ``GRPOTrainer`` running a method of the ``grpo_family`` (:mod:`hargo.methods`).
 
     Args:
         *args, **kwargs: as ``trl.GRPOTrainer`` (model, reward_funcs, args, train_dataset,
             processing_class, peft_config, callbacks, ...). ``args.per_device_train_batch_size``
             counts completions (prompts x G).
-        method: the RL method (see the module docstring).
+        method: the name of a registered method of the trainer's :attr:`family` (see the module
+            docstring); the trainer reads what to do from it (:attr:`spec`).
         hargo_config: HARGO constants (alpha, rho, eps, eps_w); default ``HargoConfig()``.
         recorder: an object with ``add_generation(**kw)`` and ``add_loss(**kw)`` (see
             ``hargo.training.rl_logging.StepRecorder``) that receives, on every process, the
@@ -107,26 +114,30 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
             weighting never reads it). Samples without it count as task ``"all"``.
 
     Attributes:
+        spec: the method's :class:`hargo.methods.Method`.
         ema: the EMA baseline ``g`` of ``l`` (``hargo.advantages.EMABaseline``); trainer state,
             saved in each checkpoint and restored on resume.
         timing: cumulative seconds spent in rollouts (``generation_s``) and in scoring them
             (``scoring_s``: reference/old log-probs, rewards, advantages) since construction.
 
     Raises:
-        ValueError: unknown method, or a TRL option the HARGO loss does not implement.
+        ValueError: not a method of :attr:`family`; a method whose ``needs_reference``
+            disagrees with its estimator's (``hargo.advantages.needs_reference``); an unknown
+            estimator, policy loss or KL estimator name; a TRL option the HARGO loss does not
+            implement.
         RuntimeError: the installed TRL is not the pinned ``TRL_VERSION``.
     """
 
-    #: The methods this class runs (a subclass with its own loss names its own).
-    accepted_methods: tuple[str, ...] = GRPO_FAMILY
+    #: The method family this class runs (:data:`hargo.methods.FAMILIES`; a subclass with its
+    #: own loss names its own).
+    family: str = "grpo_family"
 
     def __init__(self, *args, method: str, hargo_config: HargoConfig | None = None,
                  recorder: Any = None, task_column: str = "task",
                  dynamic_sampling: DynamicSamplingConfig | None = None,
                  task_budgets: dict[str, int] | None = None, **kwargs):
-        if method not in self.accepted_methods:
-            raise ValueError(f"unknown RL method {method!r} for {type(self).__name__}; valid: "
-                             f"{', '.join(self.accepted_methods)}")
+        spec = get_method(method, self.family)
+        self._check_method_names(spec)
         import trl
 
         if trl.__version__ != TRL_VERSION:
@@ -135,6 +146,7 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
                                "(hargo/training/grpo.py) and tests/test_rl.py before moving "
                                "the pin")
         self.method = method
+        self.spec = spec
         self.hargo_config = hargo_config or HargoConfig()
         self.ema = EMABaseline(self.hargo_config.rho)
         self.recorder = recorder
@@ -144,8 +156,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         self.task_budgets = dict(task_budgets) if task_budgets else None
         self._row_budgets: list[int] | None = None
         self.timing = {"generation_s": 0.0, "scoring_s": 0.0}
-        self._hargo_loss = method in HARGO_METHODS
-        self._needs_ref = method in HARGO_METHODS and needs_reference(method)
+        self._hargo_loss = spec.loss == "weighted"
+        self._needs_ref = spec.needs_reference
         self._capture_logps = False
         self._captured_logps: torch.Tensor | None = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
@@ -165,6 +177,23 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         from accelerate.utils import is_peft_model
 
         return bool(is_peft_model(self.accelerator.unwrap_model(self.model)))
+
+    @staticmethod
+    def _check_method_names(spec) -> None:
+        """The method's estimator, policy loss and KL estimator exist in their registries, and
+        its ``needs_reference`` is its estimator's (an unknown name raises ValueError listing
+        the valid ones)."""
+        from hargo.losses import KL_ESTIMATORS
+        from hargo.losses._registry import lookup
+
+        if spec.estimator is not None and needs_reference(spec.estimator) != spec.needs_reference:
+            raise ValueError(f"method {spec.name}: needs_reference={spec.needs_reference} but its "
+                             f"estimator {spec.estimator!r} says "
+                             f"{needs_reference(spec.estimator)}")
+        if spec.policy_loss is not None:
+            policy_loss(spec.policy_loss)
+        if spec.kl is not None:
+            lookup(KL_ESTIMATORS, "KL estimator", spec.kl)
 
     def _check_weighted_loss_supported(self) -> None:
         problems = unsupported_trl_options(self)
@@ -262,7 +291,7 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
             if torch.isnan(rewards).any():
                 raise ValueError(f"method {self.method}: a reward function returned None for some "
                                  "completions; HARGO needs a reward for every completion")
-            est = estimate(self.method, group_rewards(rewards, G),
+            est = estimate(self.spec.estimator, group_rewards(rewards, G),
                            None if l_all is None else group_rewards(l_all, G), self.ema,
                            self.hargo_config)
             adv_all = est.advantages.reshape(-1).to(device)
@@ -484,9 +513,10 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
     def _hargo_weighted_loss(self, model, inputs) -> torch.Tensor:
         """``docs/method.md`` step 6 on this process's micro-batch: ``(1/N_local) sum_i w_i L_i``.
 
-        ``L_i`` is TRL 1.16's per-token loss for ``loss_type="grpo"`` (``clipped_surrogate`` with
-        the HARGO advantage ``M_i``, times the vLLM importance-sampling ratio when on, plus
-        ``beta`` times the k3 ``kl_penalty``), averaged over response i's own tokens by
+        ``L_i`` is TRL 1.16's per-token loss for ``loss_type="grpo"`` (the method's
+        ``policy_loss``, ``clipped_surrogate``, with the HARGO advantage ``M_i``, times the vLLM
+        importance-sampling ratio when on, plus ``beta`` times the method's ``kl`` estimator,
+        k3, by ``kl_penalty``), averaged over response i's own tokens by
         ``weighted_loss``. ``N_local = B_local / G`` groups' worth of responses: with the gradient
         averaging across processes this is exactly the global ``(1/N) sum w_i L_i`` (the sum is
         linear, so groups split across processes or micro-batches still add up). With uniform
@@ -497,13 +527,13 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
         advantages = inputs["advantages"]
-        per_token_loss, ratio = clipped_surrogate(logps, old, advantages, self.epsilon_low,
-                                                  self.epsilon_high, self.args.delta)
+        per_token_loss, ratio = policy_loss(self.spec.policy_loss)(
+            logps, old, advantages, self.epsilon_low, self.epsilon_high, self.args.delta)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
         per_token_kl = None
         if self.beta != 0.0:
-            per_token_kl = kl_penalty(logps, inputs["ref_per_token_logps"], "k3")
+            per_token_kl = kl_penalty(logps, inputs["ref_per_token_logps"], self.spec.kl)
             if self.args.use_bias_correction_kl:
                 per_token_kl = per_token_kl * ratio
             per_token_loss = per_token_loss + self.beta * per_token_kl

@@ -78,8 +78,9 @@ class HargoPPOTrainer(HargoGRPOTrainer):
     :attr:`value_head`.
 
     Args:
-        *args, **kwargs: as :class:`~hargo.training.grpo.HargoGRPOTrainer` (``method`` must be
-            ``"ppo"``).
+        *args, **kwargs: as :class:`~hargo.training.grpo.HargoGRPOTrainer` (``method``: a
+            method of family ``value``, ``"ppo"``; its ``kl`` estimator, k1, is the one in the
+            reward and in ``ppo/kl``).
         ppo_config: the PPO knobs (``rl.ppo``); default ``PPOParams()``.
 
     Logged into TRL's metrics (``self._metrics``): ``ppo/value_loss``, ``ppo/value_clipfrac``,
@@ -87,11 +88,11 @@ class HargoPPOTrainer(HargoGRPOTrainer):
     ``ppo/kl`` (mean ``log pi - log pi_ref`` per token), ``entropy`` and TRL's ``clip_ratio/*``.
 
     Raises:
-        ValueError: method not ``ppo``; more than one update per rollout (``num_iterations`` or
+        ValueError: not a ``value``-family method; more than one update per rollout (``num_iterations`` or
             ``steps_per_generation`` > 1); a TRL option this loss does not implement.
     """
 
-    accepted_methods = ("ppo",)
+    family = "value"
 
     def __init__(self, *args, method: str = "ppo", ppo_config: PPOParams | None = None,
                  **kwargs):
@@ -198,7 +199,7 @@ class HargoPPOTrainer(HargoGRPOTrainer):
         logps, values = self._rollout_logps_and_values(output)
         scores = rewards[local].to(logps.device).float()
         ref = output.get("ref_per_token_logps")
-        r = token_rewards(logps, ref, scores, mask, self.beta)
+        r = token_rewards(logps, ref, scores, mask, self.beta, kl=self.spec.kl)
         adv, returns = gae_advantages(r, values, mask, cfg.gamma, cfg.lam)
         if cfg.whiten_advantages:
             adv = whiten(adv, mask, reduce=self._reduce_sum)
@@ -217,7 +218,7 @@ class HargoPPOTrainer(HargoGRPOTrainer):
         metrics["ppo/return_mean"].append(self._global_token_mean(returns, mask))
         if ref is not None:
             metrics["ppo/kl"].append(
-                self._global_token_mean(kl_penalty(logps, ref.float(), "k1"), mask))
+                self._global_token_mean(kl_penalty(logps, ref.float(), self.spec.kl), mask))
         return per_response.float()
 
     # ------------------------------------------------------------------------- loss

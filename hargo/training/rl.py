@@ -52,8 +52,8 @@ from typing import Any, Mapping
 from hargo.data.records import read_prepared
 from hargo.generation_budget import budget_record, check_budget, describe_budget, max_budget
 from hargo.io import HargoInputError, atomic_write_json
-from hargo.method_config import kl_coef, method_params
-from hargo.params import RL_METHODS, ParamsError, validate_params
+from hargo.methods import RL_FAMILIES, get_method, kl_coef, method_params
+from hargo.params import ParamsError, validate_params
 
 __all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "load_rl_records",
            "to_dataset", "build_trainer", "dynamic_sampling_config", "CHECKPOINT_ROOT", "METRICS_ROOT"]
@@ -74,13 +74,16 @@ def _hargo_config(params: Mapping, method: str):
     (its advantages are GAE's)."""
     from hargo.advantages import HargoConfig
 
-    p = method_params(params, method)
-    return p.hargo_config() if hasattr(p, "hargo_config") else HargoConfig()
+    return HargoConfig.of(method_params(params, method))
 
 
-def _check_method(method: str) -> None:
-    if method not in RL_METHODS:
-        raise ParamsError(f"rl method: unknown method {method!r}; valid: {', '.join(RL_METHODS)}")
+def _check_method(method: str):
+    """The registered RL method ``method`` (:mod:`hargo.methods`). Raises ParamsError naming
+    the valid ones."""
+    try:
+        return get_method(method, *RL_FAMILIES)
+    except ParamsError as e:
+        raise ParamsError(f"rl method: {e}") from None
 
 
 def prompt_cap(params: Mapping) -> int | dict[str, int]:
@@ -201,8 +204,9 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
                   output_dir: str | os.PathLike, recorder=None, callbacks=(), tokenizer=None,
                   reward_funcs=None, trainer_kwargs: Mapping | None = None, **config_overrides):
     """A ready :class:`~hargo.training.grpo.HargoGRPOTrainer` for ``method`` on ``records``
-    (for ``ppo`` its subclass :class:`~hargo.training.ppo.HargoPPOTrainer`, with
-    its ``rl.ppo`` knobs, :class:`hargo.method_config.PPOParams`).
+    (the trainer of the method's family, :mod:`hargo.methods`: ``grpo_family`` that class,
+    ``value`` -- ``ppo`` -- its subclass :class:`~hargo.training.ppo.HargoPPOTrainer`, with the
+    method's ``rl.<method>`` knobs, :class:`hargo.method_config.PPOParams`).
 
     ``model_dir``: a complete model folder (the SFT model), loaded in float32 as the policy;
     with ``rl.lora.enabled`` a fresh LoRA adapter is trained and the reference model is the
@@ -228,10 +232,10 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     if isinstance(rl["max_new_tokens"], Mapping):   # per-task completion budgets
         trainer_kwargs = {"task_budgets": check_budget(rl["max_new_tokens"], "rl.max_new_tokens"),
                           **dict(trainer_kwargs or {})}
-    if method == "ppo":
+    if _check_method(method).family == "value":   # the family decides the trainer
         from hargo.training.ppo import HargoPPOTrainer
 
-        trainer_cls, extra = HargoPPOTrainer, {"ppo_config": method_params(params, "ppo")}
+        trainer_cls, extra = HargoPPOTrainer, {"ppo_config": method_params(params, method)}
     args = build_grpo_config(params, method, output_dir, **config_overrides)
     if args.use_vllm:
         _check_vllm_usable()
@@ -356,7 +360,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
                   f"new tokens {describe_budget(rl['max_new_tokens'])}, "
                   f"bf16 {trainer.args.bf16}, dynamic sampling "
                   + (_describe_dynamic_sampling(getattr(trainer, "dynamic_sampling", None))
-                     if method != "ppo" else "off (GRPO family only)")
+                     if get_method(method).family == "grpo_family"
+                     else "off (GRPO family only)")
                   + (f", {launch.num_processes} processes" if launch.num_processes > 1 else "")
                   + (f", resuming at step {resumed_step}" if resume else ""), flush=True)
         t0 = time.perf_counter()

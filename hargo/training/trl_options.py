@@ -1,7 +1,7 @@
-"""How hargo's RL methods map onto TRL 1.16's ``GRPOTrainer`` options: which methods run TRL's
-own loss and which replace it, the ``GRPOConfig`` loss fields each method sets
-(:func:`trl_loss_settings`), and the TRL options hargo's own losses do not implement
-(:func:`unsupported_trl_options`, checked when a trainer is built)."""
+"""How hargo's RL methods map onto TRL 1.16's ``GRPOTrainer`` options: the ``GRPOConfig`` loss
+fields a method sets (:func:`trl_loss_settings`, from the method's own
+:attr:`hargo.methods.Method.trl_settings`), and the TRL options hargo's own losses do not
+implement (:func:`unsupported_trl_options`, checked when a trainer is built)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trl import GRPOTrainer
 
-from hargo.vocab import GRPO_FAMILY, VALUE_METHODS
+from hargo.methods import RL_FAMILIES, get_method
 
 __all__ = ["trl_loss_settings", "unsupported_trl_options"]
 
@@ -17,20 +17,16 @@ __all__ = ["trl_loss_settings", "unsupported_trl_options"]
 def trl_loss_settings(method: str) -> dict[str, str]:
     """The ``GRPOConfig`` fields that select a method's loss in TRL 1.16.
 
-    ``grpo`` and the HARGO family: ``loss_type="grpo"``, ``scale_rewards="group"`` (the HARGO
-    family replaces TRL's advantages and loss, so these only affect what TRL logs); ``dr_grpo``:
-    ``loss_type="dr_grpo"``, ``scale_rewards="none"`` (TRL's Dr. GRPO); ``ppo``: as ``grpo``
-    (``HargoPPOTrainer`` replaces TRL's advantages and loss too).
+    The method's :attr:`~hargo.methods.Method.trl_settings`: ``grpo`` and the HARGO family
+    ``loss_type="grpo"``, ``scale_rewards="group"`` (the HARGO family replaces TRL's advantages
+    and loss, so these only affect what TRL logs); ``dr_grpo``: ``loss_type="dr_grpo"``,
+    ``scale_rewards="none"`` (TRL's Dr. GRPO); ``ppo``: as ``grpo`` (``HargoPPOTrainer`` replaces
+    TRL's advantages and loss too).
 
     Raises:
-        ValueError: unknown method.
+        ValueError: not a registered RL method (the message lists them).
     """
-    valid = GRPO_FAMILY + VALUE_METHODS
-    if method not in valid:
-        raise ValueError(f"unknown RL method {method!r}; valid: {', '.join(valid)}")
-    if method == "dr_grpo":
-        return {"loss_type": "dr_grpo", "scale_rewards": "none"}
-    return {"loss_type": "grpo", "scale_rewards": "group"}
+    return dict(get_method(method, *RL_FAMILIES).trl_settings)
 
 
 def unsupported_trl_options(trainer: GRPOTrainer) -> list[str]:

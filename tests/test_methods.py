@@ -1,0 +1,284 @@
+"""Methods as plug-ins (hargo/methods/, issue 28): the registry's API and errors, each method's
+estimator / policy loss / KL estimator found by name in its registry, the hand-written DVC
+params lists that still name the RL methods' blocks, and a toy RL method added as one new module
+plus one params block -- seen by ``hargo rl --help``, ``hargo check-params``, the params checks,
+the comparison's method list and labels, and trained through the ``rl`` stage on the tiny model,
+with no other file edited."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rl_helpers import TASKS, rl_params, write_jsonl
+
+from hargo.methods import (FAMILIES, RL_FAMILIES, Method, UnknownMethodError, get_method,
+                           method_names, methods, methods_of_family, register_method)
+from hargo.testing import crafted_records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The methods and their order before the registry (hargo/vocab.py's tuples at 55ddbd3).
+BEFORE = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "ppo", "dpo", "kto", "simpo",
+          "hpcgpt")
+
+
+# ------------------------------------------------------------------------------ registry
+
+@pytest.mark.fast
+def test_registry_lists_every_method_in_the_former_order_with_its_family():
+    assert method_names() == BEFORE
+    assert method_names(*RL_FAMILIES) == BEFORE[:6]
+    assert {f: method_names(f) for f in FAMILIES} == {
+        "grpo_family": BEFORE[:5], "value": ("ppo",), "preference": ("dpo", "kto", "simpo"),
+        "sft": ("hpcgpt",)}
+    assert methods_of_family("value") == (get_method("ppo"),)
+    assert [m.label for m in methods()] == ["GRPO", "Dr.GRPO", "HARGO", "HARGO-B1", "HARGO-B2",
+                                            "PPO", "DPO", "KTO", "SimPO", "HPC-GPT"]
+    assert all(m.description.strip() for m in methods())
+
+
+@pytest.mark.fast
+def test_unknown_method_is_refused_with_the_valid_names():
+    with pytest.raises(UnknownMethodError,
+                       match=r"unknown method 'grop'; valid: grpo, dr_grpo, .*, hpcgpt$"):
+        get_method("grop")
+    with pytest.raises(ValueError, match=r"method 'dpo' is of family preference, not "
+                                         r"grpo_family/value; valid: grpo, .*, ppo$"):
+        get_method("dpo", *RL_FAMILIES)
+    with pytest.raises(ValueError, match="unknown method family 'rl'"):
+        methods_of_family("rl")
+    with pytest.raises(ValueError, match="'grpo' is already registered"):
+        register_method(Method(name="grpo", label="x", description="x", family="preference"))
+    with pytest.raises(TypeError, match="expected a hargo.methods.Method"):
+        register_method("grpo")
+
+
+@pytest.mark.fast
+def test_an_inconsistent_method_is_refused_when_built():
+    from hargo.method_config import GRPOParams
+
+    ok = dict(name="m", label="M", description="d", family="grpo_family", kl="k3",
+              trl_settings={"loss_type": "grpo"}, params_class=GRPOParams)
+    assert Method(**ok, loss="trl").is_rl
+    with pytest.raises(ValueError, match="a weighted loss needs an estimator and a policy_loss"):
+        Method(**ok, loss="weighted")
+    with pytest.raises(ValueError, match=r"loss 'ppo' \(the grpo_family trainer implements "
+                                         r"trl, weighted\)"):
+        Method(**ok, loss="ppo")
+    with pytest.raises(ValueError, match="needs_reference is for a weighted loss"):
+        Method(**ok, loss="trl", estimator="hargo", needs_reference=True)
+    with pytest.raises(ValueError, match="no params_class"):
+        Method(**{**ok, "params_class": None}, loss="trl")
+    with pytest.raises(ValueError, match="description must be a non-empty string"):
+        Method(**{**ok, "description": " "}, loss="trl")
+    with pytest.raises(ValueError, match="family 'rl'"):
+        Method(name="m", label="M", description="d", family="rl")
+
+
+@pytest.mark.fast
+def test_each_methods_estimator_policy_loss_and_kl_are_registered_by_name():
+    from hargo.advantages import ESTIMATORS, needs_reference
+    from hargo.losses import KL_ESTIMATORS, POLICY_LOSSES
+
+    for m in methods_of_family(*RL_FAMILIES):
+        assert m.kl in KL_ESTIMATORS, m.name
+        assert m.policy_loss is None or m.policy_loss in POLICY_LOSSES, m.name
+        if m.estimator is not None:
+            assert m.estimator in ESTIMATORS and needs_reference(m.estimator) == \
+                m.needs_reference, m.name
+    assert {m.name: (m.loss, m.estimator, m.policy_loss, m.kl, m.needs_reference)
+            for m in methods_of_family(*RL_FAMILIES)} == {
+        "grpo": ("trl", "grpo", "clipped_surrogate", "k3", False),
+        "dr_grpo": ("trl", "dr_grpo", "clipped_surrogate", "k3", False),
+        "hargo": ("weighted", "hargo", "clipped_surrogate", "k3", True),
+        "hargo_b1": ("weighted", "hargo_b1", "clipped_surrogate", "k3", False),
+        "hargo_b2": ("weighted", "hargo_b2", "clipped_surrogate", "k3", True),
+        "ppo": ("ppo", None, None, "k1", False)}
+
+
+@pytest.mark.fast
+def test_the_trl_settings_are_the_methods_own():
+    from hargo.training.trl_options import trl_loss_settings
+
+    assert {m: trl_loss_settings(m) for m in method_names(*RL_FAMILIES)} == {
+        **{m: {"loss_type": "grpo", "scale_rewards": "group"}
+           for m in ("grpo", "hargo", "hargo_b1", "hargo_b2", "ppo")},
+        "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"}}
+    with pytest.raises(ValueError, match="'dpo' is of family preference"):
+        trl_loss_settings("dpo")
+
+
+@pytest.mark.fast
+def test_the_hand_written_dvc_params_lists_name_the_compared_rl_methods_blocks(committed_params):
+    """compare/dvc.yaml's compare_train and synthetic/dvc.yaml's synthetic_rl list RL methods'
+    ``rl.<method>`` blocks by name (DVC cannot attach a block to one matrix item, and the
+    preference methods have none): every block listed is a registered RL method's, and every RL
+    method the committed comparisons run is listed (else it would not re-train when its block
+    changed). Today every RL method is listed."""
+    compare = yaml.safe_load((ROOT / "compare" / "dvc.yaml").read_text())["stages"]
+    synthetic = yaml.safe_load((ROOT / "synthetic" / "dvc.yaml").read_text())["stages"]
+    shared = set(committed_params["rl"]) - set(method_names())   # rl.steps, rl.lora, ...
+    blocks = lambda spec: [p[3:] for p in spec["params"]  # noqa: E731
+                           if isinstance(p, str) and p.startswith("rl.") and p[3:] not in shared]
+    rl_stage = synthetic["synthetic_rl"].get("do", synthetic["synthetic_rl"])
+    for listed, family, run in (
+            (blocks(compare["compare_train"]), RL_FAMILIES, committed_params["compare"]["methods"]),
+            (blocks(rl_stage), ("grpo_family",), committed_params["synthetic"]["methods"])):
+        assert all(m in method_names(*family) for m in listed), listed
+        assert {m for m in run if m in method_names(*family)} <= set(listed), (run, listed)
+    assert blocks(compare["compare_train"]) == list(BEFORE[:6])
+    assert blocks(rl_stage) == list(BEFORE[:5])
+
+
+def test_importing_the_registry_and_the_cli_loads_no_torch():
+    code = ("import sys, hargo.cli; from hargo.methods import methods; methods(); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------ a toy method, one module
+
+TOY_MODULE = textwrap.dedent('''\
+    """``toy``: Dr. GRPO's advantages (r - mean) in hargo's weighted loss, with the k2 KL."""
+    from dataclasses import dataclass
+
+    from hargo.method_config import knob
+    from hargo.methods import Method, register_method
+
+
+    @dataclass(frozen=True)
+    class ToyParams:
+        """``rl.toy``."""
+
+        beta: float = knob(0.05, "coefficient of the k2 KL term", lo=0.0)
+
+        @property
+        def kl_coef(self) -> float:
+            return self.beta
+
+
+    register_method(Method(
+        name="toy", label="TOY", description="a toy: centred rewards, weighted loss, k2 KL",
+        family="grpo_family", rank=35, estimator="dr_grpo", loss="weighted",
+        policy_loss="clipped_surrogate", kl="k2",
+        trl_settings={"loss_type": "grpo", "scale_rewards": "none"}, params_class=ToyParams))
+''')
+
+
+@pytest.fixture(scope="module")
+def toy_package(tmp_path_factory) -> Path:
+    """A copy of the ``hargo`` package with one new module, ``hargo/methods/toy.py``; returns
+    the folder to put on ``PYTHONPATH``."""
+    d = tmp_path_factory.mktemp("pkg")
+    shutil.copytree(ROOT / "hargo", d / "hargo", ignore=shutil.ignore_patterns("__pycache__"))
+    (d / "hargo" / "methods" / "toy.py").write_text(TOY_MODULE, encoding="utf-8")
+    return d
+
+
+@pytest.fixture()
+def toy_registered(toy_package, monkeypatch):
+    """This process's registry, re-discovered with the copy's ``hargo/methods`` on the package's
+    path (so ``toy.py`` is found as a module of the package); restored afterwards."""
+    import hargo.methods as registry
+
+    monkeypatch.setattr(registry, "__path__",
+                        [*registry.__path__, str(toy_package / "hargo" / "methods")])
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_discovered", False)
+    try:
+        yield get_method("toy")
+    finally:
+        sys.modules.pop("hargo.methods.toy", None)
+
+
+def _toy_params(params: dict) -> dict:
+    p = copy.deepcopy(params)
+    p["rl"]["toy"] = {"beta": 0.05}          # the one params block
+    return p
+
+
+def _hargo(args: list[str], pythonpath: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(pythonpath), "COLUMNS": "400", "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "hargo.cli", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=120)
+
+
+def test_toy_method_module_appears_in_the_cli_and_the_params_check(toy_package, tmp_path):
+    top = _hargo(["--help"], toy_package, tmp_path)
+    assert "hargo_b2 (grpo_family), toy (grpo_family), ppo (value)" in top.stdout
+    out = _hargo(["rl", "--help"], toy_package, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "toy: a toy: centred rewards, weighted loss, k2 KL" in out.stdout
+    assert "hargo: HARGO: discrimination x confidence response weights; hargo_b1:" in out.stdout
+    assert "a method of compare.methods: grpo, dr_grpo, hargo, hargo_b1, hargo_b2, toy, ppo," \
+        in _hargo(["compare-train", "--help"], toy_package, tmp_path).stdout
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    missing = _hargo(["check-params"], toy_package, tmp_path)   # no rl.toy block yet
+    assert missing.returncode != 0
+    assert "rl.toy: missing (a block with beta)" in missing.stderr
+    p = _toy_params(params)
+    p["rl"]["methods"] = [*p["rl"]["methods"], "toy"]
+    p["compare"]["methods"] = [*p["compare"]["methods"], "toy"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    ok = _hargo(["check-params"], toy_package, tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    bad = _hargo(["check-params", "-S", "rl.toy.beta=-1"], toy_package, tmp_path)
+    assert "rl.toy.beta: must be >= 0.0, got -1" in bad.stderr
+    # the repository's own package does not know it: the module is the only change
+    plain = _hargo(["check-params"], ROOT, tmp_path)
+    assert "rl.methods: unknown method 'toy'" in plain.stderr
+
+
+def test_toy_method_is_checked_compared_and_trained_by_the_rl_stage(
+        toy_registered, committed_params, tiny_model_dir, mlflow_uri, tmp_path):
+    """One optimizer step of the toy through ``rl.run``: the trainer runs the method's
+    estimator (Dr. GRPO's, which TRL's path never runs) in the weighted loss, its k2 KL by name,
+    and the comparison lists and labels it."""
+    from hargo.compare import render
+    from hargo.compare.train import family, run_params
+    from hargo.params import ParamsError, validate_params
+    from hargo.training import rl
+
+    toy = toy_registered
+    assert method_names("grpo_family") == ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2",
+                                           "toy")
+    data = tmp_path / "prepared"
+    write_jsonl(data / "train.jsonl", crafted_records(per_task=1))
+    params = rl_params(_toy_params(committed_params), tiny_model_dir, data, steps=1,
+                       num_generations=2, prompts_per_step=4, save_steps=1, max_new_tokens=4)
+    assert params["rl"]["toy"] == {"beta": 0.02}      # rl_params sets every block's beta
+    params["rl"]["methods"] = ["toy"]
+    params["compare"]["methods"] = ["hargo", "toy"]
+    validate_params(params)
+    with pytest.raises(ParamsError, match=r"rl\.toy: unknown key\(s\) alpha; valid: beta"):
+        validate_params({**params, "rl": {**params["rl"], "toy": {"beta": 0.1, "alpha": 1}}})
+
+    # the comparison: its method list, family, run params and label
+    assert family("toy") == "rl" and render.pretty("toy") == "TOY"
+    assert run_params(params, "toy", 3)["rl"]["toy"] == {"beta": 0.02}
+
+    res = rl.run(params, "toy", root=tmp_path, keep_history=True)
+    assert res["method"] == "toy" and res["steps"] == 1
+    assert (tmp_path / "models" / "rl" / "toy" / "model.safetensors").is_file()
+    on_disk = json.loads((tmp_path / "metrics" / "rl" / "toy.json").read_text())
+    assert on_disk["steps"] == 1 and set(on_disk["rewards"]) == set(TASKS) | {"all"}
+    # uniform 1/G weights and r - mean advantages (ESTIMATORS["dr_grpo"]) in every group
+    (step,) = res["history"]
+    assert step["step"] == 1
+    assert step["all/weight_mean"] == pytest.approx(0.5)
+    assert step["all/weight_max"] == pytest.approx(0.5)
+    assert step["all/advantage_mean"] == pytest.approx(0.0, abs=1e-6)
+    assert toy.kl == "k2" and get_method("toy") is toy
