@@ -1,5 +1,6 @@
-"""The ``rl`` and ``sft`` stages launched on 2 CPU processes (torchrun, gloo), as docs/gpu.md's
-``accelerate launch --num_processes N -m hargo.cli ...`` does on a cluster: both processes
+"""The ``rl`` and ``sft`` stages launched on 2 CPU processes (gloo) with docs/gpu.md's launch
+form and the shipped DDP config, ``accelerate launch --config_file
+configs/accelerate/multi_gpu.yaml --num_processes 2 -m hargo.cli <stage> ...``: both processes
 train, the step's batch is the *global* batch of params.yaml (not N times it), and only the main
 process writes the model, the metrics file, the checkpoint fingerprint and the MLflow run.
 """
@@ -7,40 +8,29 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-from rl_helpers import free_port, rl_params, write_jsonl
+from rl_helpers import accelerate_launch, launch_env, rl_params, write_jsonl
 
 from hargo.testing import crafted_records
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 TIMEOUT_S = 300
 
 
 def _launch(project: Path, params: dict, *stage_args: str,
             nproc: int = 2) -> subprocess.CompletedProcess:
-    """``python -m torch.distributed.run --nproc_per_node N -m hargo.cli <stage_args>`` in
-    ``project`` (params.yaml written there), logging to ``project/mlflow.db``."""
+    """``accelerate launch --config_file configs/accelerate/multi_gpu.yaml --num_processes N
+    -m hargo.cli <stage_args>`` in ``project`` (params.yaml written there), logging to
+    ``project/mlflow.db``."""
     (project / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "HARGO_PARENT_RUN_ID"}
-    env.update({"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-                "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
-                "MLFLOW_ENABLE_ASYNC_LOGGING": "false",
-                "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "hargo.cli", *stage_args, "--params", "params.yaml"]
-    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
-    return proc
+    env = launch_env(MLFLOW_ENABLE_ASYNC_LOGGING="false",
+                     MLFLOW_TRACKING_URI=f"sqlite:///{project / 'mlflow.db'}")
+    return accelerate_launch(["-m", "hargo.cli", *stage_args, "--params", "params.yaml"],
+                             config="multi_gpu", nproc=nproc, cwd=project, env=env,
+                             timeout=TIMEOUT_S)
 
 
 def _stage_runs(project: Path, experiment: str):
