@@ -60,6 +60,24 @@ def _run(fn, *args, online: bool = False, **kwargs):
         raise
 
 
+def _relaunch_under_accelerate() -> None:
+    """A training stage started plainly with ``$HARGO_ACCELERATE_CONFIG`` set becomes
+    ``accelerate launch --config_file <it> ... -m hargo.cli <the same arguments>`` (this process
+    is replaced; :func:`hargo.training.launch.accelerate_relaunch`)."""
+    import os
+
+    from hargo.training.launch import accelerate_relaunch
+
+    try:
+        cmd = accelerate_relaunch(sys.argv[1:])
+    except FileNotFoundError as e:
+        typer.secho(f"error: {e}", fg="red", err=True)
+        raise typer.Exit(2)
+    if cmd is not None:
+        print(f"[hargo] launching: {' '.join(cmd[1:])}", flush=True)
+        os.execv(cmd[0], cmd)
+
+
 @app.command("check-params")
 def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Validate params.yaml -> reports/params-valid.txt (the first stage: a bad value stops
@@ -108,7 +126,10 @@ def base_model(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 
 @app.command()
 def sft(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
-    """Supervised fine-tuning (TRL SFTTrainer, LoRA or full) -> models/sft (merged)."""
+    """Supervised fine-tuning (TRL SFTTrainer, LoRA or full) -> models/sft (merged).
+    Several processes: accelerate launch --config_file configs/accelerate/<x>.yaml -m hargo.cli
+    sft (or $HARGO_ACCELERATE_CONFIG)."""
+    _relaunch_under_accelerate()
     from hargo.training import sft as stage
 
     _run(stage.run, _params(params, set_))
@@ -117,11 +138,14 @@ def sft(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 @app.command()
 def rl(method: str = typer.Option(..., "--method", "-m", help="; ".join(f"{m}: {METHOD_DESCRIPTIONS[m]}" for m in RL_METHODS)),
        params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
-    """RL post-training from the SFT model with one method -> models/rl/<method> (merged)."""
+    """RL post-training from the SFT model with one method -> models/rl/<method> (merged).
+    Several processes: accelerate launch --config_file configs/accelerate/<x>.yaml -m hargo.cli
+    rl --method M (or $HARGO_ACCELERATE_CONFIG)."""
     if method not in RL_METHODS:
         typer.secho(f"error: --method: unknown method {method!r}; valid: {', '.join(RL_METHODS)}",
                     fg="red", err=True)
         raise typer.Exit(2)
+    _relaunch_under_accelerate()
     from hargo.training import rl as stage
 
     _run(stage.run, _params(params, set_), method)
@@ -190,7 +214,14 @@ def preferences(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 def compare_train(method: str = typer.Option(..., "--method", "-m", help="a method of compare.methods: " + ", ".join(COMPARE_METHODS)),
                   seed: int = typer.Option(..., "--seed", help="a seed of compare.seeds"),
                   params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
-    """Comparison: train one method with one seed -> models/compare/<method>-s<seed>."""
+    """Comparison: train one method with one seed -> models/compare/<method>-s<seed>.
+    Online RL methods may run on several processes like rl (accelerate launch --config_file
+    configs/accelerate/<x>.yaml -m hargo.cli compare-train ..., or $HARGO_ACCELERATE_CONFIG,
+    which leaves the preference and HPC-GPT runs on one process)."""
+    from hargo import vocab
+
+    if method in COMPARE_METHODS and vocab.family(method) in ("grpo_family", "value"):
+        _relaunch_under_accelerate()
     from hargo.compare import train as stage
 
     _run(stage.run, _params(params, set_), method, seed)
