@@ -20,13 +20,13 @@ comparison flow) trains from the shared upstream outputs -- nothing upstream re-
     :func:`hargo.training.sft.train`.
 
 Budget: every RL and preference method sees ``compare.steps * compare.prompts_per_step``
-prompts; ``hpcgpt`` replaces SFT and sees SFT's examples.
+prompts; ``hpcgpt`` replaces SFT and sees SFT's examples. The run's seed replaces ``seed`` for
+the training (sampling, data order, prompt pool); the SFT model is the same for all seeds.
 
 Launch: one process, or for the online RL methods several, with the launch form of every
 training stage (``accelerate launch --config_file configs/accelerate/<x>.yaml -m hargo.cli
 compare-train --method M --seed S``; or ``$HARGO_ACCELERATE_CONFIG`` with the plain command, as
-compare/dvc.yaml runs it); see :func:`run`. The run's seed replaces ``seed`` for
-the training (sampling, data order, prompt pool); the SFT model is the same for all seeds.
+compare/dvc.yaml runs it); see :func:`run`.
 
 Outputs (whole or not at all): ``models/compare/<run>/`` (merged model) and
 ``metrics/compare/train/<run>.json``: ``{"method", "seed", "run", "family", "prompts_seen",

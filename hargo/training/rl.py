@@ -60,8 +60,8 @@ from hargo.io import HargoInputError, atomic_write_json
 from hargo.method_config import kl_coef, method_params
 from hargo.params import RL_METHODS, ParamsError, validate_params
 
-__all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "vllm_max_len", "load_rl_records",
-           "to_dataset", "build_trainer", "dynamic_sampling_config", "CHECKPOINT_ROOT", "METRICS_ROOT"]
+__all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "vllm_max_len",
+           "load_rl_records", "to_dataset", "build_trainer", "dynamic_sampling_config", "CHECKPOINT_ROOT", "METRICS_ROOT"]
 
 #: ``checkpoints/rl/<method>`` and ``metrics/rl/<method>.json`` (dvc.yaml outputs).
 CHECKPOINT_ROOT = Path("checkpoints") / "rl"
