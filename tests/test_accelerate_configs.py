@@ -305,19 +305,28 @@ def test_sbatch_recipe_launches_n_training_nodes_and_one_vllm_server(tmp_path):
     vllm-serve`` on params.yaml's rl.vllm_server.port; the other two each run ``accelerate
     launch --config_file <config> --num_machines 2 --num_processes 16 --machine_rank <its
     SLURM_PROCID> --main_process_ip <first node> --rdzv_backend c10d -m hargo.cli rl --method
-    hargo`` pointed at the server (vllm-server backend, its host and port)."""
+    hargo`` pointed at the server (its host and port; the vllm-server backend must be in the
+    params file, or the recipe refuses before starting anything)."""
     log, env = _fake_cluster(tmp_path, ["gpu-1", "gpu-2", "gpu-3"])
     env["ACCELERATE_CONFIG"] = "configs/accelerate/deepspeed_zero3.yaml"
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "slurm" / "hargo.sbatch"),
-                        "rl", "--method", "hargo"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=120)
+    sbatch = ["bash", str(ROOT / "scripts" / "slurm" / "hargo.sbatch"), "rl", "--method", "hargo"]
+    # params.yaml as committed (transformers backend): a server node is refused, nothing runs
+    r = subprocess.run(sbatch, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and not log.exists()
+    assert ("params.yaml: rl.generation_backend is 'transformers'; set it to vllm-server for a "
+            "server node, or SERVER_NODES=0") in r.stderr
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["rl"]["generation_backend"] = "vllm-server"
+    params["rl"]["vllm_server"]["port"] = port = 8123
+    (tmp_path / "server-params.yaml").write_text(yaml.safe_dump(params))
+    env["PARAMS"] = str(tmp_path / "server-params.yaml")
+    r = subprocess.run(sbatch, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     calls = log.read_text().splitlines()
-    port = yaml.safe_load((ROOT / "params.yaml").read_text())["rl"]["vllm_server"]["port"]
     # the server step runs in the background: its lines may come before or among the others
     server = ["srun --nodes=1 --ntasks=1 --nodelist=gpu-3",
               "hargo vllm-serve --tensor-parallel-size 1 --data-parallel-size 1 "
-              f"-S rl.vllm_server.port={port}"]
+              f"--params {env['PARAMS']} -S rl.vllm_server.port={port}"]
     assert [c for c in calls if c in server] == server
     calls = [c for c in calls if c not in server]
     assert calls[0] == "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=gpu-1,gpu-2"
@@ -334,7 +343,7 @@ def test_sbatch_recipe_launches_n_training_nodes_and_one_vllm_server(tmp_path):
         assert opts["--rdzv_backend"] == "c10d"
         i = words.index("-m")
         assert words[i:] == ["-m", "hargo.cli", "rl", "--method", "hargo",
-                             "-S", "rl.generation_backend=vllm-server",
+                             "--params", env["PARAMS"],
                              "-S", "rl.vllm_server.host=gpu-3", "-S", f"rl.vllm_server.port={port}"]
 
 
@@ -354,7 +363,7 @@ def test_sbatch_recipe_without_a_server_node(tmp_path):
         opts = dict(zip(words[3:], words[4:]))
         assert opts["--config_file"] == "configs/accelerate/multi_gpu.yaml"
         assert (opts["--num_processes"], opts["--machine_rank"]) == ("8", str(rank))
-        assert words[words.index("-m"):] == ["-m", "hargo.cli", "sft"]
+        assert words[words.index("-m"):] == ["-m", "hargo.cli", "sft", "--params", "params.yaml"]
 
 
 # ----------------------------------------------------------------------------- compare-train
