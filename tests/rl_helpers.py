@@ -1,6 +1,9 @@
 """Crafted RL inputs shared by tests/test_rl.py and tests/test_rl_distributed.py, and
 ``free_port`` for every test that starts a process group.
 
+``accelerate_launch`` starts N CPU processes with a shipped accelerate config file
+(``configs/accelerate/<name>.yaml``), the launch form docs/gpu.md gives for every stage.
+
 A params builder for a tiny RL run (the small train split with all four tasks is
 :func:`hargo.testing.crafted_records`), and a fixed batch of three prompt groups whose
 completions are given (not sampled), fed through TRL's ``rollout_func`` hook so that the batch
@@ -12,6 +15,8 @@ import copy
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from hargo.testing import crafted_record, fixed_groups
@@ -27,6 +32,41 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The shipped accelerate configs (docs/gpu.md); the suite runs DDP's with gloo on the CPU.
+ACCELERATE_CONFIGS = ROOT / "configs" / "accelerate"
+
+
+def launch_env(**extra: str) -> dict[str, str]:
+    """The environment of a launched test run: the caller's, single-threaded, offline, TRL's
+    experimental warning silenced, ``tests/`` and the repository on ``PYTHONPATH``; ``extra``
+    added. A parent MLflow run id of the calling test is dropped."""
+    env = {k: v for k, v in os.environ.items() if k != "HARGO_PARENT_RUN_ID"}
+    env.update({"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
+                "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT),
+                                               env.get("PYTHONPATH", "")])})
+    env.update(extra)
+    return env
+
+
+def accelerate_launch(args, *, config: str = "multi_gpu", nproc: int = 2, cwd=None, env=None,
+                      timeout: int = 420) -> subprocess.CompletedProcess:
+    """``accelerate launch --config_file configs/accelerate/<config>.yaml --num_processes
+    <nproc> <args>`` (``args``: a script and its arguments, or ``["-m", "hargo.cli", ...]``),
+    rendezvous on 127.0.0.1 at a free port. On a host without CUDA the DDP config starts
+    ``nproc`` gloo processes. Asserts exit status 0 (the message carries both output tails).
+    """
+    cmd = [sys.executable, "-m", "accelerate.commands.launch",
+           "--config_file", str(ACCELERATE_CONFIGS / f"{config}.yaml"),
+           "--num_processes", str(nproc), "--main_process_ip", "127.0.0.1",
+           "--main_process_port", str(free_port()), *map(str, args)]
+    proc = subprocess.run(cmd, cwd=cwd, env=env or launch_env(), capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
+    return proc
 
 
 def _rec(i: int, task: str, content: str, answer: str, label=None) -> dict:

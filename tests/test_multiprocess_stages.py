@@ -1,5 +1,6 @@
-"""The ``rl`` and ``sft`` stages launched on 2 CPU processes (torchrun, gloo), as docs/gpu.md's
-``accelerate launch --num_processes N -m hargo.cli ...`` does on a cluster: both processes
+"""The ``rl`` and ``sft`` stages launched on 2 CPU processes (gloo) with docs/gpu.md's launch
+form and the shipped DDP config, ``accelerate launch --config_file
+configs/accelerate/multi_gpu.yaml --num_processes 2 -m hargo.cli <stage> ...``: both processes
 train, the step's batch is the *global* batch of params.yaml (not N times it), and only the main
 process writes the model, the metrics file, the checkpoint fingerprint and the MLflow run.
 """
@@ -7,37 +8,48 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
-from rl_helpers import free_port, rl_params, write_jsonl
+from rl_helpers import (ACCELERATE_CONFIGS, accelerate_launch, free_port, launch_env, rl_params,
+                        write_jsonl)
 
 from hargo.testing import crafted_records
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 TIMEOUT_S = 300
 
 
 def _launch(project: Path, params: dict, *stage_args: str,
             nproc: int = 2) -> subprocess.CompletedProcess:
-    """``python -m torch.distributed.run --nproc_per_node N -m hargo.cli <stage_args>`` in
-    ``project`` (params.yaml written there), logging to ``project/mlflow.db``."""
+    """``accelerate launch --config_file configs/accelerate/multi_gpu.yaml --num_processes N
+    -m hargo.cli <stage_args>`` in ``project`` (params.yaml written there), logging to
+    ``project/mlflow.db``."""
     (project / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "HARGO_PARENT_RUN_ID"}
-    env.update({"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-                "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
-                "MLFLOW_ENABLE_ASYNC_LOGGING": "false",
-                "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "hargo.cli", *stage_args, "--params", "params.yaml"]
-    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
+    return accelerate_launch(["-m", "hargo.cli", *stage_args, "--params", "params.yaml"],
+                             config="multi_gpu", nproc=nproc, cwd=project,
+                             env=_env(project), timeout=TIMEOUT_S)
+
+
+def _env(project: Path, **extra: str) -> dict[str, str]:
+    return launch_env(MLFLOW_ENABLE_ASYNC_LOGGING="false",
+                      MLFLOW_TRACKING_URI=f"sqlite:///{project / 'mlflow.db'}", **extra)
+
+
+def _relaunch(project: Path, params: dict, *stage_args: str,
+              nproc: int = 2) -> subprocess.CompletedProcess:
+    """The plain ``python -m hargo.cli <stage_args>`` (as dvc.yaml's stage commands and the
+    Prefect flows run it) with ``$HARGO_ACCELERATE_CONFIG`` naming the shipped DDP config and
+    ``$HARGO_ACCELERATE_ARGS`` the process count and rendezvous: the stage re-launches itself
+    under ``accelerate launch`` (hargo.training.launch.accelerate_relaunch)."""
+    (project / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    env = _env(project, HARGO_ACCELERATE_CONFIG=str(ACCELERATE_CONFIGS / "multi_gpu.yaml"),
+               HARGO_ACCELERATE_ARGS=f"--num_processes {nproc} --main_process_ip 127.0.0.1 "
+                                     f"--main_process_port {free_port()}")
+    proc = subprocess.run([sys.executable, "-m", "hargo.cli", *stage_args, "--params",
+                           "params.yaml"], cwd=project, env=env, capture_output=True, text=True,
                           timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
     return proc
@@ -122,7 +134,9 @@ def test_rl_stage_on_two_processes(committed_params, tiny_model_dir, tmp_path):
 
 def test_sft_stage_on_two_processes(committed_params, tiny_model_dir, tmp_path):
     """8 examples, sft.batch_size 4 = the global batch (2 per process): one epoch is 2 optimizer
-    steps (it would be 1 had each process taken 4); the loss is logged once per step."""
+    steps (it would be 1 had each process taken 4); the loss is logged once per step. Started
+    as DVC and the Prefect gpu pool start it: plain ``hargo sft`` with
+    ``$HARGO_ACCELERATE_CONFIG`` set, which re-launches it under accelerate."""
     project = tmp_path / "project"
     write_jsonl(project / "data" / "prepared" / "train.jsonl", crafted_records(per_task=2))
     params = copy.deepcopy(committed_params)
@@ -131,7 +145,11 @@ def test_sft_stage_on_two_processes(committed_params, tiny_model_dir, tmp_path):
                            bf16=False)
     params["sft"].update(samples_per_task=2, epochs=1, max_steps=-1, batch_size=4,
                          grad_accum=1, max_length=96, learning_rate=5e-3)
-    proc = _launch(project, params, "sft")
+    proc = _relaunch(project, params, "sft")
+    launched = [ln for ln in proc.stdout.splitlines() if ln.startswith("[hargo] launching: ")]
+    assert len(launched) == 1, proc.stdout[-2000:]           # once: not again inside the launch
+    assert "--config_file " + str(ACCELERATE_CONFIGS / "multi_gpu.yaml") in launched[0]
+    assert launched[0].endswith("-m hargo.cli sft --params params.yaml")
 
     _assert_one_merged_model(project / "models", "sft", tiny_model_dir)
     assert sorted(p.name for p in (project / "metrics").iterdir()) == ["sft.json"]

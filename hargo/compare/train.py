@@ -24,6 +24,11 @@ Budget: every RL and preference method sees ``compare.steps * compare.prompts_pe
 prompts; ``hpcgpt`` replaces SFT and sees SFT's examples. The run's seed replaces ``seed`` for
 the training (sampling, data order, prompt pool); the SFT model is the same for all seeds.
 
+Launch: one process, or for the online RL methods several, with the launch form of every
+training stage (``accelerate launch --config_file configs/accelerate/<x>.yaml -m hargo.cli
+compare-train --method M --seed S``; or ``$HARGO_ACCELERATE_CONFIG`` with the plain command, as
+compare/dvc.yaml runs it); see :func:`run`.
+
 Outputs (whole or not at all): ``models/compare/<run>/`` (merged model) and
 ``metrics/compare/train/<run>.json``: ``{"method", "seed", "run", "family", "prompts_seen",
 "steps", "wall_s", "history", ...}`` with ``history`` the per-step per-task rows of
@@ -134,6 +139,11 @@ def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
             work).
         FileNotFoundError: an upstream output (SFT/base model, pairs) is missing.
         HargoInputError: bad or too few train records / pairs.
+
+    Several processes (``accelerate launch --config_file configs/accelerate/<x>.yaml -m
+    hargo.cli compare-train ...``): online RL methods train on every process through
+    :func:`hargo.training.rl.run` and only the main process writes the metrics; preference and
+    SFT methods are refused (ParamsError) -- they run on one process.
     """
     import mlflow
 
@@ -146,6 +156,13 @@ def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
                           f"{params['compare']['methods']}")
     if int(seed) not in [int(s) for s in params["compare"]["seeds"]]:
         raise ParamsError(f"--seed: {seed} is not in compare.seeds {params['compare']['seeds']}")
+    from hargo.training.launch import launch_state
+
+    launch = launch_state()
+    if launch.num_processes > 1 and fam != "rl":
+        raise ParamsError(f"--method {method}: a {fam} method trains on one process; launch "
+                          f"compare-train --method {method} without accelerate (online RL "
+                          f"methods run on several)")
     root = Path(root)
     name = run_name(method, seed)
     p = run_params(params, method, seed)
@@ -172,6 +189,8 @@ def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
                                 if isinstance(v, (int, float)) and not isinstance(v, bool)})
     result.update(method=method, seed=int(seed), run=name, family=fam,
                   wall_s=round(time.perf_counter() - t0, 3))
+    if not launch.is_main:     # several processes: the main one writes and prints (as rl.run)
+        return result
     atomic_write_json(mpath, result)
     print(f"[compare {name}] done in {result['wall_s']:.1f} s, "
           f"{result['prompts_seen']} prompts seen -> {out_dir}", flush=True)

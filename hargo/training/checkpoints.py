@@ -33,7 +33,8 @@ TRAINER_STATE_NAME = "trainer_state.json"
 #: ``checkpoints/rl/<method>/run_fingerprint.json``: what the checkpoints there were trained from.
 FINGERPRINT_NAME = "run_fingerprint.json"
 # rl.* keys that do not change what is trained (left out of the fingerprint)
-_NON_TRAINING_KEYS = ("methods", "out_dir", "save_steps", "log_completions_steps")
+_NON_TRAINING_KEYS = ("methods", "out_dir", "save_steps", "log_completions_steps",
+                      "vllm_server")   # where the server runs, not what it computes
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:

