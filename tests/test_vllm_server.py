@@ -311,3 +311,39 @@ def test_vllm_serve_serves_the_sft_model_at_the_configured_port(tmp_path):
         assert r.returncode == 1
         assert "vllm-server (TRL's vLLM server mode) cannot run here" in r.stderr
         assert "no CUDA device" in r.stderr
+
+
+_IMPORT_CHECK = """
+import sys
+import hargo.training.rl                       # what an rl stage imports before its trainer
+from hargo.training import checkpoints, launch, rl_logging
+from hargo import tracking
+assert "trl.trainer.grpo_trainer" not in sys.modules and "vllm" not in sys.modules
+from hargo.training.vllm_rollout import import_trl_for
+import_trl_for("transformers")
+import hargo.training.grpo, hargo.training.ppo
+import trl.generation.vllm_generation as G, trl.generation.vllm_client as C
+print("transformers:", "vllm" in sys.modules, "LLM" in vars(G), "get_ip" in vars(C))
+print("-- vllm backend --", file=sys.stderr, flush=True)
+import_trl_for("vllm")                          # a later vLLM backend in the same process
+import vllm, vllm.utils.network_utils as N
+print("vllm:", G.LLM is vllm.LLM, C.get_ip is N.get_ip)
+"""
+
+
+def test_trl_imports_without_vllm_then_with_it():
+    """With rl.generation_backend transformers, TRL's GRPO trainer is imported without vLLM
+    (~5 s and TRL's vLLM-range warning saved per rl process); a vLLM backend later in the same
+    process gets TRL's vLLM names back (hargo.training.vllm_rollout.import_trl_for). A fresh
+    process: the pytest worker has imported both already."""
+    out = subprocess.run([sys.executable, "-c", _IMPORT_CHECK], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == ["transformers: False False False", "vllm: True True"]
+    before, after = out.stderr.split("-- vllm backend --")
+    assert "TRL currently supports vLLM versions" not in before      # not imported: no warning
+    assert "TRL currently supports vLLM versions" in after
+    with pytest.raises(ValueError, match="unknown backend 'vllm2'"):
+        from hargo.training.vllm_rollout import import_trl_for
+
+        import_trl_for("vllm2")

@@ -236,6 +236,9 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     ``[TaskReward(RewardConfig.from_params(params["rewards"]))]``. ``trainer_kwargs`` go to the
     trainer (e.g. TRL's ``rollout_func``); ``config_overrides`` to :func:`build_grpo_config`.
     """
+    from hargo.training.vllm_rollout import import_trl_for
+
+    import_trl_for(params["rl"]["generation_backend"])   # without vLLM when it is not used
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from hargo.rewards import RewardConfig, TaskReward

