@@ -60,8 +60,9 @@ class OncePerMessage(logging.Filter):
 
 @contextlib.contextmanager
 def warnings_once(stream: TextIO | None = None) -> Iterator[Counter]:
-    """Inside the block, each distinct ``UserWarning`` (and subclass) is shown once; the
-    repeats are counted and summarised on ``stream`` (default ``sys.stderr``) at the end.
+    """Inside the block, each distinct ``UserWarning`` (and subclass) is shown once, on one line
+    (the warning without the library's source line under it); the repeats are counted and
+    summarised on ``stream`` (default ``sys.stderr``) at the end.
 
     Yields:
         ``Counter`` of ``(category name, message text)`` -> times raised (shown or not).
@@ -77,8 +78,8 @@ def warnings_once(stream: TextIO | None = None) -> Iterator[Counter]:
         def show(message, category, filename, lineno, file=None, line=None):
             key = (category.__name__, str(message))
             seen[key] += 1
-            if seen[key] == 1:
-                shown_by(message, category, filename, lineno, file, line)
+            if seen[key] == 1:   # line "": one line, without the library's source line
+                shown_by(message, category, filename, lineno, file, "")
 
         # every repeat reaches `show` (Python's default shows one per code location)
         warnings.filterwarnings("always", category=UserWarning)

@@ -104,3 +104,14 @@ def test_the_vllm_logging_config_shows_each_message_once_even_after_it_is_reappl
     assert lines[1].endswith("Loaded model 0") and lines[2].endswith(msg)
     assert seen[("vllm WARNING", msg)] == 12 and seen[("vllm WARNING", "Loaded model %d")] == 3
     assert out.getvalue().startswith("(13 repeats of 2 library warning(s) above not shown again")
+
+
+def test_a_shown_warning_is_one_line_without_the_librarys_source_line(capsys, monkeypatch):
+    # Python's own display (pytest records warnings instead of showing them)
+    monkeypatch.setattr(warnings, "showwarning", lambda m, c, f, n, file=None, line=None:
+                        sys.stderr.write(warnings.formatwarning(m, c, f, n, line)))
+    with warnings_once(io.StringIO()):
+        warnings.warn("`torch.distributed.reduce_op` is deprecated", FutureWarning)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith(
+        "FutureWarning: `torch.distributed.reduce_op` is deprecated\n")

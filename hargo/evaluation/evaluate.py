@@ -51,6 +51,7 @@ Outputs, each whole or not at all:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -191,6 +192,28 @@ def run(params: dict, root: str | Path = ".") -> dict:
         VLLMUnavailableError: backend vllm without vLLM installed (says how to install it).
         RuntimeError: the MLflow store cannot be used.
     """
+    with _no_weight_loading_bars():
+        return _evaluate(params, root)
+
+
+@contextlib.contextmanager
+def _no_weight_loading_bars():
+    """transformers' "Loading weights" bar off inside (the yes/no scorer and the embedding
+    model load once per model: a bar each, beside the stage's own line that gives the load
+    time), restored after; vLLM's generation bar stays."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+def _evaluate(params: dict, root: str | Path) -> dict:
+    """:func:`run`'s body."""
     from hargo import tracking
     from hargo.evaluation import generate as gen
     from hargo.evaluation.plots import write_plots
