@@ -6,7 +6,7 @@ subsets with :func:`select_subset`.
 
 A prepared record (written by :mod:`hargo.data.prepare`)::
 
-    {"id": str, "task": one of hargo.vocab.TASKS,
+    {"id": str, "task": a registered task (hargo.tasks.task_names),
      "prompt": [{"role": str, "content": str}, ...],   # TRL conversational format
      "answer": str, "label": "yes" | "no" | None,        # label on race tasks only
      "alt_answers": [str, ...], "source": {"file": str, "index": int}}
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.io import HargoInputError, read_jsonl
-from hargo.vocab import RACE_TASKS, TASKS
+from hargo.tasks import get_task, task_names
 
 __all__ = ["read_prepared", "check_prepared", "select_subset", "prompt_tokens",
            "MAX_CHARS_PER_TOKEN"]
@@ -43,10 +43,10 @@ def check_prepared(path: str | Path, records: Sequence[Mapping], *,
                    require_answer: bool = False) -> None:
     """Check prepared records; the first bad one raises.
 
-    Every record needs ``id`` (a non-empty string, unique in the file), ``task`` (one of
-    :data:`hargo.vocab.TASKS`), ``prompt`` (a non-empty list of ``{"role", "content"}`` messages
-    with string role and content), ``label`` yes/no (any case) on race tasks and a string
-    ``answer`` on the others; with ``require_answer`` (SFT trains on it) a non-empty ``answer``
+    Every record needs ``id`` (a non-empty string, unique in the file), ``task`` (a registered
+    HPC-GPT task: :func:`hargo.tasks.task_names`), ``prompt`` (a non-empty list of ``{"role", "content"}`` messages
+    with string role and content), ``label`` yes/no (any case) on labelled (race) tasks and a
+    string ``answer`` on the others; with ``require_answer`` (SFT trains on it) a non-empty ``answer``
     on every record.
 
     Raises:
@@ -66,20 +66,22 @@ def check_prepared(path: str | Path, records: Sequence[Mapping], *,
             raise HargoInputError(path, f"duplicate id {rid!r}", i, "id")
         seen.add(rid)
         task = r.get("task")
-        if task not in TASKS:
+        known = task_names()
+        if task not in known:
             raise HargoInputError(path, f"record {rid!r}: unknown task {task!r}; valid: "
-                                  f"{', '.join(TASKS)}", i, "task")
+                                  f"{', '.join(known)}", i, "task")
+        labelled = get_task(task).labelled
         prompt = r.get("prompt")
         if not isinstance(prompt, list) or not prompt or not all(
                 isinstance(m, Mapping) and isinstance(m.get("role"), str)
                 and isinstance(m.get("content"), str) for m in prompt):
             raise HargoInputError(path, f"record {rid!r}: expected a non-empty list of "
                                   "{role, content} messages", i, "prompt")
-        if task in RACE_TASKS and not _label_ok(r.get("label")):
+        if labelled and not _label_ok(r.get("label")):
             raise HargoInputError(path, f"record {rid!r}: race label must be 'yes' or 'no', "
                                   f"got {r.get('label')!r}", i, "label")
         answer = r.get("answer")
-        if not isinstance(answer, str) and (require_answer or task not in RACE_TASKS):
+        if not isinstance(answer, str) and (require_answer or not labelled):
             raise HargoInputError(path, f"record {rid!r}: expected a string answer, got "
                                   f"{answer!r}", i, "answer")
         if require_answer and not answer.strip():
