@@ -52,6 +52,7 @@ from typing import Mapping
 from hargo.rewards import TaskReward, check_task, completion_text
 from hargo.rewards.race import canonical_label
 from hargo.tasks import ScoreBatch, get_task, tasks
+from hargo.tasks import mean as _mean
 from hargo.tasks.plp import PLP_CORRECT_THRESHOLD
 
 __all__ = ["score_samples", "compute_metrics", "race_classification", "race_auc", "win_rate",
@@ -251,12 +252,6 @@ def _balanced(y_true, y_pred, fn) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return float(fn(y_true, y_pred))
-
-
-def _mean(xs):
-    from hargo.tasks import mean
-
-    return mean(xs)
 
 
 def compute_metrics(samples: list[dict], completions: list, rewards: list[float] | None = None,
