@@ -287,18 +287,22 @@ def test_toy_task_is_checked_rewarded_scored_and_summarised(toy_task, committed_
 def test_toy_task_trains_in_the_rl_stage_at_its_own_budget(
         toy_task, committed_params, tiny_model_dir, mlflow_uri, tmp_path):
     """One optimizer step of GRPO on race_c and toy prompts through ``rl.run``: the toy's
-    records are read and checked, its reward and accuracy are logged per task, and its
-    completions stop at its default budget (3 tokens) while race_c's run to the committed 8."""
+    records are read and checked, a toy prompt over its default cap (64 tokens) is skipped, its
+    reward and accuracy are logged per task, and its completions stop at its default budget
+    (3 tokens) while race_c's run to the committed 8."""
     from hargo.training import rl
 
     data = tmp_path / "prepared"
     records = [r for r in crafted_records(per_task=1) if r["task"] == "race_c"]
-    write_jsonl(data / "train.jsonl", records + _toy_records(1))
+    too_long = crafted_record(1, "toy", "Say the word toy. " * 40, "toy")
+    write_jsonl(data / "train.jsonl", records + _toy_records(1) + [too_long])
     params = rl_params(committed_params, tiny_model_dir, data, steps=1, num_generations=2,
                        prompts_per_step=2, save_steps=1)
-    params["rl"]["max_new_tokens"] = dict(committed_params["rl"]["max_new_tokens"])
-    assert "toy" not in params["rl"]["max_new_tokens"]
+    for key in ("max_new_tokens", "max_prompt_tokens"):     # the committed maps: no toy
+        params["rl"][key] = dict(committed_params["rl"][key])
+        assert "toy" not in params["rl"][key]
     res = rl.run(params, "grpo", root=tmp_path, keep_history=True)
+    assert res["skipped_prompts"] == {"race_c": 0, "toy": 1}
     (step,) = res["history"]
     assert step["toy/completion_length"] <= 3 < step["race_c/completion_length"] <= 8
     assert step["toy/reward_mean"] in (0.0, 0.5, 1.0) and not math.isnan(step["toy/accuracy"])

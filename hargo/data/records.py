@@ -121,13 +121,25 @@ def prompt_tokens(tokenizer, prompt_messages: Sequence[Mapping]) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _default_cap(task: str) -> int | None:
+    """The registered ``task``'s default prompt cap (None: none, or not a registered task)."""
+    from hargo.tasks import UnknownTaskError
+
+    try:
+        return get_task(task).max_prompt_tokens
+    except UnknownTaskError:
+        return None
+
+
 def select_subset(records: Sequence[dict], per_task: int | None, seed: int, tokenizer,
                   max_prompt_tokens: int | Mapping[str, int]) -> tuple[list[dict], dict[str, int]]:
     """Drop over-long prompts, then draw a seeded, task-balanced sample.
 
     1. A record whose prompt is longer than its task's cap (see :func:`prompt_tokens`) is
        skipped and counted under its task. ``max_prompt_tokens`` is one cap for every task or a
-       mapping task -> cap (e.g. Fortran kernels are ~2x longer than C kernels in tokens).
+       mapping task -> cap (e.g. Fortran kernels are ~2x longer than C kernels in tokens); a
+       task the mapping does not name gets its own default cap
+       (``hargo.tasks.Task.max_prompt_tokens``).
        Prompts over ``MAX_CHARS_PER_TOKEN * cap`` characters are skipped without tokenising them.
     2. Per task, ``per_task`` records are drawn without replacement from the kept ones with
        ``random.Random(f"{seed}:{task}")`` (all kept records when ``per_task`` is None or larger
@@ -145,10 +157,12 @@ def select_subset(records: Sequence[dict], per_task: int | None, seed: int, toke
     Records need ``task`` and ``prompt`` (a list of ``{"role", "content"}``).
 
     Raises:
-        ValueError: a mapping without a cap for a task of ``records`` (names the task).
+        ValueError: a mapping without a cap for a task of ``records`` that has no default cap
+            (names the task).
     """
     if isinstance(max_prompt_tokens, Mapping):
-        missing = sorted({r["task"] for r in records} - set(max_prompt_tokens))
+        missing = sorted(t for t in {r["task"] for r in records}
+                         if t not in max_prompt_tokens and _default_cap(t) is None)
         if missing:
             raise ValueError(f"max_prompt_tokens: no cap for task(s) {missing} (given for "
                              f"{sorted(max_prompt_tokens)})")
@@ -161,8 +175,9 @@ def select_subset(records: Sequence[dict], per_task: int | None, seed: int, toke
         rec, _ = neutralise_record(rec, specials)
         task = rec["task"]
         skipped.setdefault(task, 0)
-        cap = int(max_prompt_tokens[task] if isinstance(max_prompt_tokens, Mapping)
-                  else max_prompt_tokens)
+        cap = int(max_prompt_tokens if not isinstance(max_prompt_tokens, Mapping)
+                  else max_prompt_tokens[task] if task in max_prompt_tokens
+                  else _default_cap(task))
         if _prompt_chars(rec["prompt"]) > MAX_CHARS_PER_TOKEN * cap or \
                 prompt_tokens(tokenizer, rec["prompt"]) > cap:
             skipped[task] += 1
