@@ -223,6 +223,21 @@ def _char_budget_tasks(params) -> list[str]:
     return [t for t in task_names() if t in _params_tuned() or t in named]
 
 
+def _task_keys(params, key) -> None:
+    """The per-task map ``key`` names only registered tasks.
+
+    Raises:
+        ParamsError: not a mapping, or a key that is not a registered task (named
+            ``<key>.<task>``, with the valid tasks)."""
+    value = get(params, key)
+    if not isinstance(value, Mapping):
+        raise ParamsError(f"{key}: expected one entry per task, got {value!r}")
+    for t in value:
+        if t not in task_names():
+            raise ParamsError(f"{key}.{t}: unknown task {t!r}; valid tasks: "
+                              f"{', '.join(task_names())}")
+
+
 def _budget(params, key):
     """A completion budget or a prompt cap: an integer >= 1, or one per registered task (a task
     with its own default may be left out: :func:`hargo.generation_budget.check_budget`)."""
@@ -280,6 +295,7 @@ def validate_params(params: Mapping) -> None:
     if not isinstance(get(params, "data.mask_label_names"), bool):
         raise ParamsError(f"data.mask_label_names: expected true or false, "
                           f"got {get(params, 'data.mask_label_names')!r}")
+    _task_keys(params, "validate.task_counts")
     for task in (t.name for t in tasks() if t.raw_file):    # the tasks of the raw files
         _range(params, f"validate.task_counts.{task}", 0, integer=True)
     _range(params, "validate.yes_fraction", 0, 1)
@@ -292,6 +308,7 @@ def validate_params(params: Mapping) -> None:
     for key in ("partial", "overlap_high", "overlap_high_reward", "overlap_low",
                 "overlap_low_reward"):
         _num(params, f"rewards.mlperf.{key}", 0, 1)
+    _task_keys(params, "rewards.answer.max_chars")
     for task in _char_budget_tasks(params):
         _num(params, f"rewards.answer.max_chars.{task}", 1, integer=True)
     _num(params, "rewards.answer.degenerate_scale", 0, 1)

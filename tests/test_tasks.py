@@ -192,6 +192,16 @@ def test_a_per_task_budget_map_must_name_each_task_without_a_default(committed_p
     p["rl"]["max_new_tokens"]["foo"] = 8
     with pytest.raises(ParamsError, match=r"rl.max_new_tokens: .*; unknown \['foo'\]"):
         validate_params(p)
+    # the other per-task maps refuse an unknown task by its key too
+    p = copy.deepcopy(committed_params)
+    p["validate"]["task_counts"]["plp2"] = [1, 2]
+    with pytest.raises(ParamsError, match=r"^validate.task_counts.plp2: unknown task 'plp2'; "
+                                          r"valid tasks: race_c, race_fortran, mlperf, plp$"):
+        validate_params(p)
+    p = copy.deepcopy(committed_params)
+    p["rewards"]["answer"]["max_chars"]["foo"] = 64
+    with pytest.raises(ParamsError, match=r"^rewards.answer.max_chars.foo: unknown task 'foo'"):
+        validate_params(p)
 
 
 # ------------------------------------------------------------------ a toy task, one module
