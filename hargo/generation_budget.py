@@ -14,6 +14,11 @@ whichever comes first. Evaluation: vLLM gets one ``SamplingParams`` per budget, 
 each batch to its largest. RL with transformers runs each step's generation to the largest
 budget among its tasks (a step without a long-budget task is shorter); RL with vLLM generates to
 the largest budget of all tasks and cuts each completion after. Pure Python.
+
+A task may carry its own default (``hargo.tasks.Task.max_new_tokens`` /
+``max_prompt_tokens``): a per-task mapping need not name such a task, which then gets its
+default. The HPC-GPT tasks have none, so every mapping names them (their budgets are tuned in
+params.yaml).
 """
 from __future__ import annotations
 
@@ -25,9 +30,20 @@ __all__ = ["check_budget", "max_budget", "task_budget", "row_budgets",
            "budget_record", "describe_budget"]
 
 
+def _default(task: str, key: str) -> int | None:
+    """The registered ``task``'s default for the budget ``key`` (None: unknown task, or none)."""
+    from hargo.tasks import UnknownTaskError, get_task
+
+    try:
+        return get_task(task).default_budget(key)
+    except UnknownTaskError:
+        return None
+
+
 def check_budget(value, key: str, tasks: Sequence[str] | None = None):
     """``value`` validated as a budget: an integer >= 1, or a non-empty mapping of task names to
-    integers >= 1 (when ``tasks`` is given, exactly those tasks, no more, no fewer).
+    integers >= 1 (when ``tasks`` is given, only those tasks, and every one of them that has no
+    default of its own for ``key``: ``hargo.tasks.Task.default_budget``).
 
     Returns:
         the int, or a plain ``dict`` (task -> int).
@@ -45,7 +61,7 @@ def check_budget(value, key: str, tasks: Sequence[str] | None = None):
             raise ParamsError(f"{key}: an empty mapping; give an integer or one per task")
         out = {str(t): one(v, f"{key}.{t}") for t, v in value.items()}
         if tasks is not None:
-            missing = [t for t in tasks if t not in out]
+            missing = [t for t in tasks if t not in out and _default(t, key) is None]
             unknown = [t for t in out if t not in tasks]
             if missing or unknown:
                 raise ParamsError(f"{key}: needs one budget per task {list(tasks)}"
@@ -55,19 +71,29 @@ def check_budget(value, key: str, tasks: Sequence[str] | None = None):
     return one(value, key)
 
 
-def max_budget(value) -> int:
-    """The largest budget (what a batch of mixed tasks may run to)."""
-    return max(value.values()) if isinstance(value, Mapping) else int(value)
+def max_budget(value, key: str = "max_new_tokens") -> int:
+    """The largest budget (what a batch of mixed tasks may run to): of a mapping, its values'
+    and the defaults for ``key`` of the registered tasks it does not name."""
+    if not isinstance(value, Mapping):
+        return int(value)
+    from hargo.tasks import tasks
+
+    defaults = [t.default_budget(key) for t in tasks(None) if t.name not in value]
+    return max([*value.values(), *(d for d in defaults if d is not None)])
 
 
 def task_budget(value, task: str, key: str = "max_new_tokens") -> int:
-    """The budget of ``task``.
+    """The budget of ``task``: the int, the mapping's entry, or for a task the mapping does not
+    name, the task's own default for ``key`` (``hargo.tasks.Task.default_budget``).
 
     Raises:
-        ParamsError: a mapping without ``task`` (names ``key.<task>``).
+        ParamsError: a mapping without ``task`` for a task without a default (names
+            ``key.<task>``).
     """
     if not isinstance(value, Mapping):
         return int(value)
+    if task not in value and _default(task, key) is not None:
+        return int(_default(task, key))
     if task not in value:
         raise ParamsError(f"{key}.{task}: no budget for task {task!r} (given for "
                           f"{sorted(value)})")

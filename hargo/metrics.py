@@ -24,9 +24,11 @@ Definitions:
 - **PLP Similarity** (``plp_similarity``): mean MiniLM cosine of completion and reference (no
   bonus or penalty).
 - **AvgScore** (``avg_score``): mean task reward over all samples.
-- ``accuracy_<task>``: fraction correct, where correct means: race, the extracted answer equals
-  the label; mlperf, the full reward 1.0 (exact, numeric or all-values match, not hedged); plp,
-  cosine >= ``plp_correct_threshold`` (default 0.5).
+- ``accuracy_<task>``: fraction correct by the task's one rule (``hargo.tasks.Task.correct``,
+  the rule training's accuracy uses too): not degenerate and the task reward >= the task's
+  threshold -- race and mlperf the full reward 1.0 (race: the extracted answer equals the label;
+  mlperf: exact, numeric or all-values match, not hedged); plp a reward (cosine plus format bonus
+  minus length penalty) >= 0.5 (``plp_correct_threshold``).
 - ``n_<task>``, ``mean_completion_chars_<task>``, ``median_completion_chars_<task>``.
 
 Every metric reads a completion as the rewards do (``hargo.rewards.text``: NFKC, format
@@ -36,16 +38,22 @@ prediction (a wrong one in the confusion matrix), no MLPerf exact match, never c
 ``degenerate_share_<task>`` reports how many there were. ``"yes " * 250000`` is not a "yes".
 
 A metric whose tasks are absent from the samples is ``None``.
+
+Which fields a task's samples get and which metrics it feeds is the task's own
+(``hargo.tasks``: ``Task.score``, ``Task.summarize``, ``Task.correct``); the pooled race
+metrics are computed over every yes/no task. A sample of an unregistered task is an error that
+names the task and the sample, never scored as PLP.
 """
 from __future__ import annotations
 
 import statistics
 from typing import Mapping
 
-from hargo.rewards import (RACE_TASKS, TASKS, TaskReward, check_task, completion_text,
-                           question_text)
-from hargo.rewards.mlperf import mlperf_em
-from hargo.rewards.race import extract_yes_no, canonical_label
+from hargo.rewards import TaskReward, check_task, completion_text
+from hargo.rewards.race import canonical_label
+from hargo.tasks import ScoreBatch, get_task, tasks
+from hargo.tasks import mean as _mean
+from hargo.tasks.plp import PLP_CORRECT_THRESHOLD
 
 __all__ = ["score_samples", "compute_metrics", "race_classification", "race_auc", "win_rate",
            "PLP_CORRECT_THRESHOLD", "HEADLINE_METRICS", "headline"]
@@ -75,7 +83,6 @@ def headline(entries: Mapping) -> dict:
         out[name] = row
     return out
 
-PLP_CORRECT_THRESHOLD = 0.5
 _LABELS = ["yes", "no"]
 
 
@@ -87,7 +94,7 @@ def _check(samples: list[dict], completions: list, what: str = "completions") ->
         if not isinstance(s, dict):
             raise ValueError(f"sample {sid}: not a dict")
         check_task(s.get("task"), f"sample id {sid!r}")
-        if s["task"] in RACE_TASKS:
+        if get_task(s["task"]).labelled:
             try:
                 canonical_label(s.get("label"))
             except ValueError as e:
@@ -107,13 +114,15 @@ def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward 
         completions: one completion per sample (string or conversational list).
         reward_fn: the ``TaskReward`` (default ``TaskReward()``); also provides the PLP cosine.
         rewards: precomputed rewards (skips the reward call).
-        plp_correct_threshold: cosine from which a plp answer counts as correct.
+        plp_correct_threshold: the reward from which a plp answer counts as correct (the plp
+            task's ``correct_threshold``, 0.5).
 
     Returns:
-        One dict per sample: ``id``, ``task``, ``completion``, ``reward``, ``correct`` (bool),
-        ``chars``, ``degenerate`` (``TaskReward.degenerate``: ``"over_budget"``,
-        ``"repetitive"`` or None; a degenerate completion is never correct, predicts nothing on
-        race and is no exact match on mlperf) and per task ``label`` (the canonical "yes"/"no") and ``prediction``
+        One dict per sample: ``id``, ``task``, ``completion``, ``reward``, ``correct`` (bool,
+        ``Task.correct``), ``chars``, ``degenerate`` (``TaskReward.degenerate``:
+        ``"over_budget"``, ``"repetitive"`` or None; a degenerate completion is never correct,
+        predicts nothing on race and is no exact match on mlperf) and the task's own fields
+        (``Task.score``): ``label`` (the canonical "yes"/"no") and ``prediction``
         ("yes"/"no"/None; race), ``em`` (bool; mlperf) or ``similarity`` (float; plp).
 
     Raises:
@@ -130,26 +139,26 @@ def score_samples(samples: list[dict], completions: list, reward_fn: TaskReward 
                             label=[s.get("label") for s in samples])
     elif len(rewards) != len(samples):
         raise ValueError(f"{len(samples)} samples but {len(rewards)} rewards")
-    plp_idx = [i for i, s in enumerate(samples) if s["task"] == "plp"]
-    sims = dict(zip(plp_idx, reward_fn.plp_similarity([texts[i] for i in plp_idx],
-                                                      [samples[i]["answer"] for i in plp_idx])
-                    if plp_idx else []))
+    degs = [reward_fn.degenerate(text, s["task"]) for s, text in zip(samples, texts)]
+    fields: list[dict] = [{} for _ in samples]
+    by_task: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        by_task.setdefault(s["task"], []).append(i)
+    for t, idx in by_task.items():
+        got = get_task(t).score(ScoreBatch(
+            samples=[samples[i] for i in idx], texts=[texts[i] for i in idx],
+            rewards=[float(rewards[i]) for i in idx], degenerate=[degs[i] for i in idx],
+            reward_fn=reward_fn))
+        for i, f in zip(idx, got):
+            fields[i] = f
     out = []
     for i, (s, text) in enumerate(zip(samples, texts)):
-        deg = reward_fn.degenerate(text, s["task"])
+        task = get_task(s["task"])
         rec = {"id": s.get("id"), "task": s["task"], "completion": text,
-               "reward": float(rewards[i]), "chars": len(text), "degenerate": deg}
-        if s["task"] in RACE_TASKS:
-            pred = None if deg else extract_yes_no(text)
-            rec["label"] = canonical_label(s["label"])
-            rec["prediction"] = pred
-            rec["correct"] = pred == rec["label"]
-        elif s["task"] == "mlperf":
-            rec["em"] = not deg and mlperf_em(text, s["answer"], question_text(s.get("prompt")))
-            rec["correct"] = not deg and float(rewards[i]) >= 1.0
-        else:
-            rec["similarity"] = sims[i]
-            rec["correct"] = not deg and sims[i] >= plp_correct_threshold
+               "reward": float(rewards[i]), "chars": len(text), "degenerate": degs[i],
+               **fields[i]}
+        rec["correct"] = task.correct(rec["reward"], degs[i], plp_correct_threshold
+                                      if task.name == "plp" else None)
         out.append(rec)
     return out
 
@@ -245,10 +254,6 @@ def _balanced(y_true, y_pred, fn) -> float:
         return float(fn(y_true, y_pred))
 
 
-def _mean(xs):
-    return float(sum(xs) / len(xs)) if xs else None
-
-
 def compute_metrics(samples: list[dict], completions: list, rewards: list[float] | None = None,
                     reward_fn: TaskReward | None = None,
                     plp_correct_threshold: float = PLP_CORRECT_THRESHOLD) -> dict:
@@ -264,8 +269,9 @@ def compute_metrics(samples: list[dict], completions: list, rewards: list[float]
         ``n``, ``avg_score``, ``dr_f1``, ``dr_precision``, ``dr_recall``, ``dr_confusion``,
         ``dr_unparseable``, ``dr_accuracy``, ``dr_mcc``, ``dr_balanced_accuracy``,
         ``dr_yes_share``, ``dr_always_yes_f1``, ``dr_always_yes_accuracy`` (the trivial
-        baseline on the same prompts), ``dr_f1_race_c``, ``dr_f1_race_fortran``, ``mlperf_em``,
-        ``plp_similarity``, and for each task present ``n_<task>``, ``accuracy_<task>``,
+        baseline on the same prompts; pooled over the yes/no tasks), each task's own metrics
+        (``Task.summarize``: ``dr_f1_race_c``, ``dr_f1_race_fortran``, ``mlperf_em``,
+        ``plp_similarity``), and for each task present ``n_<task>``, ``accuracy_<task>``,
         ``mean_completion_chars_<task>``, ``median_completion_chars_<task>``,
         ``degenerate_share_<task>``.
 
@@ -273,8 +279,9 @@ def compute_metrics(samples: list[dict], completions: list, rewards: list[float]
         ValueError: see ``score_samples``.
     """
     scored = score_samples(samples, completions, reward_fn, rewards, plp_correct_threshold)
-    by_task = {t: [r for r, s in zip(scored, samples) if s["task"] == t] for t in TASKS}
-    race = [(s, r) for s, r in zip(samples, scored) if s["task"] in RACE_TASKS]
+    known = tasks()
+    by_task = {t.name: [r for r, s in zip(scored, samples) if s["task"] == t.name] for t in known}
+    race = [(s, r) for s, r in zip(samples, scored) if get_task(s["task"]).kind == "yes_no"]
     pooled = race_classification([s["label"] for s, _ in race], [r["prediction"] for _, r in race])
     m: dict = {
         "n": len(scored),
@@ -287,12 +294,9 @@ def compute_metrics(samples: list[dict], completions: list, rewards: list[float]
         "dr_always_yes_f1": (pooled["always_yes"] or {}).get("f1"),
         "dr_always_yes_accuracy": (pooled["always_yes"] or {}).get("accuracy"),
     }
-    for t in RACE_TASKS:
-        rows = [(s, r) for s, r in race if s["task"] == t]
-        m[f"dr_f1_{t}"] = race_classification([s["label"] for s, _ in rows],
-                                              [r["prediction"] for _, r in rows])["f1"]
-    m["mlperf_em"] = _mean([float(r["em"]) for r in by_task["mlperf"]])
-    m["plp_similarity"] = _mean([r["similarity"] for r in by_task["plp"]])
+    for t in known:
+        if t.summarize is not None:
+            m.update(t.summarize(by_task[t.name]))
     for t, rows in by_task.items():
         if not rows:
             continue

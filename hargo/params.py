@@ -16,7 +16,7 @@ import yaml
 from hargo.param_values import ParamsError, as_number  # noqa: F401  (public here too)
 from hargo.methods import RL_FAMILIES, get_method
 from hargo.methods import methods as all_methods
-from hargo.vocab import TASKS  # noqa: F401
+from hargo.tasks import task_names, tasks
 
 
 class ParamsLoader(yaml.SafeLoader):
@@ -192,7 +192,7 @@ def _answer_budgets(params):
     degenerate by length (``hargo.rewards.text``)."""
     from hargo.generation_budget import task_budget
 
-    for task in TASKS:
+    for task in _char_budget_tasks(params):
         have = get(params, f"rewards.answer.max_chars.{task}")
         for key in ("rl.max_new_tokens", "evaluate.max_new_tokens",
                     "compare.evaluate.max_new_tokens"):
@@ -208,16 +208,46 @@ def _answer_budgets(params):
                     f"raise it to >= {need}, or an honest long answer would count as degenerate")
 
 
+def _params_tuned() -> list[str]:
+    """The registered tasks without budget defaults of their own (the HPC-GPT tasks): every
+    per-task map of params.yaml must name them."""
+    return [t.name for t in tasks() if t.max_new_tokens is None]
+
+
+def _char_budget_tasks(params) -> list[str]:
+    """The tasks with a ``rewards.answer.max_chars`` entry: every :func:`_params_tuned` task
+    (required) and any other registered task the map names (a task it does not name has no
+    character budget: ``hargo.rewards.text.degenerate``)."""
+    given = get(params, "rewards.answer.max_chars")
+    named = given if isinstance(given, Mapping) else {}
+    return [t for t in task_names() if t in _params_tuned() or t in named]
+
+
+def _task_keys(params, key) -> None:
+    """The per-task map ``key`` names only registered tasks.
+
+    Raises:
+        ParamsError: not a mapping, or a key that is not a registered task (named
+            ``<key>.<task>``, with the valid tasks)."""
+    value = get(params, key)
+    if not isinstance(value, Mapping):
+        raise ParamsError(f"{key}: expected one entry per task, got {value!r}")
+    for t in value:
+        if t not in task_names():
+            raise ParamsError(f"{key}.{t}: unknown task {t!r}; valid tasks: "
+                              f"{', '.join(task_names())}")
+
+
 def _budget(params, key):
-    """A completion budget or a prompt cap: an integer >= 1, or one per task of ``TASKS``
-    (:func:`hargo.generation_budget.check_budget`)."""
+    """A completion budget or a prompt cap: an integer >= 1, or one per registered task (a task
+    with its own default may be left out: :func:`hargo.generation_budget.check_budget`)."""
     from hargo.generation_budget import check_budget
 
     raw = get(params, key)
     if isinstance(raw, str) or isinstance(raw, float):   # "16", 16.0: a number's other spellings
         _num(params, key, 1, integer=True)
         return
-    check_budget(raw, key, TASKS)
+    check_budget(raw, key, task_names())
 
 
 def _known_method(key: str, name: Any, families: tuple[str, ...] = ()) -> None:
@@ -297,7 +327,8 @@ def validate_params(params: Mapping) -> None:
     if not isinstance(get(params, "data.mask_label_names"), bool):
         raise ParamsError(f"data.mask_label_names: expected true or false, "
                           f"got {get(params, 'data.mask_label_names')!r}")
-    for task in TASKS:
+    _task_keys(params, "validate.task_counts")
+    for task in (t.name for t in tasks() if t.raw_file):    # the tasks of the raw files
         _range(params, f"validate.task_counts.{task}", 0, integer=True)
     _range(params, "validate.yes_fraction", 0, 1)
     _range(params, "validate.prompt_chars", 0, integer=True)
@@ -309,7 +340,8 @@ def validate_params(params: Mapping) -> None:
     for key in ("partial", "overlap_high", "overlap_high_reward", "overlap_low",
                 "overlap_low_reward"):
         _num(params, f"rewards.mlperf.{key}", 0, 1)
-    for task in TASKS:
+    _task_keys(params, "rewards.answer.max_chars")
+    for task in _char_budget_tasks(params):
         _num(params, f"rewards.answer.max_chars.{task}", 1, integer=True)
     _num(params, "rewards.answer.degenerate_scale", 0, 1)
     if get(params, "rewards.answer.degenerate_scale") == 1:

@@ -1,34 +1,39 @@
-"""hargo's vocabulary: the tasks, defined once.
+"""hargo's vocabulary of tasks, read from the task registry (:mod:`hargo.tasks`).
 
-Everything that lists tasks (params validation, the CLI's help, the metrics, the report) imports
-them from here.
+Each task is a registered :class:`hargo.tasks.Task` (one module of ``hargo/tasks/`` per task or
+task family); the names here are views of that registry, computed when asked (``TASKS`` read
+after a new task module is registered includes it):
 
-Tasks (the four HPC-GPT fine-tuning files):
+``TASKS``
+    the HPC-GPT tasks, in listing order (``race_c``, ``race_fortran``, ``mlperf``, ``plp``).
+``RACE_TASKS``
+    the yes/no tasks among them (kind ``yes_no``: the pooled Data Race F1 of
+    :mod:`hargo.metrics`).
+``TASK_DESCRIPTIONS``
+    ``{task: description}``.
 
-``race_c``, ``race_fortran``
-    yes/no data-race detection on C and Fortran kernels (the *race tasks*: a 0/1 reward).
-``mlperf``
-    short facts about MLPerf benchmarks (tiered partial credit).
-``plp``
-    sentence-length answers about programming-language processing (embedding similarity).
-
-Methods are not listed here: each is a registered object of :mod:`hargo.methods` (one module
-per method or family), and whatever lists methods asks that registry.
+Methods are not listed here either: each is a registered object of :mod:`hargo.methods`.
 """
 from __future__ import annotations
 
 __all__ = ["TASKS", "RACE_TASKS", "TASK_DESCRIPTIONS", "is_race"]
 
-TASKS: tuple[str, ...] = ("race_c", "race_fortran", "mlperf", "plp")
-RACE_TASKS: tuple[str, ...] = ("race_c", "race_fortran")
-TASK_DESCRIPTIONS: dict[str, str] = {
-    "race_c": "data race yes/no, C kernels",
-    "race_fortran": "data race yes/no, Fortran kernels",
-    "mlperf": "MLPerf facts, short answers",
-    "plp": "programming-language processing, sentence-length answers",
-}
+
+def __getattr__(name: str):
+    """``TASKS``, ``RACE_TASKS``, ``TASK_DESCRIPTIONS`` from the registry (module docstring)."""
+    from hargo.tasks import tasks
+
+    if name == "TASKS":
+        return tuple(t.name for t in tasks())
+    if name == "RACE_TASKS":
+        return tuple(t.name for t in tasks() if t.kind == "yes_no")
+    if name == "TASK_DESCRIPTIONS":
+        return {t.name: t.description for t in tasks()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_race(task: str) -> bool:
-    """Whether ``task`` is a yes/no race task."""
-    return task in RACE_TASKS
+    """Whether ``task`` is a registered yes/no HPC-GPT task (one of ``RACE_TASKS``)."""
+    from hargo.tasks import tasks
+
+    return any(t.name == task and t.kind == "yes_no" for t in tasks())

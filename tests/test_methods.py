@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from plugin_helpers import package_copy_with, rediscover
 from rl_helpers import TASKS, rl_params, write_jsonl
 
 from hargo.methods import (FAMILIES, RL_FAMILIES, Method, UnknownMethodError, get_method,
@@ -180,10 +180,7 @@ TOY_MODULE = textwrap.dedent('''\
 def toy_package(tmp_path_factory) -> Path:
     """A copy of the ``hargo`` package with one new module, ``hargo/methods/toy.py``; returns
     the folder to put on ``PYTHONPATH``."""
-    d = tmp_path_factory.mktemp("pkg")
-    shutil.copytree(ROOT / "hargo", d / "hargo", ignore=shutil.ignore_patterns("__pycache__"))
-    (d / "hargo" / "methods" / "toy.py").write_text(TOY_MODULE, encoding="utf-8")
-    return d
+    return package_copy_with(tmp_path_factory.mktemp("pkg"), "methods", "toy", TOY_MODULE)
 
 
 @pytest.fixture()
@@ -192,10 +189,7 @@ def toy_registered(toy_package, monkeypatch):
     path (so ``toy.py`` is found as a module of the package); restored afterwards."""
     import hargo.methods as registry
 
-    monkeypatch.setattr(registry, "__path__",
-                        [*registry.__path__, str(toy_package / "hargo" / "methods")])
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "_discovered", False)
+    rediscover(monkeypatch, registry, toy_package)
     try:
         yield get_method("toy")
     finally:

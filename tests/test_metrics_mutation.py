@@ -139,13 +139,18 @@ def test_compute_metrics_every_key_by_hand():
 
 def test_compute_metrics_threshold_and_precomputed_rewards():
     fn, scorer = _fn()
-    # a stricter threshold: the 0.5 answer is no longer correct
+    # the rule is the plp task's (hargo.tasks.plp), on the reward (cosine + 0.1 format bonus):
+    # rewards 1.1, 0, 0.6 (cosines 1, 0, 0.5). A stricter threshold: the 0.6 answer is no longer
+    # correct
     assert compute_metrics(SAMPLES, COMPLETIONS, reward_fn=fn,
-                           plp_correct_threshold=0.6)["accuracy_plp"] == pytest.approx(1 / 3)
+                           plp_correct_threshold=0.6)["accuracy_plp"] == pytest.approx(2 / 3)
+    assert compute_metrics(SAMPLES, COMPLETIONS, reward_fn=fn,
+                           plp_correct_threshold=0.7)["accuracy_plp"] == pytest.approx(1 / 3)
     plp = [k for k, s in enumerate(SAMPLES) if s["task"] == "plp"]
     m = compute_metrics([SAMPLES[k] for k in plp], [COMPLETIONS[k] for k in plp],
-                        rewards=[0.3, 0.2, 0.1], reward_fn=fn, plp_correct_threshold=0.6)
-    # the rewards given are used as is; the similarity still comes from reward_fn's scorer
+                        rewards=[0.3, 0.2, 0.1], reward_fn=fn, plp_correct_threshold=0.25)
+    # the rewards given are used as is (also by the correctness rule: only 0.3 >= 0.25); the
+    # similarity still comes from reward_fn's scorer
     assert m["avg_score"] == pytest.approx(0.2)
     assert m["plp_similarity"] == pytest.approx(0.5) and m["accuracy_plp"] == pytest.approx(1 / 3)
     assert scorer.calls[-1][1] == [PLP_REF, PLP_REF, HALF_REF]

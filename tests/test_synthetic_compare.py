@@ -207,21 +207,21 @@ def test_update_mass_share_is_hand_computed():
     from hargo.training.rl_logging import StepRecorder
 
     rec = StepRecorder()
-    # group 1 (task a): w = 1/2, 1/2, A = +1, -1 -> mass 1
-    # group 2 (task b): w = 1/4, 3/4, A = +2, -2 -> mass 0.5 + 1.5 = 2
-    rec.add_generation(tasks=["a", "a", "b", "b"], rewards=[1, 0, 1, 0],
+    # group 1 (task syn_yesno): w = 1/2, 1/2, A = +1, -1 -> mass 1
+    # group 2 (task syn_long): w = 1/4, 3/4, A = +2, -2 -> mass 0.5 + 1.5 = 2
+    rec.add_generation(tasks=["syn_yesno", "syn_yesno", "syn_long", "syn_long"], rewards=[1, 0, 1, 0],
                        advantages=[1.0, -1.0, 2.0, -2.0], weights=[0.5, 0.5, 0.25, 0.75],
                        completion_lengths=[1, 1, 1, 1], group_size=2)
     m = rec.finish_step(1)
-    assert (m["a/update_mass"], m["b/update_mass"], m["all/update_mass"]) == \
+    assert (m["syn_yesno/update_mass"], m["syn_long/update_mass"], m["all/update_mass"]) == \
         pytest.approx((1.0, 2.0, 3.0))
     assert "all/update_mass_share" not in m
-    assert m["a/update_mass_share"] == pytest.approx(1 / 3)
-    assert m["b/update_mass_share"] == pytest.approx(2 / 3)
-    assert rec.history[-1]["b/update_mass_share"] == pytest.approx(2 / 3)
-    rec.add_generation(tasks=["a", "a"], rewards=[1, 1], advantages=[0.0, 0.0],
+    assert m["syn_yesno/update_mass_share"] == pytest.approx(1 / 3)
+    assert m["syn_long/update_mass_share"] == pytest.approx(2 / 3)
+    assert rec.history[-1]["syn_long/update_mass_share"] == pytest.approx(2 / 3)
+    rec.add_generation(tasks=["syn_yesno", "syn_yesno"], rewards=[1, 1], advantages=[0.0, 0.0],
                        weights=[0.5, 0.5], completion_lengths=[1, 1], group_size=2)
-    assert np.isnan(rec.finish_step(2)["a/update_mass_share"])   # no mass at all
+    assert np.isnan(rec.finish_step(2)["syn_yesno/update_mass_share"])   # no mass at all
 
 
 def _fake_run(values, tasks):

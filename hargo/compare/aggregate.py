@@ -23,7 +23,9 @@ import numpy as np
 from hargo.compare.layout import run_name  # re-exported
 from hargo.stats import (f1_statistic, mean_statistic, mean_std,
                                  paired_bootstrap_ci_seeds, race_f1_records)
-from hargo.rewards import RACE_TASKS, TASKS, completion_text
+from hargo.rewards import completion_text
+from hargo.tasks import get_task, task_names
+from hargo.vocab import TASKS
 
 __all__ = ["SFT", "HEADLINE", "METRIC_KEYS", "INTERVAL_KEYS", "LABELS", "run_name", "run_metrics", "per_prompt_values",
            "StoredRewards", "RecordingJudge", "mean_curve", "cumulative_mass_share", "confusion_counts", "seed_summary",
@@ -70,8 +72,8 @@ def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
         ``reward_<task>`` (mean task reward), ``n_<task>`` per task present (definitions of
         ``hargo.metrics``); a metric whose task is absent is None.
     """
-    by = {t: [r for r in rows if r["task"] == t] for t in TASKS}
-    race = [r for r in rows if r["task"] in RACE_TASKS]
+    by = {t: [r for r in rows if r["task"] == t] for t in task_names()}
+    race = [r for r in rows if _yes_no(r["task"])]
     mean = lambda xs: float(np.mean(xs)) if len(xs) else None  # noqa: E731
     m = {"dr_f1": f1_statistic(race_f1_records([labels[r["id"]] for r in race],
                                                [r["prediction"] for r in race])) if race else None,
@@ -111,7 +113,7 @@ def per_prompt_values(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dic
     (``(n_mlperf,)``, 0/1), ``mlperf_verbose`` (``(n_mlperf,)``, 0/1: more than
     :data:`VERBOSE_CHARS` characters), ``avg_score`` (``(n,)`` rewards), ``reward_<task>``
     (``(n_task,)`` rewards). Metrics without prompts are left out."""
-    race = [r for r in rows if r["task"] in RACE_TASKS]
+    race = [r for r in rows if _yes_no(r["task"])]
     out = {"avg_score": np.array([float(r["reward"]) for r in rows])}
     if race:
         out["dr_f1"] = race_f1_records([labels[r["id"]] for r in race],
@@ -123,15 +125,20 @@ def per_prompt_values(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dic
     verbose = [float(int(r["chars"]) > VERBOSE_CHARS) for r in rows if r["task"] == "mlperf"]
     if verbose:
         out["mlperf_verbose"] = np.array(verbose)
-    for task in TASKS:
+    for task in task_names():
         vals = [float(r["reward"]) for r in rows if r["task"] == task]
         if vals:
             out[f"reward_{task}"] = np.array(vals)
     return out
 
 
+def _yes_no(task: str) -> bool:
+    """A registered yes/no task (the pooled DR-F1's rows); an unknown task raises, naming it."""
+    return get_task(task).kind == "yes_no"
+
+
 def _reward_key(task: str, answer, label, text: str) -> tuple:
-    return (task, label if task in RACE_TASKS else answer, text)
+    return (task, label if get_task(task).labelled else answer, text)
 
 
 class StoredRewards:
@@ -259,7 +266,7 @@ def confusion_counts(rows: Sequence[Mapping], labels: Mapping[str, str]) -> list
     from hargo.evaluation.plots import confusion_counts as counts
 
     return counts([{"actual": labels[r["id"]], "predicted": r["prediction"] or "unparsed"}
-                   for r in rows if r["task"] in RACE_TASKS])
+                   for r in rows if _yes_no(r["task"])])
 
 
 def seed_summary(per_run: Mapping[str, Mapping], methods: Sequence[str], seeds: Sequence[int],

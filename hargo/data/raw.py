@@ -10,16 +10,12 @@ from pathlib import Path
 from typing import Any, Iterable, NoReturn
 
 from hargo.io import HargoInputError
-from hargo.vocab import TASKS
+from hargo.tasks import tasks
 
-# task -> upstream file name. Order: the order tables and statistics are printed in.
-TASK_FILES: dict[str, str] = {
-    "race_c": "task2_c_c++.json",
-    "race_fortran": "task2_fortran.json",
-    "mlperf": "task1_ml_perf.json",
-    "plp": "task1_plp.json",
-}
-assert tuple(TASK_FILES) == TASKS, "TASK_FILES must list hargo.vocab.TASKS in order"
+#: task -> upstream file name: each registered task's ``raw_file`` (``hargo/tasks``; a task
+#: without one, e.g. a generated one, has no raw records). Order: the tasks' listing order, the
+#: order tables and statistics are printed in.
+TASK_FILES: dict[str, str] = {t.name: t.raw_file for t in tasks() if t.raw_file}
 FIELDS: tuple[str, ...] = ("instruction", "input", "output")
 
 _JSON_WS = re.compile(r"[ \t\n\r]*")
@@ -213,7 +209,7 @@ def load_raw(raw_dir: str | Path) -> dict[str, list[dict]]:
     :func:`load_file` before anything is returned.
 
     Returns:
-        ``{task: [raw record, ...]}`` in :data:`TASKS` order.
+        ``{task: [raw record, ...]}`` in :data:`TASK_FILES` order.
 
     Raises:
         HargoInputError: see :func:`load_file` (a missing file is named).

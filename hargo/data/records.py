@@ -6,7 +6,7 @@ subsets with :func:`select_subset`.
 
 A prepared record (written by :mod:`hargo.data.prepare`)::
 
-    {"id": str, "task": one of hargo.vocab.TASKS,
+    {"id": str, "task": a registered task (hargo.tasks.task_names),
      "prompt": [{"role": str, "content": str}, ...],   # TRL conversational format
      "answer": str, "label": "yes" | "no" | None,        # label on race tasks only
      "alt_answers": [str, ...], "source": {"file": str, "index": int}}
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.io import HargoInputError, read_jsonl
-from hargo.vocab import RACE_TASKS, TASKS
+from hargo.tasks import get_task, task_names
 
 __all__ = ["read_prepared", "check_prepared", "select_subset", "prompt_tokens",
            "MAX_CHARS_PER_TOKEN"]
@@ -43,10 +43,10 @@ def check_prepared(path: str | Path, records: Sequence[Mapping], *,
                    require_answer: bool = False) -> None:
     """Check prepared records; the first bad one raises.
 
-    Every record needs ``id`` (a non-empty string, unique in the file), ``task`` (one of
-    :data:`hargo.vocab.TASKS`), ``prompt`` (a non-empty list of ``{"role", "content"}`` messages
-    with string role and content), ``label`` yes/no (any case) on race tasks and a string
-    ``answer`` on the others; with ``require_answer`` (SFT trains on it) a non-empty ``answer``
+    Every record needs ``id`` (a non-empty string, unique in the file), ``task`` (a registered
+    HPC-GPT task: :func:`hargo.tasks.task_names`), ``prompt`` (a non-empty list of ``{"role", "content"}`` messages
+    with string role and content), ``label`` yes/no (any case) on labelled (race) tasks and a
+    string ``answer`` on the others; with ``require_answer`` (SFT trains on it) a non-empty ``answer``
     on every record.
 
     Raises:
@@ -66,20 +66,22 @@ def check_prepared(path: str | Path, records: Sequence[Mapping], *,
             raise HargoInputError(path, f"duplicate id {rid!r}", i, "id")
         seen.add(rid)
         task = r.get("task")
-        if task not in TASKS:
+        known = task_names()
+        if task not in known:
             raise HargoInputError(path, f"record {rid!r}: unknown task {task!r}; valid: "
-                                  f"{', '.join(TASKS)}", i, "task")
+                                  f"{', '.join(known)}", i, "task")
+        labelled = get_task(task).labelled
         prompt = r.get("prompt")
         if not isinstance(prompt, list) or not prompt or not all(
                 isinstance(m, Mapping) and isinstance(m.get("role"), str)
                 and isinstance(m.get("content"), str) for m in prompt):
             raise HargoInputError(path, f"record {rid!r}: expected a non-empty list of "
                                   "{role, content} messages", i, "prompt")
-        if task in RACE_TASKS and not _label_ok(r.get("label")):
+        if labelled and not _label_ok(r.get("label")):
             raise HargoInputError(path, f"record {rid!r}: race label must be 'yes' or 'no', "
                                   f"got {r.get('label')!r}", i, "label")
         answer = r.get("answer")
-        if not isinstance(answer, str) and (require_answer or task not in RACE_TASKS):
+        if not isinstance(answer, str) and (require_answer or not labelled):
             raise HargoInputError(path, f"record {rid!r}: expected a string answer, got "
                                   f"{answer!r}", i, "answer")
         if require_answer and not answer.strip():
@@ -119,13 +121,25 @@ def prompt_tokens(tokenizer, prompt_messages: Sequence[Mapping]) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _default_cap(task: str) -> int | None:
+    """The registered ``task``'s default prompt cap (None: none, or not a registered task)."""
+    from hargo.tasks import UnknownTaskError
+
+    try:
+        return get_task(task).max_prompt_tokens
+    except UnknownTaskError:
+        return None
+
+
 def select_subset(records: Sequence[dict], per_task: int | None, seed: int, tokenizer,
                   max_prompt_tokens: int | Mapping[str, int]) -> tuple[list[dict], dict[str, int]]:
     """Drop over-long prompts, then draw a seeded, task-balanced sample.
 
     1. A record whose prompt is longer than its task's cap (see :func:`prompt_tokens`) is
        skipped and counted under its task. ``max_prompt_tokens`` is one cap for every task or a
-       mapping task -> cap (e.g. Fortran kernels are ~2x longer than C kernels in tokens).
+       mapping task -> cap (e.g. Fortran kernels are ~2x longer than C kernels in tokens); a
+       task the mapping does not name gets its own default cap
+       (``hargo.tasks.Task.max_prompt_tokens``).
        Prompts over ``MAX_CHARS_PER_TOKEN * cap`` characters are skipped without tokenising them.
     2. Per task, ``per_task`` records are drawn without replacement from the kept ones with
        ``random.Random(f"{seed}:{task}")`` (all kept records when ``per_task`` is None or larger
@@ -143,10 +157,12 @@ def select_subset(records: Sequence[dict], per_task: int | None, seed: int, toke
     Records need ``task`` and ``prompt`` (a list of ``{"role", "content"}``).
 
     Raises:
-        ValueError: a mapping without a cap for a task of ``records`` (names the task).
+        ValueError: a mapping without a cap for a task of ``records`` that has no default cap
+            (names the task).
     """
     if isinstance(max_prompt_tokens, Mapping):
-        missing = sorted({r["task"] for r in records} - set(max_prompt_tokens))
+        missing = sorted(t for t in {r["task"] for r in records}
+                         if t not in max_prompt_tokens and _default_cap(t) is None)
         if missing:
             raise ValueError(f"max_prompt_tokens: no cap for task(s) {missing} (given for "
                              f"{sorted(max_prompt_tokens)})")
@@ -159,8 +175,9 @@ def select_subset(records: Sequence[dict], per_task: int | None, seed: int, toke
         rec, _ = neutralise_record(rec, specials)
         task = rec["task"]
         skipped.setdefault(task, 0)
-        cap = int(max_prompt_tokens[task] if isinstance(max_prompt_tokens, Mapping)
-                  else max_prompt_tokens)
+        cap = int(max_prompt_tokens if not isinstance(max_prompt_tokens, Mapping)
+                  else max_prompt_tokens[task] if task in max_prompt_tokens
+                  else _default_cap(task))
         if _prompt_chars(rec["prompt"]) > MAX_CHARS_PER_TOKEN * cap or \
                 prompt_tokens(tokenizer, rec["prompt"]) > cap:
             skipped[task] += 1

@@ -66,7 +66,8 @@ Records (``generate``) have the prepared-record schema of ``hargo.data.records``
 (one user message), ``answer``, ``label`` (``"yes"``/``"no"`` on syn_yesno, else None),
 ``alt_answers`` (``[]``), ``source`` (``{"file": "synthetic:seed=<seed>", "index": i}``).
 ``check_synthetic`` runs ``hargo.data.records.check_prepared`` on them. The synthetic task names
-are not in ``hargo.vocab.TASKS``; ``SyntheticReward`` is a TRL reward function for them with
+are registered as test-bed tasks (``hargo/tasks/synthetic.py``, ``synthetic=True``), not in
+``hargo.vocab.TASKS``; ``SyntheticReward`` is a TRL reward function for them with
 ``TaskReward``'s call signature.
 
 Pure Python (``random``, ``re``, ``fractions``); deterministic per (config, seed): the same

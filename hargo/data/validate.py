@@ -52,11 +52,22 @@ from hargo.data.labels import LABEL_NAME, LABEL_NAME_REGEX
 from hargo.data.raw import TASK_FILES, load_raw, normalise_text
 from hargo.data.similarity import kernel_tokens, nearest_similarity
 from hargo.io import atomic_dir, atomic_write_json, read_jsonl
-from hargo.vocab import RACE_TASKS, TASKS
+from hargo.tasks import tasks as _registered
 
 REPORT_DIR = "reports/validation"
 METRICS_FILE = "metrics/validation.json"
 MAX_IDS = 5  # offending ids listed per failed expectation
+
+
+def _tasks() -> tuple[str, ...]:
+    """The tasks whose records the raw files hold (registered tasks with a ``raw_file``:
+    :data:`hargo.data.raw.TASK_FILES`), in listing order; asked of the registry when called."""
+    return tuple(t.name for t in _registered() if t.raw_file)
+
+
+def _race_tasks() -> tuple[str, ...]:
+    """The yes/no tasks among :func:`_tasks` (their label checks)."""
+    return tuple(t.name for t in _registered() if t.raw_file and t.kind == "yes_no")
 
 
 class ValidationFailed(Exception):
@@ -157,9 +168,9 @@ def near_train_similarity(train: list[dict], eval_: list[dict]) -> list[float | 
     tasks and malformed prompts."""
     out: list[float | None] = [None] * len(train)
     pools = {t: [x for x in (_tokens(r) for r in train if r.get("task") == t) if x is not None]
-             for t in RACE_TASKS}
+             for t in _race_tasks()}
     for r in eval_:
-        toks = _tokens(r) if r.get("task") in RACE_TASKS else None
+        toks = _tokens(r) if r.get("task") in pools else None
         out.append(None if toks is None else nearest_similarity(pools[r["task"]], [toks])[0])
     return out
 
@@ -168,11 +179,11 @@ def summary_rows(prepared: list[dict]) -> list[dict]:
     """Rows of the ``summary`` table: per task ``{id: task, kind: "task", n, n_eval}``; per race
     task and split ``{id: "task/split", kind: "labels", yes_fraction}`` (None when empty)."""
     rows = []
-    for t in TASKS:
+    for t in _tasks():
         mine = [r for r in prepared if r["task"] == t]
         rows.append({"id": t, "kind": "task", "n": len(mine),
                      "n_eval": sum(r["split"] == "eval" for r in mine), "yes_fraction": None})
-    for t in RACE_TASKS:
+    for t in _race_tasks():
         for s in ("train", "eval"):
             labs = [r["label"] for r in prepared if r["task"] == t and r["split"] == s]
             yes = sum(lab == "yes" for lab in labs) / len(labs) if labs else None
@@ -191,7 +202,7 @@ def expectation_specs(params: dict) -> list[dict]:
     masked = params["data"].get("mask_label_names", True)
     similarity = params["data"]["split"]["strategy"] == "similarity"
     threshold = params["data"]["split"]["similarity_threshold"]
-    race, other = list(RACE_TASKS), [t for t in TASKS if t not in RACE_TASKS]
+    race, other = list(_race_tasks()), [t for t in _tasks() if t not in _race_tasks()]
     S: list[dict] = []
 
     def add(dataset, name, type_, description, where=None, enforced=True, **kwargs):
@@ -203,7 +214,7 @@ def expectation_specs(params: dict) -> list[dict]:
     add("raw", "output_non_empty", "ExpectColumnValuesToMatchRegex", "raw output is not blank",
         column="output", regex=r"\S")
     add("raw", "task_in_set", "ExpectColumnValuesToBeInSet", "task is one of the four",
-        column="task", value_set=list(TASKS))
+        column="task", value_set=list(_tasks()))
 
     add("prepared", "record_schema", "ExpectColumnValuesToBeInSet",
         "every field has the schema's type (id, task, prompt turns, answer, label, alt_answers, source)",
@@ -216,7 +227,7 @@ def expectation_specs(params: dict) -> list[dict]:
     add("prepared", "answer_non_empty", "ExpectColumnValuesToMatchRegex", "the reference answer is not blank",
         column="answer", regex=r"\S")
     add("prepared", "task_in_set", "ExpectColumnValuesToBeInSet", "task is one of the four",
-        column="task", value_set=list(TASKS))
+        column="task", value_set=list(_tasks()))
     add("prepared", "id_unique", "ExpectColumnValuesToBeUnique", "ids are unique over train + eval",
         column="id")
     add("prepared", "race_label_present", "ExpectColumnValuesToNotBeNull",
@@ -408,8 +419,8 @@ def validate(params: dict) -> dict:
             "rows": {"raw": len(tables["raw"]), "train": len(train), "eval": len(eval_)},
             "leaked_rows": len(leaked),
             "leaked_instructions": len({r["leak_key"] for r in leaked}),
-            "unlabelled_race_rows": sum(1 for r in prepared if r["task"] in RACE_TASKS and r["label"] is None),
-            "label_name_rows": sum(1 for r in prepared if r["task"] in RACE_TASKS
+            "unlabelled_race_rows": sum(1 for r in prepared if r["task"] in _race_tasks() and r["label"] is None),
+            "label_name_rows": sum(1 for r in prepared if r["task"] in _race_tasks()
                                    and r["prompt_content"] is not None
                                    and LABEL_NAME.search(r["prompt_content"])),
             "near_copy_eval_rows": sum(1 for r in prepared if r["near_train"] is not None

@@ -14,6 +14,10 @@ mlperf         tiered 1 / 0.5 / 0.2 / 0.1   ``hargo.rewards.mlperf``
 plp            MiniLM cosine + format/len   ``hargo.rewards.plp``
 =============  ===========================  =============================================
 
+Which reward a task gets is the task's own (``Task.reward`` of its module in ``hargo/tasks``,
+which points at the math here); ``TaskReward`` groups a batch by task and asks each task. A task
+that is not registered (or a synthetic test-bed task) is an error naming it, never PLP's reward.
+
 Hedging is never paid in full: a completion that offers several answers earns
 less than the precise one. race: a completion with both "yes" and "no" has no answer and scores 0
 (``extract_yes_no``); mlperf: the tier is multiplied by the share of offered candidates that are
@@ -44,15 +48,25 @@ __all__ = ["TASKS", "RACE_TASKS", "RewardConfig", "TaskReward", "reward_columns"
            "exact_match", "mlperf_em", "race_reward", "mlperf_reward", "plp_rewards", "check_task",
            "AnswerConfig", "degenerate", "read_answer"]
 
-from hargo.vocab import RACE_TASKS, TASKS  # noqa: E402  (re-exported: the reward knows these)
+
+
+def __getattr__(name: str):
+    """``TASKS`` and ``RACE_TASKS``, re-exported from :mod:`hargo.vocab` (read from the task
+    registry when asked)."""
+    if name in ("TASKS", "RACE_TASKS"):
+        import hargo.vocab
+
+        return getattr(hargo.vocab, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_task(task, where: str = "") -> str:
-    """Return ``task`` if it is one of ``TASKS``, else raise ValueError naming it (and ``where``)."""
-    if task not in TASKS:
-        loc = f" ({where})" if where else ""
-        raise ValueError(f"unknown task {task!r}{loc}; valid tasks: {list(TASKS)}")
-    return task
+    """Return ``task`` if it is a registered HPC-GPT task (:func:`hargo.tasks.get_task`), else
+    raise :class:`hargo.tasks.UnknownTaskError` (a ValueError) naming it (and ``where``) and
+    listing the valid tasks."""
+    from hargo.tasks import get_task
+
+    return get_task(task, where, synthetic=False).name
 
 
 @dataclass(frozen=True)
@@ -188,22 +202,22 @@ class TaskReward:
         n = len(texts)
         questions = [""] * n if prompts is None else [
             question_text(p) for p in _column("prompts", prompts, n)]
+        from hargo.tasks import RewardBatch, get_task
+
+        by_task: dict[str, list[int]] = {}
+        for i, t in enumerate(tasks):
+            by_task.setdefault(check_task(t, f"completion {i}"), []).append(i)
         out: list[float | None] = [None] * n
-        plp_idx = []
-        for i, (t, text) in enumerate(zip(tasks, texts)):
-            check_task(t, f"completion {i}")
-            if t in RACE_TASKS:
-                out[i] = race_reward(text, labels[i])
-            elif t == "mlperf":
-                out[i] = mlperf_reward(text, _answer(answers[i], i), self.config.mlperf,
-                                       questions[i])
-            else:
-                plp_idx.append(i)
-        if plp_idx:
-            vals = plp_rewards([texts[i] for i in plp_idx],
-                               [_answer(answers[i], i) for i in plp_idx],
-                               self.config.plp, self.scorer)
-            for i, v in zip(plp_idx, vals):
+        for t, idx in by_task.items():
+            batch = RewardBatch(index=idx, texts=[texts[i] for i in idx],
+                                answers=[answers[i] for i in idx],
+                                labels=[labels[i] for i in idx],
+                                questions=[questions[i] for i in idx], reward_fn=self)
+            vals = get_task(t).reward(batch)
+            if len(vals) != len(idx):
+                raise ValueError(f"task_reward: task {t!r} returned {len(vals)} rewards for "
+                                 f"{len(idx)} completions")
+            for i, v in zip(idx, vals):
                 out[i] = v
         return [float(scale_degenerate(v, self.degenerate(text, t), self.config.answer))
                 for v, text, t in zip(out, texts, tasks)]
@@ -219,8 +233,3 @@ class TaskReward:
         """Plain MiniLM cosine of each completion with its reference (the PLP metric)."""
         return self.scorer.similarity([completion_text(c) for c in completions], list(references))
 
-
-def _answer(a, i: int) -> str:
-    if not isinstance(a, str):
-        raise ValueError(f"task_reward: completion {i} needs a string 'answer', got {a!r}")
-    return a

@@ -64,6 +64,8 @@ from typing import Any, Callable, Sequence
 from transformers import TrainerCallback
 
 from hargo.rewards import completion_text
+from hargo.tasks import get_task
+from hargo.tasks.plp import PLP_CORRECT_THRESHOLD
 # the end-of-run summary and plots, re-exported here beside the recorder that feeds them
 from hargo.training.rl_history import (LEARNING_KEYS, is_missing, plot_history,
                                        summarize_history)
@@ -72,22 +74,22 @@ __all__ = ["PLP_ACCURACY_THRESHOLD", "LEARNING_KEYS", "is_correct", "StepRecorde
            "RLLoggingCallback", "plot_history", "summarize_history", "prompt_preview"]
 
 #: plp has no exact answer: a completion counts as correct when its reward (MiniLM cosine plus
-#: the format bonus minus the length penalty) reaches this value.
-PLP_ACCURACY_THRESHOLD = 0.5
-#: race and mlperf: correct means the full reward 1.0 (within this tolerance).
-_FULL_REWARD_TOL = 1e-6
+#: the format bonus minus the length penalty) reaches this value (the plp task's
+#: ``correct_threshold``, also evaluation's: ``hargo.tasks.plp``).
+PLP_ACCURACY_THRESHOLD = PLP_CORRECT_THRESHOLD
 #: What :meth:`StepRecorder.add_trainer_log` takes from the trainer's log of a step.
 _TRAINER_LOG_KEYS = ("loss", "grad_norm")
 
 
 def is_correct(task: str, reward: float) -> bool:
-    """Accuracy rule: ``plp``: ``reward >= PLP_ACCURACY_THRESHOLD``; every other task (race_c,
-    race_fortran, mlperf): ``reward == 1`` (the reward of an exact/label match)."""
-    if reward is None or (isinstance(reward, float) and math.isnan(reward)):
-        return False
-    if task == "plp":
-        return reward >= PLP_ACCURACY_THRESHOLD
-    return reward >= 1.0 - _FULL_REWARD_TOL
+    """Accuracy rule: the task's own (``hargo.tasks.Task.correct``, the rule of evaluation's
+    ``accuracy_<task>`` too) on the reward, which a degenerate completion's reward has already
+    paid for: ``plp``: ``reward >= PLP_ACCURACY_THRESHOLD``; race_c, race_fortran, mlperf:
+    ``reward == 1`` (the reward of an exact/label match). A None or NaN reward is not correct.
+
+    Raises:
+        UnknownTaskError: ``task`` is not registered (named)."""
+    return get_task(task).correct(reward)
 
 
 def prompt_preview(prompt: Any, limit: int = 400) -> str:

@@ -1,0 +1,110 @@
+"""hargo's tasks as plug-ins: each task is one :class:`Task` object, registered by the module of
+``hargo/tasks/`` that defines it, and everything that lists, rewards or scores tasks asks this
+registry (the reward's dispatch, the metrics, training's accuracy, the data checks, the
+comparison's aggregates, the params checks of the per-task maps).
+
+Modules: ``race`` (race_c, race_fortran), ``mlperf``, ``plp``, ``synthetic`` (syn_yesno,
+syn_short, syn_long). The package finds its modules itself (:func:`pkgutil.iter_modules` over
+the package's ``__path__``, on the first query), so a new task is one new module here that calls
+:func:`register_task`. docs/development.md, "Add a task", has the recipe.
+
+Public API:
+
+:func:`register_task`
+    add a :class:`Task` (a module does this at import); a name can be registered once.
+:func:`get_task`
+    the task of a name; an unknown name raises :class:`UnknownTaskError` naming it and listing
+    the valid names. An unknown task is an error everywhere, never PLP.
+:func:`tasks` / :func:`task_names`
+    the registered tasks in listing order (:attr:`Task.rank`, then name); the HPC-GPT tasks
+    (``synthetic=False``) by default, the synthetic test-bed ones with ``synthetic=True``, all
+    with ``synthetic=None``.
+
+Importing this package is cheap (no torch): the task modules import ``hargo.rewards`` lazily.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+from hargo.tasks.base import FULL_REWARD_TOL, KINDS, RewardBatch, ScoreBatch, Task
+
+__all__ = ["Task", "KINDS", "RewardBatch", "ScoreBatch", "FULL_REWARD_TOL", "UnknownTaskError",
+           "register_task", "get_task", "tasks", "task_names", "mean"]
+
+_REGISTRY: dict[str, Task] = {}
+_discovered = False
+
+
+class UnknownTaskError(ValueError):
+    """A task name that is not registered (or not of the kind asked for)."""
+
+
+def mean(xs) -> float | None:
+    """The mean of ``xs`` as a float, None when empty (a metric of an absent task)."""
+    xs = list(xs)
+    return float(sum(xs) / len(xs)) if xs else None
+
+
+def register_task(task: Task) -> Task:
+    """Add ``task`` to the registry and return it.
+
+    Raises:
+        TypeError: not a :class:`Task`.
+        ValueError: a task of that name is already registered.
+    """
+    if not isinstance(task, Task):
+        raise TypeError(f"register_task: expected a hargo.tasks.Task, got {task!r}")
+    if task.name in _REGISTRY:
+        raise ValueError(f"task {task.name!r} is already registered")
+    _REGISTRY[task.name] = task
+    return task
+
+
+def _discover() -> None:
+    """Import every module of this package once (each registers its tasks)."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True       # before the imports: a module may query the registry
+    try:
+        for info in pkgutil.iter_modules(__path__):
+            if not info.name.startswith("_") and info.name != "base":
+                importlib.import_module(f"{__name__}.{info.name}")
+    except BaseException:
+        _discovered = False
+        raise
+
+
+def tasks(synthetic: bool | None = False) -> tuple[Task, ...]:
+    """The registered tasks in listing order (:attr:`Task.rank`, then name): the HPC-GPT tasks
+    (default), the synthetic test-bed tasks (``synthetic=True``) or all (None)."""
+    _discover()
+    return tuple(sorted((t for t in _REGISTRY.values()
+                         if synthetic is None or t.synthetic == synthetic),
+                        key=lambda t: (t.rank, t.name)))
+
+
+def task_names(synthetic: bool | None = False) -> tuple[str, ...]:
+    """Names of :func:`tasks`."""
+    return tuple(t.name for t in tasks(synthetic))
+
+
+def get_task(name: Any, where: str = "", synthetic: bool | None = None) -> Task:
+    """The registered task ``name`` (of the kind asked for by ``synthetic``: see :func:`tasks`).
+
+    Args:
+        where: where the name was read (a record id, a completion's position), put in the error.
+
+    Raises:
+        UnknownTaskError: unknown name; the message names it (and ``where``) and lists the
+            valid names.
+    """
+    _discover()
+    t = _REGISTRY.get(name) if isinstance(name, str) else None
+    if t is None or (synthetic is not None and t.synthetic != synthetic):
+        loc = f" ({where})" if where else ""
+        raise UnknownTaskError(f"unknown task {name!r}{loc}; valid tasks: "
+                               f"{list(task_names(synthetic))}")
+    return t
