@@ -135,6 +135,16 @@ FIXED_GROUPS = fixed_groups(3)
 G_FIXED = 4
 
 
+def fixed_batch_params(committed_params: dict, model_dir, data_dir: Path) -> dict:
+    """Params for the fixed 3-group batch (G=4, 12 completions), fp32, beta 0.02: the batch's
+    records written to ``data_dir/train.jsonl``, the policy in ``model_dir``."""
+    write_jsonl(data_dir / "train.jsonl", [rec for rec, _ in FIXED_GROUPS])
+    p = rl_params(committed_params, model_dir, data_dir, num_generations=G_FIXED,
+                  prompts_per_step=len(FIXED_GROUPS), max_new_tokens=8)
+    p["train"]["bf16"] = False
+    return p
+
+
 def fixed_inputs() -> list[dict]:
     """The 12 per-completion inputs of the fixed batch in TRL's order (each prompt G times)."""
     return [dict(rec) for rec, comps in FIXED_GROUPS for _ in comps]

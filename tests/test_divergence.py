@@ -214,6 +214,9 @@ def test_check_training_record_refuses_what_diverged_and_names_the_field(tmp_pat
     with pytest.raises(HargoInputError, match=r"field 'peaks.loss'.*reached 500 at step 3, past "
                                               r"train.divergence.max_loss = 100"):
         check_training_record(_write(tmp_path / "raised", raised), DivergenceBounds())
+    crafted = {**healthy, "peaks": {"grad_norm": {"value": -5e6, "step": 1}}}   # |value| counts
+    with pytest.raises(HargoInputError, match=r"field 'peaks.grad_norm'"):
+        check_training_record(_write(tmp_path / "negative", crafted), DivergenceBounds())
     # the same record passes where the bound in force is above its peak
     check_training_record(tmp_path / "raised", DivergenceBounds(max_loss=1000.0))
     with pytest.raises(HargoInputError, match=r"not a training record"):

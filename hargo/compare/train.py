@@ -151,6 +151,10 @@ def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
 
     validate_params(params)
     fam = family(method)
+    if fam == "rl":    # a vLLM backend that cannot run here, before the checkpoint folder
+        from hargo.training.rl import check_generation_backend
+
+        check_generation_backend(params)
     if method not in params["compare"]["methods"]:
         raise ParamsError(f"--method: {method!r} is not in compare.methods "
                           f"{params['compare']['methods']}")

@@ -28,12 +28,12 @@ trainers look them up there.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import sys
 from typing import Any, Mapping
 
 from hargo.methods.base import FAMILIES, LOSSES, RL_FAMILIES, Method
 from hargo.param_values import ParamsError
+from hargo.plugins import discover, register
 
 __all__ = ["Method", "FAMILIES", "RL_FAMILIES", "LOSSES", "UnknownMethodError", "register_method",
            "get_method", "methods", "methods_of_family", "method_names", "method_params",
@@ -49,33 +49,14 @@ class UnknownMethodError(ParamsError):
 
 
 def register_method(method: Method) -> Method:
-    """Add ``method`` to the registry and return it.
-
-    Raises:
-        TypeError: not a :class:`Method`.
-        ValueError: a method of that name is already registered.
-    """
-    if not isinstance(method, Method):
-        raise TypeError(f"register_method: expected a hargo.methods.Method, got {method!r}")
-    if method.name in _REGISTRY:
-        raise ValueError(f"method {method.name!r} is already registered")
-    _REGISTRY[method.name] = method
-    return method
+    """Register ``method`` (a :class:`Method`) under its name and return it; a second method of
+    that name, or an object that is not a Method, is refused (:func:`hargo.plugins.register`)."""
+    return register(_REGISTRY, method, Method, "hargo.methods.Method")
 
 
 def _discover() -> None:
     """Import every module of this package once (each registers its methods)."""
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True       # before the imports: a module may query the registry
-    try:
-        for info in pkgutil.iter_modules(__path__):
-            if not info.name.startswith("_") and info.name != "base":
-                importlib.import_module(f"{__name__}.{info.name}")
-    except BaseException:
-        _discovered = False
-        raise
+    discover(sys.modules[__name__])
 
 
 def _sort_key(m: Method) -> tuple:

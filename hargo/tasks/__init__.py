@@ -24,9 +24,10 @@ Importing this package is cheap (no torch): the task modules import ``hargo.rewa
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import sys
 from typing import Any
+
+from hargo.plugins import discover, register
 
 from hargo.tasks.base import FULL_REWARD_TOL, KINDS, RewardBatch, ScoreBatch, Task
 
@@ -48,33 +49,14 @@ def mean(xs) -> float | None:
 
 
 def register_task(task: Task) -> Task:
-    """Add ``task`` to the registry and return it.
-
-    Raises:
-        TypeError: not a :class:`Task`.
-        ValueError: a task of that name is already registered.
-    """
-    if not isinstance(task, Task):
-        raise TypeError(f"register_task: expected a hargo.tasks.Task, got {task!r}")
-    if task.name in _REGISTRY:
-        raise ValueError(f"task {task.name!r} is already registered")
-    _REGISTRY[task.name] = task
-    return task
+    """Register ``task`` and return it (refused: a name taken, not a :class:`Task`;
+    :func:`hargo.plugins.register` raises)."""
+    return register(_REGISTRY, task, Task, "hargo.tasks.Task")
 
 
 def _discover() -> None:
     """Import every module of this package once (each registers its tasks)."""
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True       # before the imports: a module may query the registry
-    try:
-        for info in pkgutil.iter_modules(__path__):
-            if not info.name.startswith("_") and info.name != "base":
-                importlib.import_module(f"{__name__}.{info.name}")
-    except BaseException:
-        _discovered = False
-        raise
+    discover(sys.modules[__name__])
 
 
 def tasks(synthetic: bool | None = False) -> tuple[Task, ...]:

@@ -210,7 +210,7 @@ def check_training_record(model_dir: str | Path, bounds: DivergenceBounds,
             raise HargoInputError(path, f"peak of {key} is not a number: {peak!r}",
                                   field=f"peaks.{key}")
         bound = getattr(bounds, bound_name)
-        if not math.isfinite(v) or v > bound:
+        if not math.isfinite(v) or abs(v) > bound:   # a peak is |value|; a crafted -5e6 too
             raise HargoInputError(
                 path, f"{what} diverged in training: |{key}| reached {v:.4g} at step "
                 f"{peak.get('step')}, past train.divergence.{bound_name} = {bound:g}; not "

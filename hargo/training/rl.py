@@ -191,6 +191,25 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
     return GRPOConfig(**kw)
 
 
+def check_generation_backend(params: Mapping) -> None:
+    """Refuse ``rl.generation_backend`` where it cannot run here (the colocated or the server
+    vLLM rollout, :mod:`hargo.training.vllm_rollout`), before a stage touches anything: called
+    by the ``rl`` and ``compare-train`` stages before their checkpoint folder is prepared (a
+    backend change does not match a resumable checkpoint's fingerprint, which would otherwise be
+    cleared first).
+
+    Raises:
+        hargo.training.vllm_rollout.UnsupportedVLLMError: the reason (names what is missing).
+    """
+    from hargo.training import vllm_rollout
+
+    backend = params["rl"]["generation_backend"]
+    if backend == "vllm":
+        vllm_rollout.check_colocated_vllm()
+    elif backend == "vllm-server":
+        vllm_rollout.check_server_vllm()
+
+
 def vllm_max_len(params: Mapping) -> int:
     """The longest sequence a vLLM rollout engine must hold: the longest prompt
     (:func:`prompt_cap`) + the largest completion budget + 8 (colocated engine's
@@ -306,6 +325,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     t_start = time.perf_counter()
     _check_method(method)
     validate_params(params)
+    check_generation_backend(params)    # before the checkpoint folder is touched
     import mlflow
 
     from hargo import tracking, tracking_store

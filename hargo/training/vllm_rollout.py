@@ -57,9 +57,9 @@ warning, for a stage whose rollouts TRL's transformers generation makes. With
 (``sys.modules["vllm"] = None``, for which ``importlib.util.find_spec`` returns None, so TRL's
 ``is_vllm_available()`` is False and its module-level ``if is_vllm_available(): from vllm ...``
 imports are skipped); vLLM is visible again right after. If the same process later uses a vLLM
-backend (tests do), the two TRL modules are re-executed (``importlib.reload``, same namespace,
+backend (tests do), the three TRL modules (:data:`TRL_VLLM_MODULES`) are re-executed (``importlib.reload``, same namespace,
 so classes already imported from them see the vLLM names) before TRL needs them. This relies
-on those two modules' import guards, read in TRL 1.16.0 (pinned exactly); the test
+on those modules' import guards, read in TRL 1.16.0 (pinned exactly); the test
 ``tests/test_vllm_server.py::test_trl_imports_without_vllm_then_with_it`` checks it.
 """
 from __future__ import annotations
@@ -215,8 +215,10 @@ def serve_command(model_dir: str, port: int, *, host: str = "0.0.0.0",
 
 
 #: TRL's modules whose vLLM imports are guarded by ``is_vllm_available()`` at import time, in
-#: the order they are re-executed (the generation module imports the client)
-TRL_VLLM_MODULES = ("trl.generation.vllm_client", "trl.generation.vllm_generation")
+#: the order they are re-executed (the generation module imports the client; the package's
+#: ``__init__`` re-exports ``VLLMGeneration`` under the same guard)
+TRL_VLLM_MODULES = ("trl.generation.vllm_client", "trl.generation.vllm_generation",
+                    "trl.generation")
 
 
 def import_trl_for(backend: str) -> None:
