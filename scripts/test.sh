@@ -22,7 +22,8 @@ fi
 # tests of one xdist_group (the shared tiny pipeline, tests/flow_project.PIPELINE_GROUP, and the
 # modules with costly module fixtures) run on one worker, which builds their fixtures once.
 # Measured alone on a 2-core AMD EPYC with AVX512-BF16 and no AMX: 19 min 58 s and 20 min 51 s
-# (2026-12-03, two runs, the second on a fresh clone; docs/results.md "The test suite").
+# (2026-12-03, two runs, the second on a fresh clone), then 20 min 43 s with ~70 more tests
+# (fresh clone of 94ddd22; docs/results.md "The test suite").
 if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] \
    && .venv/bin/python -c "import xdist" 2>/dev/null; then
   args+=("-n" "${HARGO_TEST_WORKERS:-2}" "--dist" "loadgroup")
