@@ -376,3 +376,21 @@ def test_a_refused_backend_leaves_a_resumable_checkpoint_untouched(fixed_params,
         compare_train.run(params, "grpo", int(params["compare"]["seeds"][0]), root=tmp_path)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert state.read_text() == '{"global_step": 7}'
+
+
+def test_vllm_max_len_counts_the_prompt_cap_default_of_a_task_the_map_does_not_name(
+        committed_params, monkeypatch):
+    """rl.max_prompt_tokens {race_c: 192, race_fortran: 384, mlperf: 192, plp: 192}, completion
+    budgets up to 40: 384 + 40 + 8 = 432; a registered task the map does not name, with its own
+    default cap of 900 (hargo.tasks.Task.max_prompt_tokens), makes it 900 + 40 + 8 = 948 (found
+    by the task registry's review: the vLLM engine's length had ignored task defaults)."""
+    import dataclasses
+
+    import hargo.tasks as T
+    from hargo.training.rl import vllm_max_len
+
+    assert vllm_max_len(committed_params) == 432
+    monkeypatch.setattr(T, "_REGISTRY", dict(T._REGISTRY))
+    T.register_task(dataclasses.replace(T.get_task("plp"), name="long_prompts",
+                                        max_prompt_tokens=900))
+    assert vllm_max_len(committed_params) == 948

@@ -214,7 +214,9 @@ def vllm_max_len(params: Mapping) -> int:
     """The longest sequence a vLLM rollout engine must hold: the longest prompt
     (:func:`prompt_cap`) + the largest completion budget + 8 (colocated engine's
     ``vllm_max_model_length``; the server's ``--max-model-len`` in ``hargo vllm-serve``)."""
-    return max_budget(prompt_cap(params)) + max_budget(params["rl"]["max_new_tokens"]) + 8
+    # a per-task prompt-cap map's longest includes the task defaults of tasks it does not name
+    return (max_budget(prompt_cap(params), prompt_cap_name(params))
+            + max_budget(params["rl"]["max_new_tokens"]) + 8)
 
 
 def _check_vllm_usable(backend: str = "vllm") -> None:
