@@ -88,6 +88,15 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     from hargo.params import implausible_learning_rates, write_checked_stamp
 
     checked = _params(params, set_)   # a bad value: one-line error naming the key, exit 2
+    from hargo.methods import get_method
+    from hargo.methods._check import check_method_names
+
+    for name in dict.fromkeys([*checked["rl"]["methods"], *checked["compare"]["methods"]]):
+        try:   # a typo in a method module's estimator / loss / KL name
+            check_method_names(get_method(name))
+        except ValueError as e:
+            typer.secho(f"error: method {name!r}: {e}", fg="red", err=True)
+            raise typer.Exit(2)
     for w in implausible_learning_rates(checked):
         typer.secho(f"warning: {w}", fg="yellow", err=True)
     if set_:

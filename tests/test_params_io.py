@@ -214,3 +214,26 @@ def test_check_params_with_overrides_checks_them_and_writes_nothing(tmp_path, mo
     assert not (tmp_path / "reports").exists()
     stamp = CliRunner().invoke(app, ["check-params"])
     assert stamp.exit_code == 0 and (tmp_path / "reports" / "params-valid.txt").is_file()
+
+
+def test_check_params_refuses_a_method_whose_module_names_an_unknown_estimator(tmp_path,
+                                                                               monkeypatch):
+    """Found by the fresh-clone review: a typo in a method module's estimator ("dr_grp0") passed
+    the params stage and failed only when the rl stage built its trainer. check-params resolves
+    every listed method's estimator, policy loss and KL names (hargo.methods._check)."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    import hargo.methods as M
+    from hargo.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    assert CliRunner().invoke(app, ["check-params", "-S", "rl.methods=[dr_grpo]"]).exit_code == 0
+    monkeypatch.setattr(M, "_REGISTRY", dict(M._REGISTRY))
+    M._REGISTRY["dr_grpo"] = dataclasses.replace(M.get_method("dr_grpo"), estimator="dr_grp0")
+    bad = CliRunner().invoke(app, ["check-params", "-S", "rl.methods=[dr_grpo]"])
+    assert bad.exit_code == 2
+    assert "method 'dr_grpo': unknown advantage estimator 'dr_grp0'" in bad.output
+    assert not (tmp_path / "reports").exists()

@@ -100,7 +100,7 @@ def code_closure(modules: set[str]) -> set[str]:
         todo.extend(_imports(path))
         if name in DISCOVERING:
             todo.extend(f"{name}.{p.stem}" for p in sorted(path.parent.glob("*.py"))
-                        if p.name != "__init__.py")
+                        if not p.name.startswith("_"))   # as hargo.plugins.discover
         if not (path.name == "__init__.py" and _docstring_only(path)):
             files.add(rel)
     return files

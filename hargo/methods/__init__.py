@@ -125,3 +125,4 @@ def kl_coef(params: Mapping, name: str) -> float:
     """The KL coefficient of the RL method ``name`` (its params' ``kl_coef``: ``beta`` of the
     GRPO family, ``kl_coef`` of PPO). Raises ParamsError as :func:`method_params`."""
     return float(method_params(params, name).kl_coef)
+

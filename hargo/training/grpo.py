@@ -81,6 +81,7 @@ from trl import GRPOTrainer
 
 from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards, needs_reference
 from hargo.methods import get_method
+from hargo.methods._check import check_method_names
 from hargo.training.dynamic_sampling import (DynamicSamplingConfig, draw_refill_indices,
                                              informative_groups, join_rows, refill_prompt_count,
                                              select_groups)
@@ -180,20 +181,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
 
     @staticmethod
     def _check_method_names(spec) -> None:
-        """The method's estimator, policy loss and KL estimator exist in their registries, and
-        its ``needs_reference`` is its estimator's (an unknown name raises ValueError listing
-        the valid ones)."""
-        from hargo.losses import KL_ESTIMATORS
-        from hargo.losses._registry import lookup
-
-        if spec.estimator is not None and needs_reference(spec.estimator) != spec.needs_reference:
-            raise ValueError(f"method {spec.name}: needs_reference={spec.needs_reference} but its "
-                             f"estimator {spec.estimator!r} says "
-                             f"{needs_reference(spec.estimator)}")
-        if spec.policy_loss is not None:
-            policy_loss(spec.policy_loss)
-        if spec.kl is not None:
-            lookup(KL_ESTIMATORS, "KL estimator", spec.kl)
+        """:func:`hargo.methods.check_method_names` (also run by ``hargo check-params``)."""
+        check_method_names(spec)
 
     def _check_weighted_loss_supported(self) -> None:
         problems = unsupported_trl_options(self)
