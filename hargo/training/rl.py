@@ -175,18 +175,15 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
         save_only_model=False, dataloader_num_workers=0, remove_unused_columns=False,
         **trl_loss_settings(method),
     )
+    check_generation_backend(params)   # TRL's vLLM range, not vLLM's CPU build, CUDA for a server
     if rl["generation_backend"] == "vllm":
-        from hargo.training.vllm_rollout import check_colocated_vllm
-
-        check_colocated_vllm()   # TRL's vLLM range, and not vLLM's CPU build (see the module)
         kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=vllm_max_len(params),
                   vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
                   vllm_enable_sleep_mode=False)
     elif rl["generation_backend"] == "vllm-server":
-        from hargo.training import vllm_rollout
+        from hargo.training.vllm_rollout import server_config_kwargs
 
-        vllm_rollout.check_server_vllm()   # CUDA, a GPU vLLM in TRL's range (see the module)
-        kw.update(vllm_rollout.server_config_kwargs(rl["vllm_server"]))
+        kw.update(server_config_kwargs(rl["vllm_server"]))
     kw.update(overrides)
     return GRPOConfig(**kw)
 
