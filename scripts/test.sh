@@ -4,6 +4,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 \
        PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120
+# glibc's malloc serves every allocation over its mmap threshold (at most 32 MiB) with a fresh
+# mmap and unmaps it on free, so each training step faults the logits (vocabulary x tokens x 4
+# bytes, ~200 MB for the tiny model's 49k vocabulary) in again page by page: 14 M page faults and
+# 39 s of system time in the 98 s GPU-check dry run. mmap_max=0 serves them from the heap and
+# trim_threshold keeps freed memory for the next step (PyTorch's CPU tuning guide swaps in
+# jemalloc/tcmalloc for the same reason; these glibc tunables need no install and are ignored
+# elsewhere): the dry run 49 s, 2.5 s system, 0.57 M faults, peak RSS 2.4 GB instead of 2.1 GB
+# (docs/development.md "The suite's allocator"). Every process the suite starts inherits it.
+export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184"
 # pytest-randomly (dev extra) shuffles the test order and reseeds random/numpy per test from one
 # seed, new each run. -q hides its header line, so the seed is picked and printed here (again at
 # the end of a failed run); repeat an order with: scripts/test.sh ... -p randomly --randomly-seed=N
