@@ -17,7 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
-__all__ = ["disk_full", "disk_full_message", "human_bytes"]
+__all__ = ["NotEnoughSpace", "disk_full", "disk_full_message", "human_bytes", "require_free"]
 
 # what the libraries say when they wrap ENOSPC (seen on a full tmpfs: safetensors 0.7 "I/O
 # error: No space left on device (os error 28)"; torch 2.x "[enforce fail at
@@ -25,6 +25,28 @@ __all__ = ["disk_full", "disk_full_message", "human_bytes"]
 # failed")
 _TEXTS = re.compile(r"no space left on device|os error 28|storagefull|disk quota exceeded|"
                     r"inline_container\.cc.*(unexpected pos|file write failed)", re.I | re.S)
+
+
+class NotEnoughSpace(OSError):
+    """A check before writing found too little free space (``errno`` ENOSPC, so
+    :func:`disk_full` is true for it). ``filename`` is the folder, ``needed`` and ``free`` are
+    bytes, ``what`` names what was to be written there."""
+
+    def __init__(self, folder: str | Path, needed: int, free: int, what: str):
+        super().__init__(errno.ENOSPC, "No space left on device", str(folder))
+        self.needed, self.free, self.what = int(needed), int(free), what
+
+
+def require_free(folder: str | Path, needed: int, what: str) -> None:
+    """Check that ``folder``'s file system has ``needed`` bytes free before writing ``what``.
+
+    Raises:
+        NotEnoughSpace: fewer than ``needed`` bytes are free there.
+    """
+    folder = Path(folder)
+    free = shutil.disk_usage(_existing(folder)).free
+    if free < needed:
+        raise NotEnoughSpace(folder, needed, free, what)
 
 
 def _chain(exc: BaseException):
@@ -83,6 +105,12 @@ def disk_full_message(exc: BaseException, out_dir: str | Path = ".",
         ...``: the path (the error's file name if it has one), the free space there and what
         the stage needs.
     """
+    for e in _chain(exc):
+        if isinstance(e, NotEnoughSpace):     # found by a check before anything was written
+            return (f"not enough space in {Path(e.filename).absolute()} for {e.what}: it needs "
+                    f"about {human_bytes(e.needed)}, {human_bytes(e.free)} free. Nothing was "
+                    "written; free space there (or point TMPDIR at a folder with room, for a "
+                    "temporary copy) and run the stage again.")
     path = None
     for e in _chain(exc):
         name = getattr(e, "filename", None)

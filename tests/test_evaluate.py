@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -410,6 +411,44 @@ def test_eval_json_entry_keeps_scalars_and_reduces_the_confusion_matrix():
                           "matrix": [[1, 1], [1, 1]]}}
     assert eval_json_entry(m) == {"n": 4, "dr_f1": 0.5, "plp_similarity": None,
                                   "dr_confusion": {"tp": 1, "fp": 1, "fn": 1, "tn": 1}}
+
+
+def test_weights_in_dtype_checks_the_temporary_folders_room_first(tiny_model_dir, tmp_path,
+                                                                     monkeypatch):
+    """The bf16 copy vLLM loads goes to TMPDIR: with less room there than the copy needs, the
+    stage stops before writing anything, with one line naming the folder, the size needed (the
+    tiny model's parameters x 2 bytes plus its other files) and the free space."""
+    import collections
+    import tempfile
+
+    from safetensors import safe_open
+
+    from hargo.diskspace import NotEnoughSpace, disk_full, disk_full_message
+    from hargo.models.loading import weights_in_dtype
+
+    with safe_open(str(tiny_model_dir / "model.safetensors"), "pt") as f:
+        numel = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    others = sum(p.stat().st_size for p in tiny_model_dir.iterdir()
+                 if p.is_file() and not p.name.startswith(".") and p.suffix != ".safetensors")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr("hargo.diskspace.shutil.disk_usage",
+                        lambda p: usage(10 * 2**30, 10 * 2**30 - 1000, 1000))
+    with pytest.raises(NotEnoughSpace) as err:
+        with weights_in_dtype(tiny_model_dir, "bfloat16"):
+            pass
+    assert err.value.needed == 2 * numel + others and err.value.free == 1000
+    assert Path(err.value.filename) == tmp and list(tmp.iterdir()) == []
+    assert disk_full(err.value)
+    msg = disk_full_message(err.value, model_dir=tiny_model_dir)
+    assert msg.startswith(f"not enough space in {tmp} for the bfloat16 copy of "
+                          f"{tiny_model_dir} that vLLM loads: it needs about ")
+    assert "1000 B free" in msg and "TMPDIR" in msg
+    # float32 weights served as float32: no copy, so no check
+    with weights_in_dtype(tiny_model_dir, "float32") as served:
+        assert served == tiny_model_dir
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

@@ -232,6 +232,35 @@ def check_context(limit: int | None, longest_prompt: int, new_tokens: int, promp
     return need
 
 
+def _cast_bytes(model_dir: Path, target, stored: dict) -> int:
+    """Bytes :func:`weights_in_dtype` writes for ``model_dir``: every floating tensor of its
+    ``*.safetensors`` at ``target``'s item size, the other tensors as stored, the other
+    top-level files as they are (an upper bound: safetensors' headers are left out)."""
+    import math
+
+    from safetensors import safe_open
+
+    total = 0
+    for p in model_dir.iterdir():
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        if p.suffix != ".safetensors":
+            total += p.stat().st_size
+            continue
+        with safe_open(str(p), "pt") as f:
+            for key in f.keys():
+                sl = f.get_slice(key)
+                size = (target.itemsize if stored.get(sl.get_dtype()) is not None
+                        else _INT_BYTES.get(sl.get_dtype(), 8))   # not a float: as stored
+                total += math.prod(sl.get_shape()) * size
+    return total
+
+
+# safetensors' names of the non-float dtypes and their item sizes (bytes)
+_INT_BYTES = {"I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1,
+              "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
 @contextlib.contextmanager
 def weights_in_dtype(model_dir: str | Path, dtype: str) -> Iterator[Path]:
     """A model folder whose floating-point weights are stored in ``dtype``.
@@ -253,6 +282,9 @@ def weights_in_dtype(model_dir: str | Path, dtype: str) -> Iterator[Path]:
     Raises:
         ValueError: ``dtype`` is not one of :data:`DTYPES`.
         FileNotFoundError: ``model_dir`` is not a folder.
+        hargo.diskspace.NotEnoughSpace: the temporary folder's file system (``TMPDIR``) has
+            less room than the cast copy needs (its tensors in ``dtype`` plus the other files),
+            checked before anything is written.
     """
     import json
     import shutil
@@ -284,6 +316,10 @@ def weights_in_dtype(model_dir: str | Path, dtype: str) -> Iterator[Path]:
     if not needs_cast:
         yield model_dir
         return
+    from hargo.diskspace import require_free
+
+    require_free(tempfile.gettempdir(), _cast_bytes(model_dir, target, stored),
+                 f"the {dtype} copy of {model_dir} that vLLM loads")
     with tempfile.TemporaryDirectory(prefix=f"hargo-{dtype}-") as tmp:
         out = Path(tmp)
         for p in model_dir.iterdir():
