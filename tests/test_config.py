@@ -178,3 +178,12 @@ def test_importing_the_config_loads_no_torch():
                           "('torch', 'transformers', 'trl')) or 'none')"],
                          capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "none"
+
+
+def test_check_params_explain_prints_the_generated_field_lines():
+    out = subprocess.run([sys.executable, "-m", "hargo.cli", "check-params", "--explain",
+                          "rl.hargo.al"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "rl.hargo.alpha (float, default 0.3, >= 0.0): confidence modulation in "
+        "M = A (1 + alpha c) (paper: 0.3)"]
