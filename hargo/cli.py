@@ -81,11 +81,24 @@ def _relaunch_under_accelerate() -> None:
 
 
 @app.command("check-params")
-def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
+def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
+                 explain: Optional[str] = typer.Option(
+                     None, "--explain", metavar="KEY",
+                     help="print the typed config's fields whose dotted key starts with KEY "
+                          "(type, default, range, help; '' for all), check nothing, and exit")):
     """Validate params.yaml -> reports/params-valid.txt (the first stage: a bad value stops
     `dvc repro` / `dvc exp run -S` before any stage's outputs are touched). With -S: check the
-    file with those overrides applied and write nothing (try a value before an experiment)."""
+    file with those overrides applied and write nothing (try a value before an experiment).
+    The checks are the typed config's fields (hargo/config; --explain lists them)."""
     from hargo.params import implausible_learning_rates, write_checked_stamp
+
+    if explain is not None:
+        from hargo.config import explain as explain_fields
+
+        for line in explain_fields():
+            if line.startswith(explain):
+                typer.echo(line)
+        return
 
     checked = _params(params, set_)   # a bad value: one-line error naming the key, exit 2
     from hargo.methods import get_method

@@ -20,27 +20,21 @@ block           dataclass              knobs
 
 Which method reads which dataclass is the method's own business: its :class:`hargo.methods.Method`
 names it (``params_class``), and a new method may define its dataclass in its own module with
-:func:`knob`. Each field carries its help text, range and source in its metadata;
+:func:`knob` (:mod:`hargo.config.fields`, shared with every section of the typed config
+:mod:`hargo.config`, whose ``rl.<method>`` nodes these dataclasses are). Each field carries its help text, range and source in its metadata;
 :func:`read_block` checks type and range and rejects unknown keys, naming
 ``rl.<method>.<field>``. Pure Python (no torch); imports nothing of hargo's methods (they import
 this module).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
-from hargo.param_values import ParamsError, as_number
+from hargo.config.fields import check_value, knob
+from hargo.param_values import ParamsError
 
 __all__ = ["GRPOParams", "HargoParams", "HargoB1Params", "PPOParams", "knob", "read_block"]
-
-
-def knob(default, help: str, lo=None, hi=None, lo_open=False, hi_open=False, kind=float):
-    """A params dataclass field: its ``default``, ``help`` text (with its source) and range
-    (``lo``/``hi``, each closed unless ``lo_open``/``hi_open``), ``kind`` float (any number
-    spelling) or bool; :func:`read_block` checks it."""
-    return field(default=default, metadata={"help": help, "lo": lo, "hi": hi, "lo_open": lo_open,
-                                            "hi_open": hi_open, "kind": kind})
 
 
 @dataclass(frozen=True)
@@ -107,17 +101,8 @@ class PPOParams:
 
 
 def _check(key: str, value: Any, meta: Mapping) -> Any:
-    if meta["kind"] is bool:
-        if not isinstance(value, bool):
-            raise ParamsError(f"{key}: expected true or false, got {value!r}")
-        return value
-    v = as_number(key, value)
-    lo, hi = meta["lo"], meta["hi"]
-    if lo is not None and (v <= lo if meta["lo_open"] else v < lo):
-        raise ParamsError(f"{key}: must be {'>' if meta['lo_open'] else '>='} {lo}, got {value!r}")
-    if hi is not None and (v >= hi if meta["hi_open"] else v > hi):
-        raise ParamsError(f"{key}: must be {'<' if meta['hi_open'] else '<='} {hi}, got {value!r}")
-    return float(v)
+    """``value`` checked against its knob (:func:`hargo.config.fields.check_value`)."""
+    return check_value(key, value, meta)
 
 
 def read_block(params: Mapping, dotted: str, cls: type):

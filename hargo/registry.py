@@ -41,12 +41,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from hargo.champion import (CANDIDATE, CHAMPION, IDENTITY_TAG, ROWS_ARTIFACT, champion_reference,
                             not_found, version_by_alias)
 from hargo.evaluation.identity import read_eval_identity, read_eval_rows
-from hargo.gate import check_gate_params, check_rows_match_metrics, gate
+from hargo.config import Config, as_config, params_dict
+from hargo.gate import check_rows_match_metrics, gate
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
 from hargo.registered_models import (BASE_TAG, adapter_dir, base_model_path, check_adapter_base,
                                      ensure_registered_model, log_adapter_model, pip_requirements,
@@ -103,11 +104,12 @@ def read_eval_metrics(path: str | Path, models: Sequence[str], gate_metrics: Seq
     return out
 
 
-def run(params: dict, root: str | Path = ".") -> dict:
+def run(params: "Config | Mapping", root: str | Path = ".") -> dict:
     """Run the register stage (see the module docstring).
 
     Args:
-        params: the loaded params.yaml (``register``, ``rl.methods``, ``rl.out_dir``,
+        params: the typed config (:mod:`hargo.config`) or a params mapping (``register``,
+            ``rl.methods``, ``rl.out_dir``,
             ``sft.out_dir``, ``mlflow``, ``seed``).
         root: the repository root that relative paths start from.
 
@@ -139,7 +141,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
         return _register(params, root)
 
 
-def _register(params: dict, root: str | Path) -> dict:
+def _register(params: "Config | Mapping", root: str | Path) -> dict:
     """:func:`run`'s body."""
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -147,18 +149,19 @@ def _register(params: dict, root: str | Path) -> dict:
     from hargo import tracking
 
     root = Path(root)
-    gp = check_gate_params(params["register"])
-    name, gates, tol = gp.model_name, gp.gate_metrics, gp.tolerance
-    methods = list(params["rl"]["methods"])
+    cfg, pd = as_config(params), params_dict(params)
+    gp = cfg.register               # checked by the gate's own rule (hargo.gate.check_gate_params)
+    name, gates, tol = gp.model_name, list(gp.gate_metrics), gp.tolerance
+    methods = list(cfg.rl.methods)
     metrics = read_eval_metrics(root / EVAL_FILE, [SFT, *methods], gates)
     identity = read_eval_identity(root)
     rows = read_eval_rows(root, [SFT, *methods])
     check_rows_match_metrics(rows, metrics, gates, root / EVAL_FILE)
-    dirs = {m: require_complete_dir(root / params["rl"]["out_dir"] / m, f"model folder of '{m}'")
+    dirs = {m: require_complete_dir(root / cfg.rl.out_dir / m, f"model folder of '{m}'")
             for m in methods}
     from hargo.training.divergence import DivergenceBounds, check_training_record
 
-    bounds = DivergenceBounds.from_params(params)
+    bounds = DivergenceBounds.from_params(pd)
     for m in methods:     # a model whose training diverged is never registered
         check_training_record(dirs[m], bounds, f"model folder of '{m}'")
     adapters = {m: adapter_dir(dirs[m]) for m in methods}
@@ -166,15 +169,15 @@ def _register(params: dict, root: str | Path) -> dict:
     if any(adapters.values()):      # LoRA runs: their base is the SFT model they were trained on
         from hargo.models.loading import model_digest
 
-        base_dir = require_complete_dir(root / params["sft"]["out_dir"], "SFT model folder")
+        base_dir = require_complete_dir(root / cfg.sft.out_dir, "SFT model folder")
         digest = model_digest(base_dir)
         for a in adapters.values():
             if a is not None:
                 check_adapter_base(a, base_dir, digest)
     uri = tracking.tracking_uri(root)
     try:
-        tracking.setup(params, root)
-        tracking.parent_run_id(params, root)  # the first write: fails here on a read-only store
+        tracking.setup(pd, root)
+        tracking.parent_run_id(pd, root)  # the first write: fails here on a read-only store
     except Exception as e:  # e.g. the store's folder cannot be created
         if isinstance(e, RuntimeError):
             raise
@@ -185,10 +188,10 @@ def _register(params: dict, root: str | Path) -> dict:
     if old is None:
         reference, ref_label = rows[SFT], SFT
     old_candidate = version_by_alias(client, name, CANDIDATE)
-    common = tracking.common_tags(params, root)
+    common = tracking.common_tags(pd, root)
     judge = _eval_judge(root / EVAL_FILE)
 
-    with tracking.stage_run("register", params, root) as mlrun:
+    with tracking.stage_run("register", pd, root) as mlrun:
         run_id = mlrun.info.run_id
         created: list[tuple[str, object]] = []
         made: list[str] = []        # registered models this run created
@@ -204,9 +207,9 @@ def _register(params: dict, root: str | Path) -> dict:
                 base_doc, base_local = store_base_version(client, name, base_dir, digest,
                                                      version_tags, common, created, made)
             logged_params = {k: str(v)[:500] for k, v in tracking.flatten(
-                {"seed": params.get("seed"), "rl": params["rl"], "sft": params.get("sft", {}),
-                 "evaluate": params.get("evaluate", {}),
-                 "rewards": params.get("rewards", {})}).items()}
+                {"seed": pd.get("seed"), "rl": pd["rl"], "sft": pd.get("sft", {}),
+                 "evaluate": pd.get("evaluate", {}),
+                 "rewards": pd.get("rewards", {})}).items()}
             for m in methods:
                 entry = metrics[m]
                 kw = {"pip_requirements": pip_requirements(peft=adapters[m] is not None),
@@ -242,7 +245,7 @@ def _register(params: dict, root: str | Path) -> dict:
                         "champion was, or move the alias by hand")
                 else:
                     passed, reason, intervals = gate(rows[m], ref, gates, tol, gp.resamples,
-                                                     gp.confidence, int(params.get("seed", 0)))
+                                                     gp.confidence, cfg.seed)
                 versions.append({"method": m, "version": str(mv.version),
                                  "gate": "passed" if passed else "failed",
                                  "reference": ref_now, "reason": reason,

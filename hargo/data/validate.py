@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from hargo.data.conflicts import mask_race_raws
 from hargo.data.control_tokens import CONTROL_TOKEN_REGEX
 from hargo.data.labels import LABEL_NAME, LABEL_NAME_REGEX
 from hargo.data.raw import TASK_FILES, load_raw, normalise_text
 from hargo.data.similarity import kernel_tokens, nearest_similarity
+from hargo.config import Config, as_section, params_dict
 from hargo.io import atomic_dir, atomic_write_json, read_jsonl
 from hargo.tasks import tasks as _registered
 
@@ -192,16 +193,17 @@ def summary_rows(prepared: list[dict]) -> list[dict]:
     return rows
 
 
-def expectation_specs(params: dict) -> list[dict]:
+def expectation_specs(params: "Config | Mapping") -> list[dict]:
     """The contract, as plain data: one dict per expectation with ``dataset`` (raw | prepared |
     summary), ``name``, GX class name ``type``, its ``kwargs``, an optional ``where``
     (``(column, [values])``: only rows whose column is in values), ``enforced`` and
-    ``description``. Bounds come from ``params["validate"]``."""
-    v = params["validate"]
-    paper = params["data"]["split"]["strategy"] == "paper"
-    masked = params["data"].get("mask_label_names", True)
-    similarity = params["data"]["split"]["strategy"] == "similarity"
-    threshold = params["data"]["split"]["similarity_threshold"]
+    ``description``. Bounds come from the ``validate`` section; ``params`` is the typed config
+    or a params mapping with the ``data`` and ``validate`` sections."""
+    v, data = as_section(params, "validate"), as_section(params, "data")
+    paper = data.split.strategy == "paper"
+    masked = data.mask_label_names
+    similarity = data.split.strategy == "similarity"
+    threshold = data.split.similarity_threshold
     race, other = list(_race_tasks()), [t for t in _tasks() if t not in _race_tasks()]
     S: list[dict] = []
 
@@ -258,20 +260,20 @@ def expectation_specs(params: dict) -> list[dict]:
             f"no {col.split('_')[0]} holds a chat-template control token (<|im_end|>, </s>, "
             "[INST], ...; hargo.data.control_tokens): a data row cannot forge a chat turn",
             column=col, regex=CONTROL_TOKEN_REGEX)
-    lo, hi = v["prompt_chars"]
+    lo, hi = v.prompt_chars
     add("prepared", "prompt_chars_within_bounds", "ExpectColumnValuesToBeBetween",
         f"prompt length in [{lo}, {hi}] characters", column="prompt_chars", min_value=lo, max_value=hi)
-    lo, hi = v["answer_chars"]
+    lo, hi = v.answer_chars
     add("prepared", "answer_chars_within_bounds", "ExpectColumnValuesToBeBetween",
         f"answer length in [{lo}, {hi}] characters", column="answer_chars", min_value=lo, max_value=hi)
 
-    for t, (lo, hi) in v["task_counts"].items():
+    for t, (lo, hi) in v.task_counts.items():
         add("summary", f"count_{t}", "ExpectColumnValuesToBeBetween",
             f"{t}: train + eval records in [{lo}, {hi}]", where=("id", [t]),
             column="n", min_value=lo, max_value=hi)
     add("summary", "eval_non_empty", "ExpectColumnValuesToBeBetween", "every task has eval records",
         where=("kind", ["task"]), column="n_eval", min_value=1)
-    lo, hi = v["yes_fraction"]
+    lo, hi = v.yes_fraction
     add("summary", "yes_fraction_within_bounds", "ExpectColumnValuesToBeBetween",
         f"race yes-fraction per task and split in [{lo}, {hi}]", where=("kind", ["labels"]),
         column="yes_fraction", min_value=lo, max_value=hi)
@@ -359,25 +361,25 @@ def run_suites(tables: dict[str, list[dict]], specs: list[dict], docs_dir: Path 
 
 # ----------------------------------------------------------------------------- the stage
 
-def run(params: dict) -> dict:
+def run(params: "Config | Mapping") -> dict:
     """Run the ``validate`` stage inside its MLflow child run (a failed validation marks the run
     FAILED); see :func:`validate`."""
     import mlflow
 
     from hargo import tracking
 
-    with tracking.stage_run("validate", params):
+    with tracking.stage_run("validate", params_dict(params)):
         out = validate(params)
         mlflow.log_metrics({k: v for k, v in out.items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)})
         return out
 
 
-def validate(params: dict) -> dict:
+def validate(params: "Config | Mapping") -> dict:
     """Run the ``validate`` stage.
 
     Args:
-        params: the loaded params.yaml; reads ``data.raw_dir``, ``data.out_dir`` (the prepared
+        params: the typed config (:mod:`hargo.config`) or a params mapping; reads ``data.raw_dir``, ``data.out_dir`` (the prepared
             ``train.jsonl``/``eval.jsonl``), ``data.split.strategy``,
             ``data.split.similarity_threshold``, ``data.mask_label_names`` (default true) and
             ``validate``
@@ -394,25 +396,25 @@ def validate(params: dict) -> dict:
         HargoInputError: a raw or prepared file cannot be read.
         ValidationFailed: an enforced expectation failed (the report is written first).
     """
-    v = params["validate"]
-    report_dir = Path(v.get("report_dir", REPORT_DIR))
-    metrics_file = Path(v.get("metrics_file", METRICS_FILE))
-    raw = load_raw(params["data"]["raw_dir"])
-    out = Path(params["data"]["out_dir"])
+    v, data = as_section(params, "validate"), as_section(params, "data")
+    report_dir = Path(v.report_dir)
+    metrics_file = Path(v.metrics_file)
+    raw = load_raw(data.raw_dir)
+    out = Path(data.out_dir)
     train, eval_ = read_jsonl(out / "train.jsonl"), read_jsonl(out / "eval.jsonl")
     as_split = {t: mask_race_raws(t, rs)[0] for t, rs in raw.items()} \
-        if params["data"].get("mask_label_names", True) else raw
+        if data.mask_label_names else raw
     prepared = prepared_rows(train, eval_, as_split)
     tables = {"raw": raw_rows(raw), "prepared": prepared, "summary": summary_rows(prepared)}
     specs = expectation_specs(params)
 
     with atomic_dir(report_dir) as tmp:
-        results = run_suites(tables, specs, docs_dir=tmp if v.get("data_docs", True) else None)
+        results = run_suites(tables, specs, docs_dir=tmp if v.data_docs else None)
         failed = [r for r in results if not r["success"] and r["enforced"]]
         leaked = [r for r in prepared if r["leaks"]]
         summary = {
             "success": not failed,
-            "strategy": params["data"]["split"]["strategy"],
+            "strategy": data.split.strategy,
             "expectations": len(results),
             "failed": len(failed),
             "failed_not_enforced": sum(1 for r in results if not r["success"] and not r["enforced"]),
@@ -424,7 +426,7 @@ def validate(params: dict) -> dict:
                                    and r["prompt_content"] is not None
                                    and LABEL_NAME.search(r["prompt_content"])),
             "near_copy_eval_rows": sum(1 for r in prepared if r["near_train"] is not None
-                                       and r["near_train"] >= params["data"]["split"]["similarity_threshold"]),
+                                       and r["near_train"] >= data.split.similarity_threshold),
         }
         atomic_write_json(tmp / "report.json", {"summary": summary, "expectations": results})
     atomic_write_json(metrics_file, summary)

@@ -57,6 +57,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from hargo.config import Config, as_config, as_section, params_dict
 from hargo.data.records import read_prepared, select_subset
 # the baselines' entries of metrics/eval.json, re-exported beside the stage that writes them
 from hargo.evaluation.baselines import (ALWAYS_YES, BASE, BASELINES, NEAREST_TRAIN,
@@ -79,18 +80,20 @@ PLOTS_DIR = "reports/eval"
 SFT = "sft"
 
 
-def model_dirs(params: Mapping, root: str | Path = ".") -> dict[str, Path]:
+def model_dirs(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Path]:
     """``{"base": <model.out_dir>, "sft": <sft.out_dir>, <method>: <rl.out_dir>/<method>, ...}``
-    in evaluation order, each checked complete.
+    in evaluation order, each checked complete (``params``: the typed config or a params
+    mapping with the ``model``, ``sft`` and ``rl`` sections).
 
     Raises:
         FileNotFoundError: a folder is missing or half-written (no ``.complete`` marker); the
             message names it and the stage that writes it.
     """
     root = Path(root)
-    dirs = {BASE: root / params["model"]["out_dir"], SFT: root / params["sft"]["out_dir"]}
-    for m in params["rl"]["methods"]:
-        dirs[m] = root / params["rl"]["out_dir"] / m
+    model, sft, rl = (as_section(params, s) for s in ("model", "sft", "rl"))
+    dirs = {BASE: root / model.out_dir, SFT: root / sft.out_dir}
+    for m in rl.methods:
+        dirs[m] = root / rl.out_dir / m
     for name, d in dirs.items():
         stage = {SFT: "sft (hargo sft)", BASE: "base_model (hargo base-model)"}.get(
             name, f"rl@{name} (hargo rl --method {name})")
@@ -168,11 +171,11 @@ def _rss_mib() -> float | None:
         return None
 
 
-def run(params: dict, root: str | Path = ".") -> dict:
+def run(params: "Config | Mapping", root: str | Path = ".") -> dict:
     """Run the evaluate stage (see the module docstring).
 
     Args:
-        params: the loaded params.yaml (``seed``, ``data.out_dir``, ``model.out_dir``,
+        params: the typed config (:mod:`hargo.config`) or a params mapping (``seed``, ``data.out_dir``, ``model.out_dir``,
             ``sft.out_dir``, ``rl.out_dir``, ``rl.methods``, ``train.threads``, ``rewards``,
             ``evaluate``).
         root: the repository root that relative paths start from.
@@ -212,7 +215,7 @@ def _no_weight_loading_bars():
             hf_logging.enable_progress_bar()
 
 
-def _evaluate(params: dict, root: str | Path) -> dict:
+def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
     """:func:`run`'s body."""
     from hargo import tracking
     from hargo.evaluation import generate as gen
@@ -226,26 +229,29 @@ def _evaluate(params: dict, root: str | Path) -> dict:
     from hargo.models.loading import load_tokenizer
 
     root = Path(root)
-    ev = params["evaluate"]
-    seed = int(params["seed"])
-    backend = ev["backend"]
+    cfg, pd = as_config(params), params_dict(params)
+    ev = cfg.evaluate
+    # the generation, scoring and judge helpers still take the section as a mapping
+    ev_dict = pd["evaluate"]
+    seed = cfg.seed
+    backend = ev.backend
     if backend not in gen.BACKENDS:
         raise ValueError(f"evaluate.backend: must be one of {', '.join(gen.BACKENDS)}, "
                          f"got {backend!r}")
     # 1. everything that can be checked is checked before the first token is generated
-    dirs = model_dirs(params, root)
-    eval_path = root / params["data"]["out_dir"] / "eval.jsonl"
+    dirs = model_dirs(cfg, root)
+    eval_path = root / cfg.data.out_dir / "eval.jsonl"
     records = load_eval_records(eval_path)
-    train = read_prepared(root / params["data"]["out_dir"] / "train.jsonl")
+    train = read_prepared(root / cfg.data.out_dir / "train.jsonl")
     if backend == "vllm":
         gen.import_vllm()
-    dtype = generation_dtype(ev.get("dtype", "auto"))
-    reward_fn = TaskReward(RewardConfig.from_params(params.get("rewards")))
-    judge = make_judge(ev, reward_fn)
-    subset, skipped = select_prompts(records, ev, seed, load_tokenizer(dirs[SFT]))
+    dtype = generation_dtype(ev.dtype)
+    reward_fn = TaskReward(RewardConfig.from_params(pd.get("rewards")))
+    judge = make_judge(ev_dict, reward_fn)
+    subset, skipped = select_prompts(records, ev_dict, seed, load_tokenizer(dirs[SFT]))
     if not subset:
         raise HargoInputError(eval_path, f"no eval prompt has at most evaluate.max_prompt_tokens"
-                              f"={ev['max_prompt_tokens']} tokens (skipped per task: {skipped})")
+                              f"={ev.max_prompt_tokens} tokens (skipped per task: {skipped})")
     prompts = [r["prompt"] for r in subset]
     race_idx = [i for i, r in enumerate(subset) if r["task"] in RACE_TASKS]
     race_labels = [subset[i]["label"] for i in race_idx]
@@ -254,23 +260,23 @@ def _evaluate(params: dict, root: str | Path) -> dict:
     print(f"[evaluate] {len(subset)} prompts {n_task}, skipped as too long {skipped}; "
           f"backend {backend} ({dtype}), judge {judge.name}", flush=True)
 
-    setup_torch(params)
-    with tracking.stage_run("evaluate", params, root) as mlrun:
+    setup_torch(pd)
+    with tracking.stage_run("evaluate", pd, root) as mlrun:
         import mlflow
 
-        tracking.log_split("eval", "evaluation", params, root)
+        tracking.log_split("eval", "evaluation", pd, root)
 
         completions: dict[str, list[str]] = {}
         scored: dict[str, list[dict]] = {}
         entries: dict[str, dict] = {}
         for name, d in dirs.items():
             t0 = time.perf_counter()
-            res = gen.run_generation(d, prompts, ev, backend, seed=seed,
+            res = gen.run_generation(d, prompts, ev_dict, backend, seed=seed,
                                      tasks=[r["task"] for r in subset])
             s = score_samples(subset, res.completions, reward_fn)
             m = compute_metrics(subset, res.completions, rewards=[r["reward"] for r in s],
                                 reward_fn=reward_fn)
-            yn, score_s = score_yes_no(d, [subset[i]["prompt"] for i in race_idx], ev)
+            yn, score_s = score_yes_no(d, [subset[i]["prompt"] for i in race_idx], ev_dict)
             for i, row in zip(race_idx, yn):
                 s[i].update(row)
             entry = eval_json_entry(m)
@@ -304,9 +310,9 @@ def _evaluate(params: dict, root: str | Path) -> dict:
                   flush=True)
         info = {"judge": judge.name, "backend": backend, "dtype": dtype,
                 "n_prompts": len(subset), "skipped_total": sum(skipped.values()),
-                "max_prompt_tokens": int(ev["max_prompt_tokens"]),
-                "max_new_tokens": budget_record(ev["max_new_tokens"]),
-                "temperature": float(ev.get("temperature", 0.0)),
+                "max_prompt_tokens": int(ev.max_prompt_tokens),
+                "max_new_tokens": budget_record(ev_dict["max_new_tokens"]),
+                "temperature": float(ev.temperature),
                 **{f"n_{t}": n for t, n in n_task.items()},
                 **{f"skipped_{t}": k for t, k in skipped.items()}}
         for name, b in baselines.items():

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from hargo.config import Config, Model, as_section, params_dict
 from hargo.io import atomic_dir, atomic_write_json
 from hargo.models.smollm2 import ChecksumError, sha256  # noqa: F401  (ChecksumError re-exported)
 
@@ -37,15 +38,17 @@ def _looks_like_path(source: str) -> bool:
     return source.startswith(("/", "./", "../", "~")) or Path(source).expanduser().exists()
 
 
-def needs_hub(model_params: Mapping) -> bool:
+def needs_hub(model: "Model | Mapping") -> bool:
     """Whether ``model.source`` is a hub id (neither ``smollm2`` nor a folder): only then may the
-    ``base_model`` stage reach the hub (``hargo.offline``)."""
-    source = str(model_params.get("source", "smollm2"))
+    ``base_model`` stage reach the hub (``hargo.offline``). ``model``: the typed ``model``
+    section, or a mapping with its ``source``."""
+    source = str(model.source if isinstance(model, Model) else model.get("source", "smollm2"))
     return source != "smollm2" and not _looks_like_path(source)
 
 
-def resolve_source(model_params: Mapping) -> dict[str, Any]:
-    """Check ``model.source`` before any work and say what it is.
+def resolve_source(model: "Model") -> dict[str, Any]:
+    """Check ``model.source`` (``model``: the typed ``model`` section) before any work and say
+    what it is.
 
     Returns ``{"kind": "smollm2", "gguf": Path}``, ``{"kind": "local", "path": Path}`` or
     ``{"kind": "hub", "id": str, "revision": str | None, "commit": str | None}``.
@@ -58,7 +61,7 @@ def resolve_source(model_params: Mapping) -> dict[str, Any]:
     """
     from hargo.models import smollm2
 
-    source = str(model_params["source"])
+    source = str(model.source)
     if source == "smollm2":
         try:
             return {"kind": "smollm2", "gguf": smollm2.verified_gguf()}
@@ -74,10 +77,10 @@ def resolve_source(model_params: Mapping) -> dict[str, Any]:
         return {"kind": "local", "path": path}
     from transformers import AutoConfig
 
-    revision = model_params.get("revision")
+    revision = model.revision
     try:
         config = AutoConfig.from_pretrained(source, revision=revision,
-                                            trust_remote_code=bool(model_params["trust_remote_code"]))
+                                            trust_remote_code=bool(model.trust_remote_code))
     except (OSError, ValueError) as e:
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
         raise ModelNotFoundError(
@@ -95,14 +98,13 @@ def _weight_digests(folder: Path) -> dict[str, str]:
             if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)}
 
 
-def _save_transformers_model(src: str, out: Path, model_params: Mapping) -> dict[str, Any]:
+def _save_transformers_model(src: str, out: Path, model: "Model") -> dict[str, Any]:
     """Load ``src`` (folder or hub id) with the Auto classes and save it into ``out``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kw = {"revision": model_params.get("revision"),
-          "trust_remote_code": bool(model_params["trust_remote_code"])}
-    dtype = model_params["dtype"]
+    kw = {"revision": model.revision, "trust_remote_code": bool(model.trust_remote_code)}
+    dtype = model.dtype
     model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype), **kw)
     tok = AutoTokenizer.from_pretrained(src, **kw)
     model.save_pretrained(out, safe_serialization=True)
@@ -111,15 +113,18 @@ def _save_transformers_model(src: str, out: Path, model_params: Mapping) -> dict
             "commit": getattr(model.config, "_commit_hash", None)}
 
 
-def build(model_params: Mapping, resolved: Mapping[str, Any]) -> dict[str, Any]:
-    """Write the model folder ``model.out_dir`` from an already :func:`resolve_source`-d source.
+def build(model: "Model", resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """Write the model folder ``model.out_dir`` from an already :func:`resolve_source`-d source
+    (``model``: the typed ``model`` section).
 
     Returns the record written to ``hargo_source.json``.
     """
+    import dataclasses
+
     from hargo.models import smollm2
 
-    out_dir = Path(model_params["out_dir"])
-    dtype = model_params["dtype"]
+    out_dir = Path(model.out_dir)
+    dtype = model.dtype
     with atomic_dir(out_dir) as tmp:
         if resolved["kind"] == "smollm2":
             info = smollm2.convert(tmp, dtype=dtype, gguf=resolved["gguf"])
@@ -128,21 +133,22 @@ def build(model_params: Mapping, resolved: Mapping[str, Any]) -> dict[str, Any]:
                       "sha256": info["sha256"]}
         elif resolved["kind"] == "local":
             path = resolved["path"]
-            info = _save_transformers_model(str(path), tmp, {**model_params, "revision": None})
+            info = _save_transformers_model(str(path), tmp,
+                                            dataclasses.replace(model, revision=None))
             record = {"kind": "local", "source": str(path.resolve()), "revision": None,
                       "commit": None, "parameters": info["parameters"], "dtype": dtype,
                       "sha256": _weight_digests(path)}
         else:
-            info = _save_transformers_model(resolved["id"], tmp, model_params)
+            info = _save_transformers_model(resolved["id"], tmp, model)
             record = {"kind": "hub", "source": resolved["id"], "revision": resolved["revision"],
                       "commit": info["commit"] or resolved["commit"],
                       "parameters": info["parameters"], "dtype": dtype, "sha256": None}
-        record["trust_remote_code"] = bool(model_params["trust_remote_code"])
+        record["trust_remote_code"] = bool(model.trust_remote_code)
         atomic_write_json(tmp / SOURCE_FILE, record)
     return record
 
 
-def run(params: Mapping) -> dict[str, Any]:
+def run(params: "Config | Mapping") -> dict[str, Any]:
     """Stage ``base_model``: resolve and check ``model.source`` (before any work), write
     ``model.out_dir``, log an MLflow child run ``base_model``.
 
@@ -157,15 +163,15 @@ def run(params: Mapping) -> dict[str, Any]:
 
     from hargo import tracking
 
-    model_params = params["model"]
-    resolved = resolve_source(model_params)
-    with tracking.stage_run("base_model", params):
+    model = as_section(params, "model")
+    resolved = resolve_source(model)
+    with tracking.stage_run("base_model", params_dict(params)):
         t0 = time.perf_counter()
-        record = build(model_params, resolved)
+        record = build(model, resolved)
         seconds = time.perf_counter() - t0
         mlflow.set_tags({"hargo.model.kind": record["kind"],
                          "hargo.model.source": str(record["source"])[:5000],
                          "hargo.model.commit": str(record["commit"])})
         mlflow.log_metrics({"parameters": record["parameters"], "build_seconds": seconds})
         mlflow.log_dict(record, SOURCE_FILE)
-    return {**record, "out_dir": str(model_params["out_dir"]), "seconds": round(seconds, 2)}
+    return {**record, "out_dir": str(model.out_dir), "seconds": round(seconds, 2)}

@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from hargo.config import Config, params_dict
 from hargo.data.records import read_prepared
 from hargo.generation_budget import budget_record, check_budget, describe_budget, max_budget
 from hargo.io import HargoInputError, atomic_write_json
@@ -105,6 +106,12 @@ def prompt_cap_name(params: Mapping) -> str:
     """The params.yaml name of :func:`prompt_cap`'s value (the one a user should change)."""
     return "rl.max_prompt_tokens" if params["rl"].get("max_prompt_tokens") is not None \
         else "train.max_prompt_tokens"
+
+
+def _plain(budget):
+    """A budget of the typed config (an int or a read-only task map) as the int or plain dict
+    :mod:`hargo.generation_budget` and the run records take."""
+    return dict(budget) if isinstance(budget, Mapping) else int(budget)
 
 
 def load_rl_records(path: str | os.PathLike) -> list[dict]:
@@ -323,7 +330,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     """
     t_start = time.perf_counter()
     _check_method(method)
-    validate_params(params)
+    cfg = params if isinstance(params, Config) else validate_params(params)   # the typed config
+    params = params_dict(params)   # the mapping, for what still reads it (trainer, tracking)
     check_generation_backend(params)    # before the checkpoint folder is touched
     import mlflow
 
@@ -339,11 +347,11 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
                                            summarize_history)
 
     root = Path(root)
-    rl = params["rl"]
-    model_dir = resolve_model_dir(root / params["sft"]["out_dir"])
-    data_path = root / params["data"]["out_dir"] / "train.jsonl"
+    rl = cfg.rl
+    model_dir = resolve_model_dir(root / cfg.sft.out_dir)
+    data_path = root / cfg.data.out_dir / "train.jsonl"
     name = run_name or method
-    out_dir = Path(out_dir) if out_dir is not None else root / rl["out_dir"] / method
+    out_dir = Path(out_dir) if out_dir is not None else root / rl.out_dir / method
     ckpt_dir = Path(ckpt_dir) if ckpt_dir is not None else root / CHECKPOINT_ROOT / method
     metrics_path = Path(metrics_path) if metrics_path is not None \
         else root / METRICS_ROOT / f"{method}.json"
@@ -352,15 +360,15 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     tok = load_tokenizer(model_dir)
     cap = prompt_cap(params)
     if records is None:
-        records, skipped = select_subset(load_rl_records(data_path), rl["samples_per_task"],
-                                         int(params["seed"]), tok, cap)
+        records, skipped = select_subset(load_rl_records(data_path), rl.samples_per_task,
+                                         int(cfg.seed), tok, cap)
     else:
         skipped = {}
-    if len(records) < int(rl["prompts_per_step"]):
+    if len(records) < int(rl.prompts_per_step):
         raise HargoInputError(data_path, f"only {len(records)} prompts left for RL after skipping "
                               f"{sum(skipped.values())} over {describe_budget(cap)} "
                               f"prompt tokens; "
-                              f"rl.prompts_per_step needs {rl['prompts_per_step']}")
+                              f"rl.prompts_per_step needs {rl.prompts_per_step}")
     # prompt + completion must fit the policy's context; the error names the knob to lower
     # (with a cap per task: the cap of the longest prompt's task)
     lengths = [prompt_tokens(tok, r["prompt"]) for r in records]
@@ -368,7 +376,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     n_tokens = lengths[longest]
     cap_name = prompt_cap_name(params) + (f".{records[longest]['task']}"
                                           if isinstance(cap, dict) else "")
-    check_context(context_length(model_dir), n_tokens, max_budget(rl["max_new_tokens"]),
+    check_context(context_length(model_dir), n_tokens, max_budget(_plain(rl.max_new_tokens)),
                   cap_name, "rl.max_new_tokens")
     fingerprint = run_fingerprint(params, method, model_dir, data_path)
     launch = launch_state()
@@ -381,7 +389,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
         resume = resumable_checkpoint(ckpt_dir, fingerprint)
 
     recorder = StepRecorder(max_table_rows=TABLE_ROWS)
-    callback = RLLoggingCallback(recorder, name, int(rl.get("log_completions_steps", 0) or 0))
+    callback = RLLoggingCallback(recorder, name, int(rl.log_completions_steps or 0))
     stage = tracking.stage_run("rl" if run_name is None else "compare", params, root=root,
                                extra_tags={"hargo.method": method,
                                            **({"hargo.run": run_name} if run_name else {})},
@@ -399,9 +407,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
         resumed_step = checkpoint_step(resume) if resume is not None else 0
         if launch.is_main:
             print(f"[rl {name}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
-                  f"{rl['steps']} steps x {rl['prompts_per_step']} prompts x "
-                  f"G={rl['num_generations']}, backend {rl['generation_backend']}, "
-                  f"new tokens {describe_budget(rl['max_new_tokens'])}, "
+                  f"{rl.steps} steps x {rl.prompts_per_step} prompts x "
+                  f"G={rl.num_generations}, backend {rl.generation_backend}, "
+                  f"new tokens {describe_budget(_plain(rl.max_new_tokens))}, "
                   f"bf16 {trainer.args.bf16}, dynamic sampling "
                   + (_describe_dynamic_sampling(getattr(trainer, "dynamic_sampling", None))
                      if get_method(method).family == "grpo_family"
@@ -421,8 +429,8 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
             from hargo.training.divergence import DivergenceBounds, training_record
 
             save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                        dtype=params["model"]["dtype"], adapter_base=model_dir,
-                        adapter_dtype=rl["lora"].get("adapter_dtype", "float32"),
+                        dtype=cfg.model.dtype, adapter_base=model_dir,
+                        adapter_dtype=rl.lora.adapter_dtype,
                         training_record=training_record(trainer.state.log_history,
                                                         DivergenceBounds.from_params(params)))
         save_s = time.perf_counter() - t0
@@ -431,13 +439,13 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
         summary = summarize_history(history)
         result = {
             "method": method, "steps": int(trainer.state.global_step),
-            "max_steps": int(rl["steps"]),
+            "max_steps": int(rl.steps),
             "resumed_from_step": resumed_step if resume is not None else None,
             "steps_this_run": steps_run, "prompts": len(records), "skipped_prompts": skipped,
             "max_prompt_tokens": budget_record(cap),
-            "completions_per_step": int(rl["prompts_per_step"]) * int(rl["num_generations"]),
-            "generation_backend": rl["generation_backend"], "bf16": bool(trainer.args.bf16),
-            "lora": bool(rl["lora"]["enabled"]),
+            "completions_per_step": int(rl.prompts_per_step) * int(rl.num_generations),
+            "generation_backend": rl.generation_backend, "bf16": bool(trainer.args.bf16),
+            "lora": bool(rl.lora.enabled),
             "ema_baseline": trainer.ema.value,
             "rewards": summary.get("rewards", {}),
             "zero_variance_groups": summary.get("zero_variance_groups", {}),
