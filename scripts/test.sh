@@ -30,9 +30,9 @@ fi
 # (OMP_NUM_THREADS=1 above) and the distributed tests pick free ports. --dist loadgroup: the
 # tests of one xdist_group (the shared tiny pipeline, tests/flow_project.PIPELINE_GROUP, and the
 # modules with costly module fixtures) run on one worker, which builds their fixtures once.
-# Measured alone on a 2-core AMD EPYC with AVX512-BF16 and no AMX: 19 min 58 s and 20 min 51 s
-# (2026-12-03, two runs, the second on a fresh clone), then 20 min 43 s with ~70 more tests
-# (fresh clone of 94ddd22; docs/results.md "The test suite").
+# Measured alone on a 2-core AMD EPYC with AVX512-BF16 and no AMX, 1,134 tests: 19 min 21 s and
+# 17 min 2 s, two runs in a row on a fresh clone of a01ea0e (2026-12-03, with the allocator
+# tunables above; 20 min 34-43 s before them; docs/results.md "The test suite").
 if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] \
    && .venv/bin/python -c "import xdist" 2>/dev/null; then
   args+=("-n" "${HARGO_TEST_WORKERS:-2}" "--dist" "loadgroup")
