@@ -13,7 +13,6 @@ from hargo.config import CHARS_PER_TOKEN_BOUND, GENERATION_BACKENDS  # noqa: F40
 from hargo.config.loading import (ParamsLoader, apply_overrides, get,  # noqa: F401 (public here)
                                   read_params_file)
 from hargo.param_values import ParamsError, as_number  # noqa: F401  (public here too)
-from hargo.methods import get_method
 
 
 #: The output of the ``params`` stage (dvc.yaml's first stage; ``hargo check-params``).
@@ -106,33 +105,10 @@ def _num(params, key, lo=None, hi=None, integer=False, lo_open=False, allow_none
         raise ParamsError(f"{key}: must be <= {hi}, got {v!r}")
 
 
-def _known_method(key: str, name: Any, families: tuple[str, ...] = ()) -> None:
-    """``name`` is a registered method (of ``families`` when given); the error names ``key``
-    and lists the valid methods (:func:`hargo.methods.get_method`)."""
-    try:
-        get_method(name, *families)
-    except ParamsError as e:
-        raise ParamsError(f"{key}: {e}") from None
-
-
 def _choice(params, key, choices):
     v = get(params, key)
     if v not in choices:
         raise ParamsError(f"{key}: must be one of {', '.join(map(str, choices))}; got {v!r}")
-
-
-def _range(params, key, lo=None, hi=None, integer=False):
-    v = get(params, key)
-    if not isinstance(v, list) or len(v) != 2:
-        raise ParamsError(f"{key}: expected [min, max], got {v!r}")
-    for i, x in enumerate(v):
-        kind = int if integer else (int, float)
-        if isinstance(x, bool) or not isinstance(x, kind):
-            raise ParamsError(f"{key}: expected [min, max] of numbers, got {v!r}")
-        if (lo is not None and x < lo) or (hi is not None and x > hi):
-            raise ParamsError(f"{key}: bounds must lie in [{lo}, {hi}], got {v!r}")
-    if v[0] > v[1]:
-        raise ParamsError(f"{key}: min {v[0]} is above max {v[1]}")
 
 
 def validate_params(params: Mapping):
