@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from hargo.config import Config, as_config, as_section, params_dict
 from hargo.data.records import read_prepared, select_subset
 from hargo.io import HargoInputError, atomic_write_json
 from hargo import hardware
@@ -53,7 +54,7 @@ def to_prompt_completion(records: Sequence[dict]) -> list[dict]:
              "completion": [{"role": "assistant", "content": r["answer"]}]} for r in records]
 
 
-def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str] = ("mlflow",),
+def sft_config(params: "Config | Mapping", output_dir: str | Path, report_to: Sequence[str] = ("mlflow",),
                world_size: int = 1):
     """The ``trl.SFTConfig`` expressing ``params.sft`` / ``params.train``.
 
@@ -76,19 +77,19 @@ def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str]
     from hargo.hardware import trainer_precision_kwargs
     from hargo.params import ParamsError
 
-    s = params["sft"]
-    if int(s["batch_size"]) % world_size:
-        raise ParamsError(f"sft.batch_size: {s['batch_size']} examples do not split over "
+    s, seed = as_section(params, "sft"), as_section(params, "seed")
+    if int(s.batch_size) % world_size:
+        raise ParamsError(f"sft.batch_size: {s.batch_size} examples do not split over "
                           f"{world_size} processes")
-    gc = bool(params["train"]["gradient_checkpointing"])
+    gc = bool(as_section(params, "train").gradient_checkpointing)
     return SFTConfig(
         output_dir=str(output_dir),
-        seed=int(params["seed"]), data_seed=int(params["seed"]),
-        num_train_epochs=float(s["epochs"]), max_steps=int(s["max_steps"]),
-        learning_rate=float(s["learning_rate"]),
-        per_device_train_batch_size=int(s["batch_size"]) // world_size,
-        gradient_accumulation_steps=int(s["grad_accum"]),
-        max_length=int(s["max_length"]),
+        seed=int(seed), data_seed=int(seed),
+        num_train_epochs=float(s.epochs), max_steps=int(s.max_steps),
+        learning_rate=float(s.learning_rate),
+        per_device_train_batch_size=int(s.batch_size) // world_size,
+        gradient_accumulation_steps=int(s.grad_accum),
+        max_length=int(s.max_length),
         completion_only_loss=True, assistant_only_loss=False, packing=False,
         gradient_checkpointing=gc,
         gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
@@ -96,7 +97,7 @@ def sft_config(params: Mapping, output_dir: str | Path, report_to: Sequence[str]
         logging_nan_inf_filter=False,      # the divergence guard must see a NaN loss
         save_strategy="no", eval_strategy="no", report_to=list(report_to) or "none", run_name="sft",
         dataloader_num_workers=0,
-        **trainer_precision_kwargs(params),
+        **trainer_precision_kwargs(params_dict(params)),
     )
 
 
@@ -166,7 +167,7 @@ def _bucketed_trainer_class():
     return BucketedSFTTrainer
 
 
-def build_trainer(params: Mapping, model, tokenizer, records: Sequence[dict], args):
+def build_trainer(params: "Config | Mapping", model, tokenizer, records: Sequence[dict], args):
     """The SFT trainer (TRL ``SFTTrainer`` with length-bucketed batches) of ``model`` on the
     prepared ``records`` with ``args`` (:func:`sft_config`) and the LoRA of ``sft.lora``
     (None: full fine-tuning)."""
@@ -174,11 +175,12 @@ def build_trainer(params: Mapping, model, tokenizer, records: Sequence[dict], ar
 
     from hargo.training.divergence import DivergenceBounds, DivergenceGuard
 
+    s = as_section(params, "sft")
     trainer = _bucketed_trainer_class()(
         model=model, args=args, train_dataset=Dataset.from_list(to_prompt_completion(records)),
-        processing_class=tokenizer, peft_config=common.lora_config(params["sft"]["lora"]),
-        callbacks=[DivergenceGuard(DivergenceBounds.from_params(params), "sft")])
-    trainer.bucket_batches = int(params["sft"]["length_bucket_batches"])  # read by the sampler
+        processing_class=tokenizer, peft_config=common.lora_config(s.lora),
+        callbacks=[DivergenceGuard(DivergenceBounds.from_params(params_dict(params)), "sft")])
+    trainer.bucket_batches = int(s.length_bucket_batches)  # read by the sampler
     return trainer
 
 
@@ -214,7 +216,7 @@ def peak_rss_mb() -> float:
     return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
 
 
-def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
+def train(params: "Config | Mapping", model_dir: str | Path, records: Sequence[dict],
           out_dir: str | Path | None, report_to: Sequence[str] = ("mlflow",)) -> dict[str, Any]:
     """Fine-tune the model in ``model_dir`` on ``records`` (already selected) with TRL.
 
@@ -234,15 +236,16 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
     from hargo.training.launch import launch_state
 
     launch = launch_state()
-    hardware.setup_torch(params)
+    sft, model_cfg, pd = as_section(params, "sft"), as_section(params, "model"), params_dict(params)
+    hardware.setup_torch(pd)
     model = loading.load_model(model_dir, dtype="float32",
-                              trust_remote_code=bool(params["model"]["trust_remote_code"]))
+                              trust_remote_code=bool(model_cfg.trust_remote_code))
     tok = loading.load_tokenizer(model_dir)
     work = Path(tempfile.mkdtemp(prefix="hargo-sft-"))
     try:
         args = sft_config(params, work / "trainer", report_to, world_size=launch.num_processes)
         trainer = build_trainer(params, model, tok, records, args)
-        max_length = int(params["sft"]["max_length"])
+        max_length = int(sft.max_length)
         truncated = sum(1 for ids in trainer.train_dataset["input_ids"] if len(ids) >= max_length)
         counts = loading.describe(trainer.model)
         t0, c0 = time.perf_counter(), time.process_time()
@@ -269,7 +272,7 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
         }
         if curve:
             png = plot_loss(curve, work / "sft_loss.png",
-                            f"SFT train loss ({'LoRA' if params['sft']['lora']['enabled'] else 'full'})")
+                            f"SFT train loss ({'LoRA' if sft.lora.enabled else 'full'})")
             import mlflow
 
             if launch.is_main and mlflow.active_run() is not None:
@@ -281,16 +284,16 @@ def train(params: Mapping, model_dir: str | Path, records: Sequence[dict],
                 from hargo.training.divergence import DivergenceBounds, training_record
 
                 loading.save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                                   dtype=params["model"]["dtype"],
+                                   dtype=model_cfg.dtype,
                                    training_record=training_record(
                                        trainer.state.log_history,
-                                       DivergenceBounds.from_params(params)))
+                                       DivergenceBounds.from_params(pd)))
         return metrics
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(params: Mapping) -> dict[str, Any]:
+def run(params: "Config | Mapping") -> dict[str, Any]:
     """Stage ``sft``: checks inputs (before any training), selects the subset, trains, writes
     ``sft.out_dir`` (merged model) and ``metrics/sft.json``, all inside the MLflow child run
     ``sft``. Returns the metrics written (on every process of a multi-process launch; only the
@@ -308,33 +311,34 @@ def run(params: Mapping) -> dict[str, Any]:
     from hargo.training.launch import launch_state
 
     t_start = time.perf_counter()
-    model_dir = loading.resolve_model_dir(params["model"]["out_dir"])
-    train_path = Path(params["data"]["out_dir"]) / "train.jsonl"
+    cfg, pd = as_config(params), params_dict(params)   # pd: for MLflow logging, as params.yaml has it
+    model_dir = loading.resolve_model_dir(cfg.model.out_dir)
+    train_path = Path(cfg.data.out_dir) / "train.jsonl"
     records = read_prepared(train_path, require_answer=True)
     tok = loading.load_tokenizer(model_dir)
-    subset, skipped = select_subset(records, params["sft"]["samples_per_task"],
-                                    int(params["seed"]), tok,
-                                    int(params["train"]["max_prompt_tokens"]))
+    subset, skipped = select_subset(records, cfg.sft.samples_per_task,
+                                    int(cfg.seed), tok,
+                                    int(cfg.train.max_prompt_tokens))
     if not subset:
         raise HargoInputError(train_path, f"every prompt is longer than train.max_prompt_tokens="
-                              f"{params['train']['max_prompt_tokens']} tokens (skipped: {skipped})")
+                              f"{cfg.train.max_prompt_tokens} tokens (skipped: {skipped})")
     limit = loading.context_length(model_dir)
-    if limit is not None and int(params["sft"]["max_length"]) > limit:
-        raise ValueError(f"sft.max_length={params['sft']['max_length']} is past the model's "
+    if limit is not None and int(cfg.sft.max_length) > limit:
+        raise ValueError(f"sft.max_length={cfg.sft.max_length} is past the model's "
                          f"context of {limit} tokens: lower sft.max_length to at most {limit}")
     per_task = {t: sum(1 for r in subset if r["task"] == t) for t in sorted(skipped)}
     launch = launch_state()
-    with tracking.stage_run("sft", params) if launch.is_main else contextlib.nullcontext():
-        metrics = train(params, model_dir, subset, params["sft"]["out_dir"])
+    with tracking.stage_run("sft", pd) if launch.is_main else contextlib.nullcontext():
+        metrics = train(cfg, model_dir, subset, cfg.sft.out_dir)
         curve = metrics.pop("loss_curve")
         metrics.update({
             "skipped_too_long": skipped, "skipped_too_long_total": sum(skipped.values()),
-            "examples_per_task": per_task, "lora": bool(params["sft"]["lora"]["enabled"]),
+            "examples_per_task": per_task, "lora": bool(cfg.sft.lora.enabled),
             "wall_seconds": round(time.perf_counter() - t_start, 2),
         })
         if not launch.is_main:
             return metrics
-        tracking.log_split("train", "training", params)   # the data version, in the UI
+        tracking.log_split("train", "training", pd)   # the data version, in the UI
         mlflow.log_metrics({f"sft.{k}": float(v) for k, v in metrics.items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)
                             and v is not None})
