@@ -253,8 +253,28 @@ class VLLMServer:
 SERVER_KEYS = tuple(f.name for f in dataclasses.fields(VLLMServer))
 
 
+class _MethodBlocks:
+    """What the ``rl`` and ``compare`` sections share: their ``<section>.<method>`` blocks in
+    ``blocks`` (built from the hargo.methods registry), looked up by :meth:`method`."""
+
+    _section_name, _blocks_of = "", "methods"
+
+    def method(self, name: str):
+        """The block of ``<section>.<name>``: the knob dataclass of ``rl.<name>``
+        (:class:`hargo.method_config.HargoParams` ...) or the read-only mapping of
+        ``compare.<name>``.
+
+        Raises:
+            ParamsError: ``name`` has no block in this section."""
+        try:
+            return self.blocks[name]
+        except KeyError:
+            raise ParamsError(f"{self._section_name}.{name}: no such block; {self._blocks_of}: "
+                              f"{', '.join(self.blocks)}") from None
+
+
 @section
-class RL:
+class RL(_MethodBlocks):
     """``rl``: the knobs every online RL method shares; each method's own knobs are its
     ``rl.<method>`` block (:meth:`method`)."""
 
@@ -292,16 +312,7 @@ class RL:
         metadata={"kind": "method_blocks", "help": "rl.<method>: each registered RL method's "
                   "knobs (hargo.method_config)", "source": "hargo.methods registry"})
 
-    def method(self, name: str):
-        """The knob dataclass of ``rl.<name>`` (:class:`hargo.method_config.HargoParams` ...).
-
-        Raises:
-            ParamsError: ``name`` has no ``rl`` block."""
-        try:
-            return self.blocks[name]
-        except KeyError:
-            raise ParamsError(f"rl.{name}: no such block; RL methods: "
-                              f"{', '.join(self.blocks)}") from None
+    _section_name, _blocks_of = "rl", "RL methods"   # method(): the knob dataclasses
 
     @staticmethod
     def _dynamic(raw: Mapping) -> dict:
@@ -494,7 +505,7 @@ class CompareReport:
 
 
 @section
-class Compare:
+class Compare(_MethodBlocks):
     """``compare``: the nine-method comparison (docs/comparing.md); the preference methods' and
     hpcgpt's knobs are ``compare.<method>`` blocks (:meth:`method`)."""
 
@@ -514,13 +525,7 @@ class Compare:
         metadata={"kind": "method_blocks", "help": "compare.<method>: the preference methods' "
                   "and hpcgpt's knobs (Method.param_rules)", "source": "hargo.methods registry"})
 
-    def method(self, name: str) -> Mapping[str, Any]:
-        """The knobs of ``compare.<name>`` (a read-only mapping)."""
-        try:
-            return self.blocks[name]
-        except KeyError:
-            raise ParamsError(f"compare.{name}: no such block; methods with one: "
-                              f"{', '.join(self.blocks)}") from None
+    _section_name, _blocks_of = "compare", "methods with one"   # method(): mappings
 
     @staticmethod
     def _dynamic(raw: Mapping) -> dict:
