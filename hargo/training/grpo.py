@@ -47,10 +47,10 @@ what to do -- its ``loss`` (``trl`` or ``weighted``), its advantage ``estimator`
     ``l_i`` is the reference model's own log-prob (temperature 1) of the frozen SFT model (LoRA
     adapter off, or a separate reference copy for full fine-tuning; computed even when
     ``beta = 0``); the same reference pass gives the log-probs at the sampling temperature that
-    the KL term uses, as TRL computes them (:func:`~hargo.training.reference.reference_per_token_logps`;
-    TRL's own reference pass is skipped for these methods). The loss is
-    ``weighted_loss`` of TRL's per-token ``grpo`` loss (``clipped_surrogate`` with the modulated
-    advantage ``M_i``, plus ``beta`` x ``kl_penalty(kind="k3")``): the weight multiplies the
+    the KL term uses, as TRL computes them (``HargoGRPOTrainer._reference_logps``, over
+    :mod:`hargo.training.reference`; TRL's own reference pass is skipped for these methods). The
+    loss is ``weighted_loss`` of TRL's per-token ``grpo`` loss (``clipped_surrogate`` with the
+    modulated advantage ``M_i``, plus ``beta`` x ``kl_penalty(kind="k3")``): the weight multiplies the
     whole term (the policy loss and the KL estimator are the method's ``policy_loss`` and ``kl``,
     ``clipped_surrogate`` and ``k3`` for all three). Supported TRL options on this path:
     token-level importance sampling, TRL's clipping (``epsilon``, ``epsilon_high``, ``delta``),
@@ -78,6 +78,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
 
 from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards, needs_reference
 from hargo.methods import get_method
@@ -87,9 +88,10 @@ from hargo.training.dynamic_sampling import (DynamicSamplingConfig, draw_refill_
                                              select_groups)
 from hargo.losses import (clip_fraction, kl_penalty, masked_mean, masked_token_mean, policy_loss,
                           weighted_loss)
-from hargo.training.reference import build_reference_model, reference_per_token_logps
+from hargo.training.reference import (build_reference_model, check_temperatures, lm_head_scaling,
+                                      logps_at_temperatures, reference_lm)
 from hargo.training.resume import ResumeMixin
-from hargo.training.task_diagnostics import dataset_tasks, record_loss_diagnostics, task_index
+from hargo.training.task_diagnostics import dataset_tasks, loss_diagnostics, task_index
 from hargo.training.trl_options import unsupported_trl_options
 
 __all__ = ["HargoGRPOTrainer", "TRL_VERSION"]
@@ -169,7 +171,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
             self._check_dynamic_sampling_supported()
         if self._needs_ref and self.ref_model is None and not self._is_peft():
             # TRL builds no reference model when beta == 0; HARGO's confidence still needs one.
-            self.ref_model = build_reference_model(self)
+            self.ref_model = build_reference_model(self.args, self.model, self.temperature,
+                                                   self.accelerator)
         self.task_names: list[str] = dataset_tasks(self.train_dataset, task_column)
 
     # ------------------------------------------------------------------------------ setup
@@ -270,8 +273,7 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
             # One reference pass: log-probs at the sampling temperature for the KL term (TRL's
             # values; read by the per-task KL diagnostic even when beta == 0) and at T = 1 for
             # the confidence input l_i (docs/method.md).
-            at_sampling_T, at_1 = reference_per_token_logps(self, output,
-                                                            (self.temperature, 1.0))
+            at_sampling_T, at_1 = self._reference_logps(output, (self.temperature, 1.0))
             output["ref_per_token_logps"] = at_sampling_T
             l_all = self.accelerator.gather(masked_mean(at_1, mask).float())  # (B_total,)
 
@@ -431,8 +433,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
     def _trl_reference_pass_skipped(self):
         """TRL 1.16's ``_generate_and_score_completions`` runs its reference forward only when
         ``self.beta != 0`` (and reads ``beta`` nowhere else); the HARGO methods that need the
-        reference run it themselves (:func:`reference_per_token_logps`, both temperatures from one
-        pass), so TRL's is skipped by hiding ``beta`` for the call."""
+        reference run it themselves (:meth:`_reference_logps`, both temperatures from one pass),
+        so TRL's is skipped by hiding ``beta`` for the call."""
         beta, self.beta = self.beta, 0.0
         try:
             yield
@@ -466,6 +468,67 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask,
                                                        batch["completion_ids"].size(1), **kwargs)
 
+    @torch.no_grad()
+    def _reference_logps(self, output: dict, temperatures=(1.0,)) -> list[torch.Tensor]:
+        """Reference-model log-probs of the completions in ``output``, one reference forward pass
+        for all ``temperatures``.
+
+        ``log softmax(z / T)[y_t]`` per completion token, ``z`` the reference model's logits
+        (after its softcapping/logit scale, as TRL's fused head), for each ``T`` in
+        ``temperatures``. At ``T = self.temperature`` the values are TRL 1.16's own reference
+        log-probs (the same call TRL makes when ``beta != 0``: its fused LM head at the sampling
+        temperature), the input of the KL term. For every other ``T`` the backbone's last hidden
+        states of that same pass are projected once more through the LM head
+        (:func:`~hargo.training.reference.logps_at_temperatures`), so no second backbone forward
+        runs. ``T = 1`` gives the reference model's own distribution, HARGO's ``l_i``
+        (``docs/method.md``).
+
+        The reference is ``self.ref_model``, or the policy with the LoRA adapter off (TRL's
+        ``"ref"`` adapter when it has one): :func:`~hargo.training.reference.reference_lm`.
+
+        Args:
+            output: a scored batch with ``prompt_ids``/``prompt_mask`` (B, P) and
+                ``completion_ids``/``completion_mask`` (B, T).
+            temperatures: the temperatures (> 0) wanted.
+
+        Returns:
+            one (B, T) float tensor per temperature, in nats; 0 on padding (as TRL's).
+
+        Raises:
+            ValueError: a temperature <= 0.
+        """
+        temps = check_temperatures(temperatures)
+        sampling_T = float(self.temperature)
+        call_model, lm, as_reference = reference_lm(self.ref_model, self.model,
+                                                    self.accelerator.unwrap_model)
+        extra = [t for t in dict.fromkeys(temps) if t != sampling_T]
+        hidden: list[torch.Tensor] = []
+        K = output["completion_ids"].size(1)
+
+        def keep_hidden(_module, _args, out):
+            hidden.append(out.last_hidden_state[:, -K - 1:-1])   # the positions predicting y_t
+
+        hook = lm.base_model.register_forward_hook(keep_hidden) if extra else None
+        bs = self.args.per_device_train_batch_size
+        try:
+            with disable_gradient_checkpointing(self.model,
+                                                self.args.gradient_checkpointing_kwargs), \
+                    as_reference:
+                at_sampling_T = self._completion_logps(call_model, output, batch_size=bs)[0]
+        finally:
+            if hook is not None:
+                hook.remove()
+        result = {sampling_T: at_sampling_T}
+        if extra:
+            softcap, scale = lm_head_scaling(lm.config)
+            lps = logps_at_temperatures(torch.cat(hidden, dim=0), lm.get_output_embeddings(),
+                                        output["completion_ids"], output["completion_mask"],
+                                        extra, softcap, scale,
+                                        bool(self.args.cast_lm_head_to_fp32),
+                                        self.accelerator.autocast)
+            result.update({t: lp.to(at_sampling_T.device) for t, lp in zip(extra, lps)})
+        return [result[t] for t in temps]
+
     def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(t, reduction="sum")
 
@@ -488,8 +551,30 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         finally:
             self._capture_logps = False
         if self.model.training:
-            record_loss_diagnostics(self, inputs)
+            self._record_loss_diagnostics(inputs)
         return loss
+
+    def _record_loss_diagnostics(self, inputs: dict) -> None:
+        """Per response of the micro-batch ``inputs``, from the policy log-probs its loss forward
+        captured: :func:`~hargo.training.task_diagnostics.loss_diagnostics` (KL, clip fraction,
+        advantage-weighted log-prob and log-ratio), gathered from all processes and handed to
+        the recorder with the responses' tasks. Nothing without captured log-probs or task ids."""
+        logps = self._captured_logps
+        if logps is None or "task_ids" not in inputs:
+            return
+        d = loss_diagnostics(logps, self._loss_mask(inputs), inputs["advantages"],
+                             self.num_generations, self.epsilon_low, self.epsilon_high,
+                             self.args.delta, ref_logps=inputs.get("ref_per_token_logps"),
+                             old_logps=inputs.get("old_per_token_logps"),
+                             weights=inputs.get("response_weights"))
+        clip = self.accelerator.gather(d.clip_fraction)
+        task_ids = self.accelerator.gather(inputs["task_ids"])
+        gather = lambda x: None if x is None else self.accelerator.gather(x).tolist()  # noqa: E731
+        kl, adv_logp, adv_lr = gather(d.kl), gather(d.adv_logprob), gather(d.adv_log_ratio)
+        if self.recorder is not None:
+            self.recorder.add_loss(tasks=[self.task_names[i] for i in task_ids.tolist()],
+                                   kl=kl, clip_fraction=clip.tolist(), adv_logprob=adv_logp,
+                                   adv_log_ratio=adv_lr)
 
     def _method_compute_loss(self, model, inputs) -> torch.Tensor:
         """The loss of ``self.method`` on one micro-batch (a subclass with its own loss overrides

@@ -1,44 +1,52 @@
-"""The reference model HARGO's confidence needs (``docs/method.md``): built as TRL 1.16 builds
-its own when TRL built none (``beta == 0``), and its per-token log-probs of the sampled
-completions -- at the sampling temperature for TRL's KL term and, from the *same* forward pass,
-at temperature 1 for the confidence input ``l_i``, for
-:class:`~hargo.training.grpo.HargoGRPOTrainer`."""
+"""The reference model HARGO's confidence needs (``docs/method.md``), as pure functions over a
+model, tensors and plain values (no trainer): the reference model built as TRL 1.16 builds its
+own when TRL built none (``beta == 0``), which model to call as the reference, and the per-token
+log-probs of the sampled completions at more temperatures from the last hidden states of *one*
+reference forward pass (:func:`logps_at_temperatures`). The trainer that drives them,
+:meth:`hargo.training.grpo.HargoGRPOTrainer._reference_logps`, lives in ``grpo.py``."""
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Sequence
 
 import torch
 from trl.kernels import ChunkedLogProbFunction
-from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import (add_fused_lm_head, create_model_from_path, disable_dropout_in_model,
                                get_config_model_id, use_adapter)
 
-if TYPE_CHECKING:
-    from trl import GRPOTrainer
-
-    from hargo.training.grpo import HargoGRPOTrainer
-
-__all__ = ["build_reference_model", "reference_per_token_logps", "lm_head_scaling"]
+__all__ = ["build_reference_model", "reference_lm", "logps_at_temperatures", "lm_head_scaling",
+           "check_temperatures"]
 
 #: Vocabulary columns per projection tile (TRL 1.16's ``_CHUNKED_LOGPROB_CHUNK_SIZE``).
 _VOCAB_CHUNK = 32768
 
 
-def build_reference_model(trainer: GRPOTrainer):
-    """A frozen copy of ``trainer``'s starting model, built as TRL 1.16 builds its reference
-    model (for ``trainer.ref_model`` when TRL built none: ``beta == 0``)."""
-    args = trainer.args
+def build_reference_model(args, model, temperature: float, accelerator):
+    """A frozen copy of ``model``'s starting weights, built as TRL 1.16's ``GRPOTrainer`` builds
+    its reference model (for the trainer's ``ref_model`` when TRL built none: ``beta == 0``).
+
+    Args:
+        args: the trainer's ``GRPOConfig`` (``model_init_kwargs``, ``trust_remote_code``,
+            ``disable_dropout``, ``cast_lm_head_to_fp32``).
+        model: the policy; its config names the checkpoint (a local folder or a hub model id)
+            and gives the default dtype and attention implementation.
+        temperature: the sampling temperature, for TRL's fused LM head.
+        accelerator: the trainer's ``accelerate.Accelerator``; the copy is prepared on its
+            device for evaluation.
+
+    Returns:
+        the prepared reference model.
+    """
     kw = dict(args.model_init_kwargs or {})
     kw.setdefault("trust_remote_code", args.trust_remote_code)
-    kw.setdefault("dtype", trainer.model.dtype)
-    kw.setdefault("attn_implementation", trainer.model.config._attn_implementation)
-    ref = create_model_from_path(get_config_model_id(trainer.model.config), **kw)
+    kw.setdefault("dtype", model.dtype)
+    kw.setdefault("attn_implementation", model.config._attn_implementation)
+    ref = create_model_from_path(get_config_model_id(model.config), **kw)
     if args.disable_dropout:
         disable_dropout_in_model(ref)
-    add_fused_lm_head(ref, temperature=trainer.temperature,
+    add_fused_lm_head(ref, temperature=temperature,
                       cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
-    return trainer.accelerator.prepare_model(ref, evaluation_mode=True)
+    return accelerator.prepare_model(ref, evaluation_mode=True)
 
 
 def lm_head_scaling(config) -> tuple[float | None, float]:
@@ -58,41 +66,54 @@ def lm_head_scaling(config) -> tuple[float | None, float]:
     return softcap, 1.0 if scale is None else scale
 
 
-def _reference_lm(trainer: HargoGRPOTrainer):
+def reference_lm(ref_model, model, unwrap: Callable):
     """``(model to call, causal LM inside it, context that makes it the reference)``: the
-    separate ``trainer.ref_model``, or the policy with its LoRA adapter off (TRL's ``"ref"``
-    adapter when it has one), as TRL 1.16 chooses."""
-    if trainer.ref_model is not None:
-        return trainer.ref_model, trainer.accelerator.unwrap_model(trainer.ref_model), \
-            contextlib.nullcontext()
-    peft = trainer.accelerator.unwrap_model(trainer.model)
+    separate ``ref_model`` when there is one, else the policy ``model`` with its LoRA adapter off
+    (TRL's ``"ref"`` adapter when it has one), as TRL 1.16 chooses. ``unwrap`` is the
+    accelerator's ``unwrap_model``."""
+    if ref_model is not None:
+        return ref_model, unwrap(ref_model), contextlib.nullcontext()
+    peft = unwrap(model)
     name = "ref" if "ref" in getattr(peft, "peft_config", {}) else None
-    return trainer.model, peft.get_base_model(), use_adapter(peft, adapter_name=name)
+    return model, peft.get_base_model(), use_adapter(peft, adapter_name=name)
 
 
-@torch.no_grad()
-def reference_per_token_logps(trainer: HargoGRPOTrainer, output: dict,
-                              temperatures: Sequence[float] = (1.0,)) -> list[torch.Tensor]:
-    """Reference-model log-probs of the completions in ``output``, one reference forward pass
-    for all ``temperatures``.
+def check_temperatures(temperatures: Sequence[float]) -> list[float]:
+    """``temperatures`` as floats.
 
-    ``log softmax(z / T)[y_t]`` per completion token, ``z`` the reference model's logits
-    (after its softcapping/logit scale, as TRL's fused head), for each ``T`` in
-    ``temperatures``. At ``T = trainer.temperature`` the values are TRL 1.16's own reference
-    log-probs (the same call TRL makes when ``beta != 0``: its fused LM head at the sampling
-    temperature), the input of the KL term. For every other ``T`` the backbone's last hidden
-    states of that same pass are projected once more through the LM head, with TRL's chunked
-    log-prob kernel (``trl.kernels.ChunkedLogProbFunction``), so no second backbone forward runs.
-    ``T = 1`` gives the reference model's own distribution, HARGO's ``l_i`` (``docs/method.md``).
+    Raises:
+        ValueError: a temperature <= 0.
+    """
+    temps = [float(t) for t in temperatures]
+    if any(t <= 0 for t in temps):
+        raise ValueError(f"reference log-probs: temperatures must be > 0, got {temps}")
+    return temps
 
-    The reference is ``trainer.ref_model``, or the policy with the LoRA adapter off (TRL's
-    ``"ref"`` adapter when it has one).
+
+def logps_at_temperatures(hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor,
+                          mask: torch.Tensor, temperatures: Sequence[float],
+                          softcap: float | None = None, scale: float = 1.0,
+                          fp32_head: bool = False,
+                          autocast: Callable[[], contextlib.AbstractContextManager] | None = None
+                          ) -> list[torch.Tensor]:
+    """Per-token log-probs ``log softmax(z / T)[y_t]`` of ``labels`` for each ``T``, from the
+    hidden states that predict them, ``z`` the LM ``head``'s logits of ``hidden`` (times
+    ``scale``, then softcapped by ``softcap`` when set, as TRL 1.16's fused LM head).
+
+    The projection runs in vocabulary tiles with TRL's chunked log-prob kernel
+    (``trl.kernels.ChunkedLogProbFunction``), so the (B, T, V) logits never exist at once;
+    ``T = 1`` gives the model's own distribution (HARGO's ``l_i``, ``docs/method.md``).
 
     Args:
-        trainer: the trainer (its ``ref_model``/``model``, ``temperature``, ``args``).
-        output: a scored batch with ``prompt_ids``/``prompt_mask`` (B, P) and
-            ``completion_ids``/``completion_mask`` (B, T).
-        temperatures: the temperatures (> 0) wanted.
+        hidden: (B, T, H) last hidden states at the positions predicting ``labels``.
+        head: the output embedding (``weight`` (V, H), ``bias`` (V,) or None).
+        labels: (B, T) token ids.
+        mask: (B, T) 1 on completion tokens, 0 on padding.
+        temperatures: the temperatures (> 0).
+        softcap, scale: :func:`lm_head_scaling` of the model.
+        fp32_head: project in float32 with autocast off (``GRPOConfig.cast_lm_head_to_fp32``).
+        autocast: a context factory for the projection when not ``fp32_head`` (the
+            accelerator's ``autocast``); None: no context.
 
     Returns:
         one (B, T) float tensor per temperature, in nats; 0 on padding (as TRL's).
@@ -100,45 +121,21 @@ def reference_per_token_logps(trainer: HargoGRPOTrainer, output: dict,
     Raises:
         ValueError: a temperature <= 0.
     """
-    temps = [float(t) for t in temperatures]
-    if any(t <= 0 for t in temps):
-        raise ValueError(f"reference_per_token_logps: temperatures must be > 0, got {temps}")
-    sampling_T = float(trainer.temperature)
-    call_model, lm, as_reference = _reference_lm(trainer)
-    extra = [t for t in dict.fromkeys(temps) if t != sampling_T]
-    hidden: list[torch.Tensor] = []
-    K = output["completion_ids"].size(1)
-
-    def keep_hidden(_module, _args, out):
-        hidden.append(out.last_hidden_state[:, -K - 1:-1])   # the positions predicting y_t
-
-    hook = lm.base_model.register_forward_hook(keep_hidden) if extra else None
-    bs = trainer.args.per_device_train_batch_size
-    try:
-        with disable_gradient_checkpointing(trainer.model,
-                                            trainer.args.gradient_checkpointing_kwargs), \
-                as_reference:
-            at_sampling_T = trainer._completion_logps(call_model, output, batch_size=bs)[0]
-    finally:
-        if hook is not None:
-            hook.remove()
-    result = {sampling_T: at_sampling_T}
-    if extra:
-        h = torch.cat(hidden, dim=0)                          # (B, T, H)
-        labels = output["completion_ids"]
-        head = lm.get_output_embeddings()
-        softcap, scale = lm_head_scaling(lm.config)
-        h = h.to(head.weight.device)
-        flat = h.reshape(-1, h.size(-1))
-        fp32_head = bool(trainer.args.cast_lm_head_to_fp32)
+    temps = check_temperatures(temperatures)
+    h = hidden.to(head.weight.device)
+    flat = h.reshape(-1, h.size(-1))
+    if fp32_head:
+        flat = flat.float()
+    valid = mask.to(torch.bool)
+    out = []
+    for t in temps:
         if fp32_head:
-            flat = flat.float()
-        valid = output["completion_mask"].to(torch.bool)
-        for t in extra:
-            with (torch.autocast(flat.device.type, enabled=False) if fp32_head
-                  else trainer.accelerator.autocast()):
-                lp = ChunkedLogProbFunction.apply(flat, head.weight, head.bias,
-                                                  labels.reshape(-1).to(flat.device), t,
-                                                  _VOCAB_CHUNK, softcap, scale, ("log_probs",))[0]
-            result[t] = lp.view(labels.shape).to(at_sampling_T.device).masked_fill(~valid, 0.0)
-    return [result[t] for t in temps]
+            ctx = torch.autocast(flat.device.type, enabled=False)
+        else:
+            ctx = autocast() if autocast is not None else contextlib.nullcontext()
+        with ctx:
+            lp = ChunkedLogProbFunction.apply(flat, head.weight, head.bias,
+                                              labels.reshape(-1).to(flat.device), t,
+                                              _VOCAB_CHUNK, softcap, scale, ("log_probs",))[0]
+        out.append(lp.view(labels.shape).masked_fill(~valid.to(lp.device), 0.0))
+    return out
