@@ -205,7 +205,7 @@ def test_prepare_masks_label_names_before_grouping_and_counts_them(tmp_path):
     assert "program DRB001_antidep1_orig_yes\n" in next(
         r["prompt"][0]["content"] for r in recs if r["id"] == "race_fortran-00000")
     p["data"].update(mask_label_names="yes", out_dir=str(tmp_path / "bad"))
-    with pytest.raises(ValueError, match="data.mask_label_names must be true or false, got 'yes'"):
+    with pytest.raises(ValueError, match="data.mask_label_names: expected true or false, got 'yes'"):
         P.run(p)
     assert not (tmp_path / "bad").exists()
 

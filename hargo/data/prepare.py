@@ -1,7 +1,7 @@
 """Stage ``prepare``: the four raw HPC-GPT files -> prepared train/eval splits.
 
-Inputs (``params["data"]["raw_dir"]``): four JSON arrays of ``{instruction, input, output}``
-records (../shared/datasets/SOURCE.md). Outputs (``params["data"]["out_dir"]``), written as one
+Inputs (``data.raw_dir``): four JSON arrays of ``{instruction, input, output}``
+records (../shared/datasets/SOURCE.md). Outputs (``data.out_dir``), written as one
 set whole or not at all (:func:`hargo.io.atomic_files`: each to a temporary sibling, and only
 when all are written do they replace the old ones), after every input has been read and checked:
 
@@ -98,12 +98,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from hargo.config import Config, as_section
 from hargo.data import labels as L
-from hargo.data.conflicts import CONFLICT_POLICIES, clean_task, mask_race_raws, neutralise_raws
+from hargo.data.conflicts import clean_task, mask_race_raws, neutralise_raws
 from hargo.data.raw import load_raw, make_record
-from hargo.data.similarity import (check_threshold, kernel_tokens, nearest_similarity,
+from hargo.data.similarity import (kernel_tokens, nearest_similarity,
                                    similarity_summary)
-from hargo.data.split import (check_fraction, near_duplicates, similarity_groups, split_grouped,
+from hargo.data.split import (near_duplicates, similarity_groups, split_grouped,
                               split_groups, split_paper)
 from hargo.io import atomic_files, write_json, write_jsonl
 from hargo.vocab import RACE_TASKS, TASKS
@@ -194,15 +195,19 @@ def eval_nearest_train(train: list[dict], eval_: list[dict], threshold: float) -
 
 
 def compute_stats(train: list[dict], eval_: list[dict], raw: dict[str, list[dict]],
-                  handling: dict[str, dict], params: dict) -> dict:
-    """The content of ``stats.json`` (see the module docstring)."""
-    data = params["data"]
+                  handling: dict[str, dict], params: Config | dict) -> dict:
+    """The content of ``stats.json`` (see the module docstring); ``params``: a :class:`Config`
+    or a params mapping (its ``seed`` and ``data`` sections are read).
+
+    Raises:
+        ParamsError: a bad ``seed`` or ``data`` param, named by its dotted key."""
+    data, seed = as_section(params, "data"), as_section(params, "seed")
     out: dict[str, Any] = {
-        "strategy": data["split"]["strategy"], "eval_fraction": data["split"]["eval_fraction"],
-        "seed": params["seed"], "conflicts": data.get("conflicts", "majority"),
+        "strategy": data.split.strategy, "eval_fraction": data.split.eval_fraction,
+        "seed": seed, "conflicts": data.conflicts,
         "conflict_rule": CONFLICT_RULE,
-        "mask_label_names": data.get("mask_label_names", True),
-        "label_name_rule": L.MASK_RULE if data.get("mask_label_names", True) else None,
+        "mask_label_names": data.mask_label_names,
+        "label_name_rule": L.MASK_RULE if data.mask_label_names else None,
         "token_count": "regex \\w+|[^\\w\\s] (words and punctuation), not the model tokenizer",
         "counts": {}, "handling": handling, "answer_length": {}, "prompt_length": {},
     }
@@ -228,7 +233,7 @@ def compute_stats(train: list[dict], eval_: list[dict], raw: dict[str, list[dict
                               "raw": sum(len(v) for v in raw.values())}
     out["answer_length_ratio"] = length_ratio(means)
     out["answer_length_ratio_raw"] = length_ratio(raw_means)
-    threshold = data["split"]["similarity_threshold"]
+    threshold = data.split.similarity_threshold
     out["eval_nearest_train"] = {
         "rule": "per eval record the largest token-set Jaccard (hargo.data.similarity) to a train "
                 "record of its task; p90 nearest rank", "threshold": threshold,
@@ -264,7 +269,7 @@ def _print_table(stats: dict) -> None:
     console.print(f"mean answer length: {r['longest_task']} / {r['shortest_task']} = {r['ratio']}x")
 
 
-def run(params: dict) -> dict:
+def run(params: Config | dict) -> dict:
     """Run the ``prepare`` stage inside its MLflow child run (counts logged as metrics); see
     :func:`prepare`."""
     import mlflow
@@ -279,16 +284,18 @@ def run(params: dict) -> dict:
         return out
 
 
-def prepare(params: dict) -> dict:
+def prepare(params: Config | dict) -> dict:
     """Run the ``prepare`` stage.
 
     Args:
-        params: the loaded params.yaml; reads ``seed`` and ``data`` (``raw_dir``, ``out_dir``,
-            ``split.strategy`` (grouped | similarity | paper), ``split.eval_fraction``,
-            ``split.similarity_threshold`` (every strategy: the statistics use it),
-            ``split.minhash_perm`` (``similarity`` only), ``conflicts`` (majority | drop),
-            ``mask_label_names`` (default true: step 0, :func:`hargo.data.conflicts.mask_race_raws`)).
-            Paths are relative to the working directory.
+        params: the typed :class:`~hargo.config.Config`, or a params mapping (only its ``seed``
+            and ``data`` sections are built and checked, :func:`hargo.config.as_section`); reads
+            ``seed`` and ``data`` (``raw_dir``, ``out_dir``, ``split.strategy`` (grouped |
+            similarity | paper), ``split.eval_fraction``, ``split.similarity_threshold`` (every
+            strategy: the statistics use it), ``split.minhash_perm`` (``similarity`` only),
+            ``conflicts`` (majority | drop), ``mask_label_names`` (default true: step 0,
+            :func:`hargo.data.conflicts.mask_race_raws`)). Paths are relative to the working
+            directory.
 
     The five outputs are written as one set: any error, reading or writing, leaves the old
     outputs as they were and no temporary file behind.
@@ -298,28 +305,14 @@ def prepare(params: dict) -> dict:
 
     Raises:
         HargoInputError: a bad raw file (nothing is written).
-        ValueError: a bad ``data`` param.
+        ParamsError: (a ``ValueError``) a bad ``seed`` or ``data`` param, named by its dotted key
+            (the typed config's checks: :class:`hargo.config.Data`).
     """
-    data = params["data"]
-    strategy = data["split"]["strategy"]
-    fraction = data["split"]["eval_fraction"]
-    conflicts = data.get("conflicts", "majority")
-    seed = int(params["seed"])
-    if strategy not in STRATEGIES:
-        raise ValueError(f"data.split.strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if conflicts not in CONFLICT_POLICIES:
-        raise ValueError(f"data.conflicts must be one of {CONFLICT_POLICIES}, got {conflicts!r}")
-    check_fraction(fraction)
-    if "similarity_threshold" not in data["split"]:
-        raise ValueError("data.split.similarity_threshold: missing")
-    check_threshold(data["split"]["similarity_threshold"])
-    if strategy == "similarity" and "minhash_perm" not in data["split"]:
-        raise ValueError("data.split.minhash_perm: missing (the similarity split needs it)")
-    mask = data.get("mask_label_names", True)
-    if not isinstance(mask, bool):
-        raise ValueError(f"data.mask_label_names must be true or false, got {mask!r}")
+    data, seed = as_section(params, "data"), as_section(params, "seed")
+    strategy, fraction = data.split.strategy, data.split.eval_fraction
+    conflicts, mask = data.conflicts, data.mask_label_names
 
-    raw = load_raw(data["raw_dir"])
+    raw = load_raw(data.raw_dir)
     records: list[dict] = []
     rejects: list[dict] = []
     handling: dict[str, dict] = {}
@@ -350,8 +343,8 @@ def prepare(params: dict) -> dict:
     if strategy == "paper":
         train, eval_ = split_paper(records, fraction, seed)
     elif strategy == "similarity":
-        groups, groups_info = similarity_groups(records, data["split"]["similarity_threshold"],
-                                                data["split"]["minhash_perm"], seed, text=text)
+        groups, groups_info = similarity_groups(records, data.split.similarity_threshold,
+                                                data.split.minhash_perm, seed, text=text)
         train, eval_ = split_groups(records, groups, fraction, seed)
     else:
         train, eval_ = split_grouped(records, fraction, seed, text=text)
@@ -366,7 +359,7 @@ def prepare(params: dict) -> dict:
                                     for t, h in handling.items()}
     table = answer_length_table(train + eval_)
 
-    out = Path(data["out_dir"])
+    out = Path(data.out_dir)
     with atomic_files() as stage:  # all five replace the old ones together, or none does
         write_jsonl(stage(out / "train.jsonl"), train)
         write_jsonl(stage(out / "eval.jsonl"), eval_)
