@@ -246,7 +246,7 @@ def test_prepare_writes_the_nearest_train_statistics(tmp_path, strategy):
 
 def test_prepare_refuses_a_bad_threshold(tmp_path):
     p = _params(tmp_path, "similarity", threshold=0.0)
-    with pytest.raises(ValueError, match=r"data.split.similarity_threshold must be a number in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"data.split.similarity_threshold: must be > 0, got 0.0"):
         P.prepare(p)
     del p["data"]["split"]["similarity_threshold"]
     with pytest.raises(ValueError, match="data.split.similarity_threshold: missing"):
