@@ -26,3 +26,19 @@ def test_a_value_that_is_not_a_number_is_refused():
         PLPConfig.from_params({"batch_size": "many"})
     with pytest.raises(ValueError):
         MLPerfConfig.from_params({"partial": "half"})
+
+
+def test_the_typed_rewards_section_gives_the_same_config_as_its_mapping(committed_params):
+    """``RewardConfig.from_params`` takes the typed section (``cfg.rewards``) as well as the
+    params mapping; both give the same constants (ints stay ints, the per-task budgets a dict)."""
+    from hargo.config import Config
+    from hargo.params import apply_overrides
+
+    params = apply_overrides(committed_params, {"rewards.plp.batch_size": 8,
+                                                "rewards.mlperf.partial": 0.25})
+    typed = RewardConfig.from_params(Config.from_params(params).rewards)
+    assert typed == RewardConfig.from_params(params["rewards"])
+    assert typed.plp.batch_size == 8 and type(typed.plp.length_budget) is int
+    assert typed.mlperf.partial == 0.25
+    assert dict(typed.answer.max_chars) == params["rewards"]["answer"]["max_chars"]
+    assert RewardConfig.from_params(None) == RewardConfig()

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hargo.rewards._config import block_items
 from hargo.rewards.mlperf import MLPerfConfig, exact_match, mlperf_em, mlperf_reward
 from hargo.rewards.plp import PLPConfig, PLPScorer, get_scorer, plp_rewards
 from hargo.rewards.race import extract_yes_no, race_reward
@@ -78,12 +79,18 @@ class RewardConfig:
     answer: AnswerConfig = field(default_factory=AnswerConfig)
 
     @classmethod
-    def from_params(cls, params_rewards: dict | None) -> "RewardConfig":
-        """From ``params["rewards"]`` (sub-blocks ``plp``, ``mlperf`` and ``answer``)."""
-        params_rewards = params_rewards or {}
-        return cls(plp=PLPConfig.from_params(params_rewards.get("plp")),
-                   mlperf=MLPerfConfig.from_params(params_rewards.get("mlperf")),
-                   answer=AnswerConfig.from_params(params_rewards.get("answer")))
+    def from_params(cls, rewards) -> "RewardConfig":
+        """From params.yaml ``rewards`` (blocks ``plp``, ``mlperf`` and ``answer``): the typed
+        section (:class:`hargo.config.Rewards`, e.g. ``cfg.rewards``), or the mapping as
+        params.yaml has it (a missing block keeps its defaults), or None (all defaults).
+
+        Raises:
+            ValueError: see :meth:`AnswerConfig.from_params`; ValueError, TypeError: a
+                constant that is not a number."""
+        blocks = block_items(rewards)
+        return cls(plp=PLPConfig.from_params(blocks.get("plp")),
+                   mlperf=MLPerfConfig.from_params(blocks.get("mlperf")),
+                   answer=AnswerConfig.from_params(blocks.get("answer")))
 
 
 def completion_text(c) -> str:

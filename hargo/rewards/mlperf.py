@@ -118,8 +118,9 @@ class MLPerfConfig:
     overlap_low_reward: float = 0.1
 
     @classmethod
-    def from_params(cls, d: dict | None) -> "MLPerfConfig":
-        """From ``params["rewards"]["mlperf"]``; missing keys keep the defaults."""
+    def from_params(cls, d) -> "MLPerfConfig":
+        """From ``rewards.mlperf``: the typed block (:class:`hargo.config.MLPerfReward`) or a
+        mapping; missing keys keep the defaults."""
         return config_from_params(cls, d)
 
 

@@ -59,9 +59,9 @@ class PLPConfig:
     repetition_max_char_run: int = 16
 
     @classmethod
-    def from_params(cls, d: dict | None) -> "PLPConfig":
-        """From ``params["rewards"]["plp"]``; missing keys keep the defaults, unknown keys are
-        ignored."""
+    def from_params(cls, d) -> "PLPConfig":
+        """From ``rewards.plp``: the typed block (:class:`hargo.config.PLPReward`) or a mapping;
+        missing keys keep the defaults, unknown keys are ignored."""
         return config_from_params(cls, d)
 
 

@@ -29,6 +29,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from hargo.rewards._config import block_items
+
 __all__ = ["read_answer", "is_repetitive", "degenerate", "AnswerConfig"]
 
 
@@ -86,13 +88,14 @@ class AnswerConfig:
     repetition_max_char_run: int = 16
 
     @classmethod
-    def from_params(cls, d: Mapping | None) -> "AnswerConfig":
-        """From ``params["rewards"]["answer"]``; missing keys keep the defaults.
+    def from_params(cls, d) -> "AnswerConfig":
+        """From ``rewards.answer``: the typed block (:class:`hargo.config.AnswerRule`) or a
+        mapping; missing keys keep the defaults.
 
         Raises:
             ValueError: an unknown key, a budget that is not an int > 0, a scale outside [0, 1).
         """
-        d = dict(d or {})
+        d = dict(block_items(d))
         unknown = sorted(set(d) - {f for f in cls.__dataclass_fields__})
         if unknown:
             raise ValueError(f"rewards.answer: unknown key(s) {unknown}; valid: "
