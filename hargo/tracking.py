@@ -33,6 +33,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from hargo.config import Config, as_section, params_dict
 from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, check_store,
                                   is_local_store, local_uri, log_http_retries, reroot,
                                   sqlite_path)
@@ -84,13 +85,26 @@ def flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def pipeline_key(params: Mapping, root: str | Path = ".") -> str:
-    """16 hex chars identifying (git commit, params): the parent run's key.
+def _experiment_name(params: Config | Mapping) -> str:
+    """``mlflow.experiment`` (the section's default, ``hargo``, when params has none)."""
+    return as_section(params, "mlflow").experiment
+
+
+def _seed(params: Config | Mapping):
+    """The pipeline's ``seed``; None when a params mapping has none."""
+    if not isinstance(params, Config) and "seed" not in params:
+        return None
+    return as_section(params, "seed")
+
+
+def pipeline_key(params: Config | Mapping, root: str | Path = ".") -> str:
+    """16 hex chars identifying (git commit, params): the parent run's key. ``params``: the
+    typed config or its params mapping (the same key for both: :func:`hargo.config.params_dict`).
 
     The commit is taken without its ``-dirty`` mark: ``dvc repro`` itself rewrites tracked files
     (``dvc.lock``, metrics) between stages, and that must not split one pipeline run in two.
     """
-    blob = json.dumps(params, sort_keys=True, default=str) + git_commit(root).removesuffix("-dirty")
+    blob = json.dumps(params_dict(params), sort_keys=True, default=str) + git_commit(root).removesuffix("-dirty")
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -101,7 +115,7 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 # traces overview. Source: mlflow/server/js (useUpdateExperimentKind, ExperimentKind).
 TRAINING_KIND = "custom_model_development"
 
-def setup(params: Mapping, root: str | Path = ".") -> str:
+def setup(params: Config | Mapping, root: str | Path = ".") -> str:
     """Point MLflow at the store and return the project experiment's id (created if missing).
 
     Before MLflow touches the store, :func:`check_store` probes it (fails within ~10 s) and
@@ -118,7 +132,7 @@ def setup(params: Mapping, root: str | Path = ".") -> str:
         RuntimeError: the store cannot be opened or written (names the URI and the fix).
     """
     uri = tracking_uri(root)
-    name = params.get("mlflow", {}).get("experiment", "hargo")
+    name = _experiment_name(params)
     for k, v in HTTP_RETRY_DEFAULTS.items():
         os.environ.setdefault(k, v)
     log_http_retries()
@@ -185,17 +199,17 @@ def _setup_locked(uri: str, name: str, root: str | Path) -> str:
         raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
 
 
-def common_tags(params: Mapping, root: str | Path = ".") -> dict[str, str]:
+def common_tags(params: Config | Mapping, root: str | Path = ".") -> dict[str, str]:
     """Tags every hargo run carries: git commit, data version, door, seed."""
     return {
         "hargo.git_commit": git_commit(root),
         "hargo.data_version": data_version(root),
         "hargo.door": os.environ.get(DOOR_ENV, "dvc"),
-        "hargo.seed": str(params.get("seed")),
+        "hargo.seed": str(_seed(params)),
     }
 
 
-def parent_run_id(params: Mapping, root: str | Path = ".") -> str:
+def parent_run_id(params: Config | Mapping, root: str | Path = ".") -> str:
     """The pipeline's parent run: ``$HARGO_PARENT_RUN_ID`` or found/created by pipeline key.
 
     A parent created here starts RUNNING at the first stage's start; :func:`stage_run` re-opens
@@ -217,7 +231,7 @@ def parent_run_id(params: Mapping, root: str | Path = ".") -> str:
         return found[0].info.run_id
     tags = {**common_tags(params, root), "hargo.pipeline_key": key, "hargo.kind": "pipeline"}
     run = client.create_run(exp_id, run_name=f"pipeline-{key[:8]}", tags=tags)
-    for k, v in sorted(flatten(params).items()):
+    for k, v in sorted(flatten(params_dict(params)).items()):
         client.log_param(run.info.run_id, k, str(v)[:6000])
     return run.info.run_id
 
@@ -270,7 +284,7 @@ def end_pipeline_run(parent: str, status: str) -> None:
     client.set_terminated(parent, status=status, end_time=end_ms)
 
 
-def start_parent_run(params: Mapping, door: str, root: str | Path = ".",
+def start_parent_run(params: Config | Mapping, door: str, root: str | Path = ".",
                      extra_tags: Mapping[str, str] | None = None) -> str:
     """Create a new, RUNNING pipeline parent run for one orchestrated pipeline run (the Prefect
     pipeline flow), tagged with ``door`` and the params; return its id.
@@ -286,7 +300,7 @@ def start_parent_run(params: Mapping, door: str, root: str | Path = ".",
             **(extra_tags or {})}
     client = MlflowClient()
     run = client.create_run(exp_id, run_name=f"pipeline-{door}", tags=tags)
-    for k, v in sorted(flatten(params).items()):
+    for k, v in sorted(flatten(params_dict(params)).items()):
         client.log_param(run.info.run_id, k, str(v)[:6000])
     return run.info.run_id
 
@@ -330,7 +344,7 @@ def terminate_as_exception() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def stage_run(stage: str, params: Mapping, root: str | Path = ".",
+def stage_run(stage: str, params: Config | Mapping, root: str | Path = ".",
               extra_tags: Mapping[str, str] | None = None,
               run_name: str | None = None) -> Iterator[Any]:
     """Open the MLflow child run of one stage, with the params and tags logged.
@@ -357,7 +371,7 @@ def stage_run(stage: str, params: Mapping, root: str | Path = ".",
     try:
         with terminate_as_exception(), \
                 mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
-            flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
+            flat = {k: str(v)[:6000] for k, v in flatten(params_dict(params)).items()}
             keys = sorted(flat)
             for i in range(0, len(keys), 100):
                 mlflow.log_params({k: flat[k] for k in keys[i:i + 100]})
@@ -398,7 +412,7 @@ def split_digest(path: str | Path, root: str | Path = ".") -> str:
     return hashlib.md5(data).hexdigest()
 
 
-def split_dataset(split: str, params: Mapping, root: str | Path = "."):
+def split_dataset(split: str, params: Config | Mapping, root: str | Path = "."):
     """An MLflow dataset (``mlflow.data.meta_dataset.MetaDataset``: metadata only, the data
     stay in DVC) for the prepared split ``data/prepared/<split>.jsonl``:
 
@@ -417,7 +431,8 @@ def split_dataset(split: str, params: Mapping, root: str | Path = "."):
 
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    path = Path(root) / params["data"]["out_dir"] / f"{split}.jsonl"
+    out_dir = as_section(params, "data").out_dir
+    path = Path(root) / out_dir / f"{split}.jsonl"
     digest = split_digest(path, root)
     counts: dict[str, int] = {}
     for line in path.read_text().splitlines():
@@ -436,12 +451,12 @@ def split_dataset(split: str, params: Mapping, root: str | Path = "."):
 
     # a local path matches several registered sources: name the local one (MLflow would warn)
     local = [c for c in get_registered_sources() if c.__name__ == "LocalArtifactDatasetSource"]
-    source = resolve_dataset_source(f"{params['data']['out_dir']}/{split}.jsonl",
+    source = resolve_dataset_source(f"{out_dir}/{split}.jsonl",
                                     candidate_sources=local[-1:] or None)
     return _SplitDataset(source, name=f"hpc-gpt-{split}", digest=digest)
 
 
-def log_split(split: str, context: str, params: Mapping, root: str | Path = ".") -> None:
+def log_split(split: str, context: str, params: Config | Mapping, root: str | Path = ".") -> None:
     """Log the prepared split as an input of the active run (``mlflow.log_input``, context
     ``training`` or ``evaluation``) and of its pipeline parent, with input tags
     ``hargo.tasks.<task>`` = count, so the UI's Dataset column names the data version."""
