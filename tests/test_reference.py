@@ -36,15 +36,20 @@ def test_logps_at_temperatures_by_hand():
     torch.testing.assert_close(at_2, torch.tensor([exp2]), atol=1e-6, rtol=0)
 
 
-def test_logps_at_temperatures_equals_log_softmax():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_logps_at_temperatures_equals_log_softmax(device):
     torch.manual_seed(0)
-    head = torch.nn.Linear(4, 7)
-    h, y = torch.randn(2, 3, 4), torch.randint(0, 7, (2, 3))
-    mask = torch.ones(2, 3)
+    head = torch.nn.Linear(4, 7).to(device)
+    h, y = torch.randn(2, 3, 4), torch.randint(0, 7, (2, 3))     # hidden states on the CPU:
+    mask = torch.ones(2, 3)                                      # moved to the head's device
     for fp32 in (False, True):
         (lp,) = logps_at_temperatures(h, head, y, mask, (0.7,), fp32_head=fp32,
                                       autocast=contextlib.nullcontext)
-        ref = torch.log_softmax(head(h) / 0.7, dim=-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        with torch.no_grad():
+            ref = torch.log_softmax(head(h.to(device)) / 0.7, dim=-1).gather(
+                -1, y.to(device).unsqueeze(-1)).squeeze(-1)
+        assert lp.device.type == device
         torch.testing.assert_close(lp, ref, atol=1e-5, rtol=0)
 
 
