@@ -104,7 +104,8 @@ def pipeline_key(params: Config | Mapping, root: str | Path = ".") -> str:
     The commit is taken without its ``-dirty`` mark: ``dvc repro`` itself rewrites tracked files
     (``dvc.lock``, metrics) between stages, and that must not split one pipeline run in two.
     """
-    blob = json.dumps(params_dict(params), sort_keys=True, default=str) + git_commit(root).removesuffix("-dirty")
+    blob = (json.dumps(params_dict(params), sort_keys=True, default=str)
+            + git_commit(root).removesuffix("-dirty"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
