@@ -51,8 +51,9 @@ what to do -- its ``loss`` (``trl`` or ``weighted``), its advantage ``estimator`
     :mod:`hargo.training.reference`; TRL's own reference pass is skipped for these methods). The
     loss is ``weighted_loss`` of TRL's per-token ``grpo`` loss (``clipped_surrogate`` with the
     modulated advantage ``M_i``, plus ``beta`` x ``kl_penalty(kind="k3")``): the weight
-    multiplies the whole term (the policy loss and the KL estimator are the method's ``policy_loss`` and ``kl``,
-    ``clipped_surrogate`` and ``k3`` for all three). Supported TRL options on this path:
+    multiplies the whole term (the policy loss and the KL estimator are the method's
+    ``policy_loss`` and ``kl``, ``clipped_surrogate`` and ``k3`` for all three). Supported TRL
+    options on this path:
     token-level importance sampling, TRL's clipping (``epsilon``, ``epsilon_high``, ``delta``),
     ``use_bias_correction_kl``, the vLLM importance-sampling correction; anything else raises
     ``ValueError`` at construction.
