@@ -322,6 +322,17 @@ def test_make_judge():
         make_judge({"judge": "human"})
 
 
+def test_make_judge_from_the_typed_evaluate_section(committed_params):
+    from hargo.config import Config
+    from hargo.params import apply_overrides
+
+    cfg = Config.from_params(apply_overrides(committed_params, {
+        "evaluate.judge": "llm", "evaluate.judge_endpoint": "http://127.0.0.1:1/v1",
+        "evaluate.judge_model": "q"}))
+    assert make_judge(cfg.evaluate).name == "llm:q"
+    assert make_judge(Config.from_params(committed_params).evaluate).name == "task-reward"
+
+
 # ---------------------------------------------------------------------------------- hedging
 
 def _mlperf(i, answer, question):
