@@ -109,7 +109,6 @@ from hargo.data.split import (near_duplicates, similarity_groups, split_grouped,
 from hargo.io import atomic_files, write_json, write_jsonl
 from hargo.vocab import RACE_TASKS, TASKS
 
-STRATEGIES = ("grouped", "similarity", "paper")
 CONFLICT_RULE = ("answers compared after normalise_text; majority: a strict majority of the raw "
                  "records is the reference, the rest alt_answers; drop: every conflict rejected; "
                  "a tie at the top is rejected for every task under both")
