@@ -35,7 +35,7 @@ at a new step, TRL pushes the policy's current weights (LoRA merged) to the serv
 vLLM's NCCL weight-transfer engine. Everything HARGO computes stays in the trainer processes,
 from the completions the server returned: the rewards, the reference log-probs (one forward of
 the reference model -- the SFT weights, or the policy with its adapter off -- over prompt +
-completion, :func:`hargo.training.reference.reference_per_token_logps`), the gathered group
+completion, ``HargoGRPOTrainer._reference_logps``), the gathered group
 statistics, the EMA baseline and the response weights
 (``HargoGRPOTrainer._generate_and_score_completions``), so on the same completions they equal
 the transformers backend's (``tests/test_vllm_server.py`` checks it with TRL's client replaced
