@@ -56,9 +56,8 @@ from typing import Any, Mapping, Sequence
 from transformers import TrainerCallback
 
 from hargo.compare.layout import run_name
-from hargo.compare.synthetic_data import read_split
 from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
-                                          SyntheticPlan, configuration, plan)
+                                          SyntheticPlan, configuration, plan, read_split)
 from hargo.config.synthetic import plain
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward
 from hargo.io import atomic_write_json

@@ -2,7 +2,8 @@
 (:mod:`hargo.compare.synthetic`), and the paths of its stages' outputs. The plan is the typed
 config's ``synthetic`` section (:class:`hargo.config.Synthetic`, whose blocks and rules are
 :mod:`hargo.config.synthetic`'s): read ``p.sft.epochs``, ``p.rl.steps``,
-``p.evaluate.max_new_tokens``, ``p.bootstrap.confidence``. Light imports only (no torch)."""
+``p.evaluate.max_new_tokens``, ``p.bootstrap.confidence``; and the stage ``synthetic_data``'s
+splits read back checked (:func:`read_split`). Light imports only (no torch)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,10 +12,12 @@ from typing import Mapping
 
 from hargo.config import Config, Synthetic, as_section
 from hargo.config.synthetic import SyntheticData
+from hargo.data.synthetic import check_synthetic
+from hargo.io import read_jsonl
 from hargo.param_values import ParamsError
 
 __all__ = ["CONFIGURATIONS", "SyntheticPlan", "plan", "configuration", "DATA_DIR", "MODEL_DIR",
-           "RUNS_DIR", "METRICS_DIR", "REPORT_MD", "FIGURES_DIR"]
+           "RUNS_DIR", "METRICS_DIR", "REPORT_MD", "FIGURES_DIR", "read_split"]
 
 #: The reward configurations every run of the test bed trains in.
 CONFIGURATIONS: tuple[str, ...] = ("heterogeneous", "homogeneous")
@@ -57,3 +60,19 @@ def configuration(p: Synthetic, name: str) -> SyntheticData:
     if name not in CONFIGURATIONS:
         raise ValueError(f"unknown synthetic configuration {name!r}; valid: {list(CONFIGURATIONS)}")
     return replace(p.data, homogeneous=name == "homogeneous")
+
+
+def read_split(root: Path, split: str) -> list[dict]:
+    """``data/synthetic/<split>.jsonl`` under ``root``, checked.
+
+    Raises:
+        FileNotFoundError: missing (names the stage to run).
+        HargoInputError: a bad record (names file, record, field).
+    """
+    path = root / DATA_DIR / f"{split}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run stage synthetic_data "
+                                "(dvc repro synthetic/dvc.yaml)")
+    recs = read_jsonl(path)
+    check_synthetic(recs, str(path))
+    return recs
