@@ -58,6 +58,7 @@ from transformers import TrainerCallback
 from hargo.compare.layout import run_name
 from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
                                           SyntheticPlan, configuration, plan, read_split)
+from hargo.config import as_section
 from hargo.config.synthetic import plain
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward
 from hargo.io import atomic_write_json
@@ -347,17 +348,18 @@ def train_sft(params: Mapping, root: str | Path = ".") -> dict:
     root = Path(root)
     p = plan(params)
     train, ev = read_split(root, "train"), read_split(root, "eval")
-    q = stage_params(params, p, int(params["seed"]))
+    seed = as_section(params, "seed")
+    q = stage_params(params, p, seed)
     setup_torch(q)
     texts = [m["content"] for r in train for m in r["prompt"]] + [r["answer"] for r in train]
     with tempfile.TemporaryDirectory(prefix="hargo-synthetic-init-") as work:
-        init = build_tiny_policy(Path(work) / "init", p.policy, texts, seed=int(params["seed"]))
+        init = build_tiny_policy(Path(work) / "init", p.policy, texts, seed=seed)
         size = describe(load_model(init))
         metrics = sft.train(q, init, sft_records(train, p), root / MODEL_DIR, report_to=())
     metrics.pop("loss_curve", None)
     evals = evaluate_policy(root / MODEL_DIR, ev, p,
                             {name: configuration(p, name) for name in CONFIGURATIONS},
-                            seed=int(params["seed"]))
+                            seed=seed)
     out = {"sft": metrics, "parameters": size, "policy": asdict(p.policy),
            "eval": {name: {"summary": eval_summary(e), **e} for name, e in evals.items()}}
     atomic_write_json(root / METRICS_DIR / "sft.json", out)
@@ -425,7 +427,7 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
 
         from hargo.hardware import resolve_threads
 
-        each = max(1, resolve_threads(params["train"]["threads"]) // p.parallel_runs)
+        each = max(1, resolve_threads(as_section(params, "train").threads) // p.parallel_runs)
         q = {**params, "train": {**params["train"], "threads": each}}
         jobs = [(q, name, m, s, str(root), str(model_dir)) for m, s, _, _ in pending]
         where = {(m, s): (fp, path) for m, s, fp, path in pending}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hargo.compare.synthetic_plan import DATA_DIR, plan, read_split  # noqa: F401 (re-exported)
+from hargo.config import as_section
 from hargo.data.synthetic import SYNTHETIC_TASKS, check_synthetic
 from hargo.io import atomic_files, write_json, write_jsonl
 
@@ -99,7 +100,7 @@ def validate_splits(train: list[dict], ev: list[dict], data) -> list[dict]:
 
 
 def prepare_data(params: Mapping, root: str | Path = ".") -> dict:
-    """Stage ``synthetic_data``: the train and eval splits (seed ``params["seed"]``), validated
+    """Stage ``synthetic_data``: the train and eval splits (seed ``params.seed``), validated
     (module docstring), and ``stats.json`` (records and mean reference length in characters per
     task and split, and every expectation's outcome).
 
@@ -111,12 +112,13 @@ def prepare_data(params: Mapping, root: str | Path = ".") -> dict:
     from hargo.data.synthetic import generate
 
     p = plan(params)
-    train, ev = generate(p.data, int(params["seed"]))
+    seed = as_section(params, "seed")
+    train, ev = generate(p.data, seed)
     check_synthetic(train, "synthetic train split")
     check_synthetic(ev, "synthetic eval split")
     results = validate_splits(train, ev, p.data)
     out = Path(root) / DATA_DIR
-    stats = {"seed": int(params["seed"]), "config": asdict(p.data), "splits": {},
+    stats = {"seed": seed, "config": asdict(p.data), "splits": {},
              "expectations": {r["name"]: r["success"] for r in results}}
     for split, recs in (("train", train), ("eval", ev)):
         stats["splits"][split] = {t: {"records": sum(r["task"] == t for r in recs),

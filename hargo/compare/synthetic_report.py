@@ -31,6 +31,7 @@ from hargo.compare.aggregate import mean_curve
 from hargo.compare.layout import run_name
 from hargo.compare.synthetic_plan import CONFIGURATIONS, FIGURES_DIR, METRICS_DIR, REPORT_MD
 from hargo.compare.synthetic_plan import plan as synthetic_plan
+from hargo.config import as_section
 from hargo.data.synthetic import SYNTHETIC_TASKS
 from hargo.io import atomic_files, write_json
 from hargo.stats import mean_std, paired_bootstrap_ci_two_level
@@ -290,6 +291,7 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
 
     root = Path(root)
     plan = synthetic_plan(params)
+    seed = as_section(params, "seed")
 
     def load(name: str) -> dict:
         path = root / METRICS_DIR / f"{name}.json"
@@ -325,7 +327,7 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
                                         f"{missing}: re-run stage synthetic_rl@{name}")
             boot = plan.bootstrap
             ci = intervals(runs, plan.methods, plan.seeds, boot.resamples, boot.confidence,
-                           int(params["seed"]))
+                           seed)
             shown = [m for m in ("grpo", "hargo") if m in plan.methods] or list(plan.methods[:2])
             hists = {m: [runs[run_name(m, s)]["history"] for s in plan.seeds] for m in shown}
             figures = {}
@@ -339,7 +341,7 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
                 figures[f"{name}: {title}"] = f"synthetic/{fname}"
             vs_sft = sft_intervals(runs, plan.methods, plan.seeds, sft["eval"][name],
                                    plan.bootstrap.resamples, plan.bootstrap.confidence,
-                                   int(params["seed"]))
+                                   seed)
             lines += _section(name, {"runs": runs, "intervals": ci, "vs_sft": vs_sft},
                               sft["eval"][name]["summary"], plan, figures)
             summary["configurations"][name] = {
