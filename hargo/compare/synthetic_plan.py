@@ -42,8 +42,6 @@ def plan(params: "Config | Mapping") -> Synthetic:
             ``synthetic.<block>.<key>``; a method outside the GRPO family; no seeds; an RL pool
             smaller than a step (:mod:`hargo.config.synthetic`).
     """
-    if not isinstance(params, Config) and not isinstance(params.get("synthetic"), Mapping):
-        raise ParamsError("params.yaml has no `synthetic` block (the synthetic test bed)")
     s = as_section(params, "synthetic")
     if s is None:
         raise ParamsError("params.yaml has no `synthetic` block (the synthetic test bed)")
