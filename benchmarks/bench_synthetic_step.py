@@ -191,8 +191,8 @@ def main(argv=None) -> int:
     pad_share = 1 - sum(f[1] for f in flops.values()) / max(1.0, sum(f[0] for f in flops.values()))
     print(f"\nRL step of the synthetic test bed: {a.method}, {source} ({arch['N'] / 1e6:.2f}M "
           f"non-embedding params, d={arch['d']}, V={arch['V']}, {arch['L']} layers), "
-          f"{p.rl['prompts_per_step']} prompts x G={p.rl['num_generations']}, budgets "
-          f"{p.rl['max_new_tokens']}, {a.threads} thread(s), bf16 autocast {bf16}; "
+          f"{p.rl.prompts_per_step} prompts x G={p.rl.num_generations}, budgets "
+          f"{dict(p.rl.max_new_tokens)}, {a.threads} thread(s), bf16 autocast {bf16}; "
           f"mean of {len(rows)} steps after {warm} warm-up. Peak of one thread: "
           f"{peak32 / 1e9:.0f} GFLOP/s fp32" + (f", {peak / 1e9:.0f} GFLOP/s bf16" if bf16 else "")
           + f". Padded positions: {pad_share:.0%} of the FLOPs.\n")

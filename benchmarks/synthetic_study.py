@@ -204,7 +204,7 @@ def main(argv=None) -> int:
                 for pt in points for s in a.seeds for m in METHODS
                 if sweep._run_key(pt, m, s, "heterogeneous", policy) not in have]
         print(f"[study] {len(jobs)} runs to train ({len(done)} in {out} already), "
-              f"{a.workers} worker(s); {p.rl['steps']} steps a run", flush=True)
+              f"{a.workers} worker(s); {p.rl.steps} steps a run", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         with mp.get_context("spawn").Pool(a.workers) as pool, \
@@ -224,12 +224,12 @@ def main(argv=None) -> int:
     sft_eval = json.loads(sft_path.read_text())["eval"]["heterogeneous"]
     rows = [{**r, "point": {k: v for k, v in r["point"].items() if k not in fixed}}
             for r in done]
-    md, numbers = analyse(rows, a.seeds, p.resamples, p.confidence, tasks, sft_eval, figure)
+    md, numbers = analyse(rows, a.seeds, p.bootstrap.resamples, p.bootstrap.confidence, tasks, sft_eval, figure)
     from hargo.hardware import describe_cpu
 
     head = (f"# Synthetic test bed: single-task ceilings and the heterogeneity curve\n\n"
-            f"CPU: {describe_cpu()}. {p.rl['steps']} RL steps a run, lr "
-            f"{p.rl['learning_rate']}, from the SFT policy {policy[:12]}; "
+            f"CPU: {describe_cpu()}. {p.rl.steps} RL steps a run, lr "
+            f"{p.rl.learning_rate}, from the SFT policy {policy[:12]}; "
             f"`benchmarks/synthetic_study.py` (fixed overrides: {fixed or 'none'}).\n\n")
     from hargo.io import atomic_write_text
 

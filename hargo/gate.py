@@ -7,7 +7,9 @@ registered run) and moves the ``champion`` alias when :func:`gate` passes. The g
 prompts (a paired bootstrap), so a gain the size of one prompt's answer on 24 prompts per task
 does not move the champion.
 
-The rule is :func:`gate`'s; :func:`check_gate_params` checks the ``register`` params it reads.
+The rule is :func:`gate`'s; :func:`check_gate_params` checks the ``register`` params it reads
+(defined, with :data:`GATE_METRICS`, in :mod:`hargo.config.gate_rule`, so that checking
+params.yaml does not import the gate).
 A champion is compared with a candidate only when their evaluations are the same one
 (:func:`eval_identity`: prompts, decoding, judge and scoring code); otherwise
 :func:`identity_mismatch` says what differs and the gate refuses.
@@ -15,10 +17,11 @@ A champion is compared with a candidate only when their evaluations are the same
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from hargo.config.gate_rule import GATE_METRICS, GateParams, check_gate_params
 from hargo.io import HargoInputError
 from hargo.stats import (f1_statistic, mean_statistic, paired_bootstrap_ci, precision_statistic,
                          race_f1_records, recall_statistic)
@@ -26,11 +29,6 @@ from hargo.vocab import RACE_TASKS, TASKS
 
 __all__ = ["GATE_METRICS", "IDENTITY_FIELDS", "GateParams", "metric_values", "pair_rows", "gate", "check_rows_match_metrics",
            "check_gate_params", "eval_identity", "identity_mismatch"]
-
-# Metrics of metrics/eval.json that can gate the champion: all are higher-is-better.
-GATE_METRICS = ("dr_f1", "dr_precision", "dr_recall", "dr_f1_race_c", "dr_f1_race_fortran",
-                "plp_similarity", "mlperf_em", "avg_score", "win_rate", "accuracy_race_c",
-                "accuracy_race_fortran", "accuracy_mlperf", "accuracy_plp")
 
 #: Per-prompt form of each gate metric: (tasks whose rows count, None for all; the row field;
 #: the statistic over the per-prompt values). Race metrics use ``(label is yes, predicted yes)``
@@ -186,48 +184,6 @@ def check_rows_match_metrics(rows: Mapping[str, Sequence[Mapping]], metrics: Map
                                       f"rows give {got!r}: data/eval and metrics/eval.json come "
                                       "from different evaluations; re-run hargo evaluate",
                                       field=f"{m}.{g}")
-
-
-class GateParams(NamedTuple):
-    """The ``register`` params the gate reads (:func:`check_gate_params`)."""
-    model_name: str
-    gate_metrics: list[str]
-    tolerance: float
-    resamples: int
-    confidence: float
-
-
-def check_gate_params(params_register: Mapping) -> GateParams:
-    """:class:`GateParams` from params.yaml ``register`` (``tolerance`` defaults to 0,
-    ``resamples`` to 2000, ``confidence`` to 0.95).
-
-    Raises:
-        ValueError: empty model name, unknown gate metric (names it and the valid ones), a
-            negative or non-numeric tolerance, ``resamples`` not an integer >= 100,
-            ``confidence`` outside (0, 1).
-    """
-    name = params_register.get("model_name")
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"register.model_name: expected a non-empty name, got {name!r}")
-    gates = params_register.get("gate_metrics")
-    if not isinstance(gates, list) or not gates:
-        raise ValueError(f"register.gate_metrics: expected a non-empty list, got {gates!r}")
-    for g in gates:
-        if g not in GATE_METRICS:
-            raise ValueError(f"register.gate_metrics: unknown gate metric {g!r}; valid "
-                             f"(higher is better): {', '.join(GATE_METRICS)}")
-    tol = params_register.get("tolerance", 0.0)
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) \
-            or tol < 0:
-        raise ValueError(f"register.tolerance: expected a finite number >= 0, got {tol!r}")
-    res = params_register.get("resamples", 2000)
-    if isinstance(res, bool) or not isinstance(res, int) or res < 100:
-        raise ValueError(f"register.resamples: expected an integer >= 100 (bootstrap "
-                         f"resamples), got {res!r}")
-    conf = params_register.get("confidence", 0.95)
-    if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0.0 < conf < 1.0:
-        raise ValueError(f"register.confidence: expected a number in (0, 1), got {conf!r}")
-    return GateParams(name, list(gates), float(tol), int(res), float(conf))
 
 
 #: What makes two evaluations comparable (:func:`eval_identity`), in the order a refusal names them.

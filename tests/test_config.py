@@ -76,6 +76,9 @@ def test_overrides_apply_before_the_build():
                                   r"unknown \['race_cc'\]"),
     ("validate.task_counts.mlpref", r"^validate\.task_counts\.mlpref: unknown task 'mlpref'"),
     ("rewards.answer.max_chars.plpp", r"^rewards\.answer\.max_chars\.plpp: unknown task"),
+    ("synthetic.rl.stepz", r"^synthetic\.rl\.stepz: unknown key \(known: prompts_per_task, "),
+    ("synthetic.data.n_trian", r"^synthetic\.data\.n_trian: unknown key \(known: n_train, "),
+    ("synthetic.bootstrap.resample", r"^synthetic\.bootstrap\.resample: unknown key"),
 ])
 def test_an_unknown_key_at_any_depth_is_refused_by_name(raw, dotted, match):
     value = [1, 2] if dotted.startswith("validate.") else 7
@@ -95,6 +98,13 @@ def test_an_unknown_key_at_any_depth_is_refused_by_name(raw, dotted, match):
     ("validate.yes_fraction", [0.2, 1.5], r"^validate\.yes_fraction: bounds must lie in \[0, 1\]"),
     ("rl.vllm_server.port", 70000, r"^rl\.vllm_server\.port: must be <= 65535, got 70000"),
     ("model.out_dir", 3, r"^model\.out_dir: expected a string, got 3"),
+    ("synthetic.sft.epochs", 0, r"^synthetic\.sft\.epochs: must be >= 1, got 0"),
+    ("synthetic.policy.vocab_size", 100, r"^synthetic\.policy\.vocab_size: must be >= 300"),
+    ("synthetic.rl.pool", "some", r"^synthetic\.rl\.pool: must be one of held_out, all"),
+    ("synthetic.evaluate.max_new_tokens", {"syn_yesno": 4},
+     r"^synthetic\.evaluate\.max_new_tokens: expected one integer per task"),
+    ("register.gate_metrics", ["dr_f1", "loss"],
+     r"^register\.gate_metrics: unknown gate metric 'loss'"),
 ])
 def test_a_wrong_type_or_range_is_refused_with_the_range(raw, dotted, value, match):
     with pytest.raises(ParamsError, match=match):
@@ -156,14 +166,34 @@ def test_every_key_of_params_yaml_is_a_field(raw):
     def leaves(d, prefix=""):
         for k, v in d.items():
             if isinstance(v, dict) and not k.endswith(("max_new_tokens", "max_prompt_tokens",
-                                                      "task_counts", "max_chars")) \
-                    and not prefix.startswith("synthetic."):
+                                                      "task_counts", "max_chars")):
                 yield from leaves(v, f"{prefix}{k}.")
             else:
                 yield f"{prefix}{k}"
 
     for key in leaves(raw):
         cfg.get(key)
+
+
+def test_the_synthetic_section_is_the_test_beds_own_dataclasses(raw):
+    """synthetic.data is the generator's SyntheticConfig, synthetic.policy the tiny model's
+    TinyPolicyConfig and the section the plan: one set of rules (hargo/config/synthetic.py)."""
+    from hargo.compare.synthetic_plan import SyntheticPlan, plan
+    from hargo.data.synthetic import SyntheticConfig
+    from hargo.models.tiny import TinyPolicyConfig
+
+    cfg = load_config(PARAMS)
+    s = cfg.synthetic
+    assert isinstance(s, SyntheticPlan) and plan(cfg) is s and plan(raw) == s
+    assert isinstance(s.data, SyntheticConfig) and isinstance(s.policy, TinyPolicyConfig)
+    assert s.sft.epochs == raw["synthetic"]["sft"]["epochs"]
+    assert dict(s.rl.max_new_tokens) == raw["synthetic"]["rl"]["max_new_tokens"]
+    assert s.bootstrap.confidence == raw["synthetic"]["bootstrap"]["confidence"]
+    with pytest.raises(ParamsError, match=r"^synthetic\.policy\.hidden_size 250 is not "
+                                          r"divisible by num_heads 4"):
+        TinyPolicyConfig(hidden_size=250)
+    with pytest.raises(ParamsError, match=r"^synthetic\.data\.short_terms: must be 0 or >= 2"):
+        SyntheticConfig(short_terms=1)
 
 
 def test_as_config_takes_either(raw):

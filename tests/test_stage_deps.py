@@ -27,8 +27,6 @@ RESULT_NEUTRAL = {
     "hargo/config/registries.py": "the typed config's look-ups of the method and task registries "
                                   "(which keys exist); a stage that runs a method or task lists "
                                   "hargo/methods or hargo/tasks itself",
-    "hargo/config/checks.py": "the typed config's calls of the gate's and the synthetic test "
-                              "bed's own checks; those modules decide their stages' results",
     "hargo/offline.py": "keeps the model hub offline; a hub request fails instead of connecting",
     "hargo/console.py": "how library warnings are shown on the console",
     "hargo/diskspace.py": "the message for a full disk",

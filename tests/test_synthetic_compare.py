@@ -66,7 +66,7 @@ def test_committed_params_make_a_plan(params):
     ("methods", ["grpo", "ppo"], r"synthetic.methods: GRPO-family methods"),
     ("seeds", [], r"synthetic.seeds: a non-empty list"),
     ("seeds", [1, 1], r"synthetic.seeds: a non-empty list of distinct"),
-    ("rl.steps", 0, r"synthetic.rl.steps: expected an integer >= 1, got 0"),
+    ("rl.steps", 0, r"synthetic.rl.steps: must be >= 1, got 0"),
     ("rl.prompts_per_task", {"syn_yesno": 4, "syn_short": 4}, r"synthetic.rl.prompts_per_task"),
     ("rl.prompts_per_task", {"syn_yesno": 1601, "syn_short": 1, "syn_long": 1},
      r"\{'syn_yesno': 1601\} exceed synthetic.data.n_train 1600"),
@@ -77,19 +77,19 @@ def test_committed_params_make_a_plan(params):
     ("data.homogeneous", True, r"synthetic.data.homogeneous: leave it false"),
     ("data.n_eval", 0, r"n_train and n_eval must be >= 1"),
     ("methods", ["grpo", "hargo", "grpo"], r"a method is listed twice"),
-    ("data.yesno_question", "odd", r"yesno_question must be one of"),
+    ("data.yesno_question", "odd", r"synthetic.data.yesno_question: must be one of last_even, mixed"),
     ("policy.hidden_size", 250, r"not divisible by num_heads 4"),
-    ("policy.depth", 2, r"synthetic.policy: unknown keys \['depth'\]"),
-    ("sft.lr", 1.0, r"synthetic.sft: missing \['learning_rate'\]; unknown \['lr'\]"),
+    ("policy.depth", 2, r"synthetic.policy.depth: unknown key"),
+    ("sft.lr", 1.0, r"synthetic.sft.lr: unknown key"),
     ("sft.examples_per_task", {"syn_yesno": 1601, "syn_short": 1, "syn_long": 1},
      r"synthetic.sft.examples_per_task: \{'syn_yesno': 1601\} exceed synthetic.data.n_train"),
     ("sft.examples_per_task", {"syn_yesno": 0, "syn_short": 0, "syn_long": 0},
      r"synthetic.sft.examples_per_task: SFT needs at least one example"),
     ("sft.examples_per_task", {"syn_yesno": -1, "syn_short": 1, "syn_long": 1},
      r"synthetic.sft.examples_per_task.syn_yesno: expected an integer >= 0"),
-    ("evaluate.samples", -1, r"synthetic.evaluate.samples: expected an integer >= 0"),
-    ("evaluate.every", 5, r"synthetic.evaluate: expected max_new_tokens and optionally"),
-    ("parallel_runs", 0, r"synthetic.parallel_runs: expected an integer >= 1"),
+    ("evaluate.samples", -1, r"synthetic.evaluate.samples: must be >= 0"),
+    ("evaluate.every", 5, r"synthetic.evaluate.every: unknown key"),
+    ("parallel_runs", 0, r"synthetic.parallel_runs: must be >= 1"),
 ])
 def test_bad_synthetic_params_fail_in_validate_params_naming_the_key(params, key, value, message):
     p = copy.deepcopy(params)
@@ -175,7 +175,7 @@ def test_sampled_reward_is_each_prompts_mean_over_its_k_samples(params, monkeypa
     def fake(model_dir, prompts, params_evaluate, backend, seed=0, num_samples=1, **kw):
         if params_evaluate["temperature"] == 0:
             return Res(["10", "no"])
-        assert num_samples == 2 and params_evaluate["temperature"] == p.rl["temperature"]
+        assert num_samples == 2 and params_evaluate["temperature"] == p.rl.temperature
         return Res(["10", "10 or 11", "yes", "no"])          # a, a, b, b
 
     monkeypatch.setattr(G, "run_generation", fake)
@@ -497,8 +497,8 @@ def test_numbers_spelled_as_strings_are_parsed(params):
     q["synthetic"]["policy"]["num_layers"] = "2"
     q["synthetic"]["bootstrap"]["confidence"] = "9e-1"
     p = plan(q)
-    assert p.sft["learning_rate"] == 0.002 and p.data.scale_long == 0.2
-    assert p.policy.num_layers == 2 and p.confidence == 0.9
+    assert p.sft.learning_rate == 0.002 and p.data.scale_long == 0.2
+    assert p.policy.num_layers == 2 and p.bootstrap.confidence == 0.9
     q["synthetic"]["data"]["scale_long"] = "lots"
     with pytest.raises(ParamsError, match="synthetic.data"):
         plan(q)

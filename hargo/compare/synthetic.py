@@ -56,9 +56,10 @@ from typing import Any, Mapping, Sequence
 from transformers import TrainerCallback
 
 from hargo.compare.layout import run_name
-from hargo.compare.synthetic_data import read_split
 from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
-                                          SyntheticPlan, configuration, plan)
+                                          SyntheticPlan, configuration, plan, read_split)
+from hargo.config import as_section
+from hargo.config.synthetic import plain
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward
 from hargo.io import atomic_write_json
 from hargo.training.rl_logging import StepRecorder
@@ -83,17 +84,17 @@ def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> dict:
     q["model"] = {**q["model"], "dtype": "float32", "trust_remote_code": False}
     q["train"] = {**q["train"], "gradient_checkpointing": False}
     q["sft"] = {**q["sft"], "samples_per_task": None, "max_steps": -1, "grad_accum": 1,
-                "epochs": p.sft["epochs"], "learning_rate": p.sft["learning_rate"],
-                "batch_size": p.sft["batch_size"], "max_length": p.sft["max_length"],
+                "epochs": p.sft.epochs, "learning_rate": p.sft.learning_rate,
+                "batch_size": p.sft.batch_size, "max_length": p.sft.max_length,
                 "lora": {**q["sft"]["lora"], "enabled": False}}
     rl = p.rl
-    q["rl"] = {**q["rl"], "steps": rl["steps"], "prompts_per_step": rl["prompts_per_step"],
-               "num_generations": rl["num_generations"],
-               "max_new_tokens": {t: n for t, n in rl["max_new_tokens"].items()},
-               "temperature": rl["temperature"], "learning_rate": rl["learning_rate"],
+    q["rl"] = {**q["rl"], "steps": rl.steps, "prompts_per_step": rl.prompts_per_step,
+               "num_generations": rl.num_generations,
+               "max_new_tokens": {t: n for t, n in rl.max_new_tokens.items()},
+               "temperature": rl.temperature, "learning_rate": rl.learning_rate,
                "lora": {**q["rl"]["lora"], "enabled": False}, "generation_backend": "transformers",
                "dynamic_sampling": {**(q["rl"].get("dynamic_sampling") or {}), "enabled": False},
-               "save_steps": rl["steps"] + 1, "log_completions_steps": 0}
+               "save_steps": rl.steps + 1, "log_completions_steps": 0}
     return q
 
 
@@ -107,10 +108,10 @@ def rl_prompts(train: Sequence[Mapping], p: SyntheticPlan, seed: int) -> list[di
     out = []
     for t in SYNTHETIC_TASKS:
         recs = [dict(r) for r in train if r["task"] == t]
-        if p.rl.get("pool", "all") == "held_out":
-            recs = recs[p.sft["examples_per_task"][t]:]
+        if p.rl.pool == "held_out":
+            recs = recs[p.sft.examples_per_task[t]:]
         rng = random.Random(f"hargo.synthetic.rl:{seed}:{t}")
-        out += rng.sample(recs, p.rl["prompts_per_task"][t])
+        out += rng.sample(recs, p.rl.prompts_per_task[t])
     return out
 
 
@@ -126,9 +127,9 @@ def sft_records(train: Sequence[Mapping], p: SyntheticPlan) -> list[dict]:
 
     out = []
     for t in SYNTHETIC_TASKS:
-        recs = [dict(r) for r in train if r["task"] == t][:p.sft["examples_per_task"][t]]
+        recs = [dict(r) for r in train if r["task"] == t][:p.sft.examples_per_task[t]]
         rng = random.Random(f"hargo.synthetic.hedge:{t}")
-        k = round(p.sft.get("hedge_share", 0.0) * len(recs))
+        k = round(p.sft.hedge_share * len(recs))
         for i in sorted(rng.sample(range(len(recs)), k)):
             recs[i]["answer"] = hedge(t, recs[i]["answer"], rng)
         out += recs
@@ -163,7 +164,7 @@ def evaluate_policy(model_dir: str | Path, records: Sequence[Mapping], p: Synthe
     """Greedy completions of ``records`` by the model in ``model_dir`` (transformers backend,
     per-task budgets ``synthetic.evaluate.max_new_tokens``), generated once and scored by
     :func:`score` under each of ``configs``: ``{name: {"ids", "tasks", "reward", "correct",
-    "completions"}}`` (lists in record order). With ``p.eval_samples = k > 0`` also ``k``
+    "completions"}}`` (lists in record order). With ``p.evaluate.samples = k > 0`` also ``k``
     completions per prompt sampled at ``synthetic.rl.temperature`` (seeded by ``seed``) and
     ``"sampled_reward"``, each prompt's mean reward over them (:func:`score`'s ``reward``):
     the quantity RL raises, next to the greedy answer that evaluation reads.
@@ -177,7 +178,7 @@ def evaluate_policy(model_dir: str | Path, records: Sequence[Mapping], p: Synthe
     prompts = [r["prompt"] for r in records]
     names = ("synthetic.policy.max_positions", "synthetic.evaluate.max_new_tokens")
     res = run_generation(model_dir, prompts,
-                         {"max_new_tokens": dict(p.eval_max_new_tokens), "temperature": 0.0,
+                         {"max_new_tokens": dict(p.evaluate.max_new_tokens), "temperature": 0.0,
                           "dtype": "float32", "batch_size": 64}, "transformers", tasks=tasks,
                          param_names=names)
     answers, labels = [r["answer"] for r in records], [r.get("label") for r in records]
@@ -185,11 +186,11 @@ def evaluate_policy(model_dir: str | Path, records: Sequence[Mapping], p: Synthe
                   **score(cfg, tasks, res.completions, answers, labels),
                   "completions": list(res.completions)}
            for name, cfg in configs.items()}
-    k = int(p.eval_samples)
+    k = int(p.evaluate.samples)
     if k > 0:
         sampled = run_generation(model_dir, prompts,
-                                 {"max_new_tokens": dict(p.eval_max_new_tokens),
-                                  "temperature": float(p.rl["temperature"]), "dtype": "float32",
+                                 {"max_new_tokens": dict(p.evaluate.max_new_tokens),
+                                  "temperature": float(p.rl.temperature), "dtype": "float32",
                                   "batch_size": 64}, "transformers", seed=seed, num_samples=k,
                                  tasks=tasks, param_names=names)
         rep = [x for x in range(len(records)) for _ in range(k)]   # prompt-major, k each
@@ -241,9 +242,10 @@ def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, s
 
     from hargo.hardware import use_bf16
 
-    return _digest({"data": asdict(p.data), "rl": p.rl, "eval": p.eval_max_new_tokens,
-                    "eval_samples": p.eval_samples, "eval_every": p.eval_every,
-                    "sft_examples": p.sft["examples_per_task"],   # the held-out pool's offset
+    return _digest({"data": asdict(p.data), "rl": plain(p.rl),
+                    "eval": dict(p.evaluate.max_new_tokens),
+                    "eval_samples": p.evaluate.samples, "eval_every": p.evaluate.every_steps,
+                    "sft_examples": dict(p.sft.examples_per_task),   # the held-out pool's offset
                     "configuration": name, "method": method, "seed": seed,
                     "method_params": params["rl"].get(method), "clip": params["rl"]["clip_range"],
                     "model": model_digest, "code": code, "bf16": use_bf16(params),
@@ -302,11 +304,11 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
             with torch.random.fork_rng(devices=[]):
                 return evaluate_policy(folder, eval_records, p, {name: config}, seed=seed)[name]
 
-        every = _EvalEvery(p.eval_every, evaluate, tokenizer, work)
+        every = _EvalEvery(p.evaluate.every_steps, evaluate, tokenizer, work)
         trainer = build_trainer(q, method, model_dir, rl_prompts(train, p, seed), work / "trainer",
                                 recorder=recorder, callbacks=[callback, every],
                                 reward_funcs=[SyntheticReward(config)])
-        if p.eval_every:
+        if p.evaluate.every_steps:
             every.curve.append({"step": 0, **eval_summary(evaluate(model_dir))})
         tt = time.perf_counter()
         trainer.train()
@@ -315,7 +317,7 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
         _save_policy(model, tokenizer, work / "policy")
         ev = evaluate(work / "policy")
     summary = eval_summary(ev)
-    curve = every.curve + [{"step": int(p.rl["steps"]), **summary}]
+    curve = every.curve + [{"step": int(p.rl.steps), **summary}]
     return {"method": method, "seed": int(seed), "configuration": name,
             "history": recorder.history, "eval": ev, "eval_summary": summary,
             "eval_curve": curve, "train_s": round(train_s, 2),
@@ -346,17 +348,18 @@ def train_sft(params: Mapping, root: str | Path = ".") -> dict:
     root = Path(root)
     p = plan(params)
     train, ev = read_split(root, "train"), read_split(root, "eval")
-    q = stage_params(params, p, int(params["seed"]))
+    seed = as_section(params, "seed")
+    q = stage_params(params, p, seed)
     setup_torch(q)
     texts = [m["content"] for r in train for m in r["prompt"]] + [r["answer"] for r in train]
     with tempfile.TemporaryDirectory(prefix="hargo-synthetic-init-") as work:
-        init = build_tiny_policy(Path(work) / "init", p.policy, texts, seed=int(params["seed"]))
+        init = build_tiny_policy(Path(work) / "init", p.policy, texts, seed=seed)
         size = describe(load_model(init))
         metrics = sft.train(q, init, sft_records(train, p), root / MODEL_DIR, report_to=())
     metrics.pop("loss_curve", None)
     evals = evaluate_policy(root / MODEL_DIR, ev, p,
                             {name: configuration(p, name) for name in CONFIGURATIONS},
-                            seed=int(params["seed"]))
+                            seed=seed)
     out = {"sft": metrics, "parameters": size, "policy": asdict(p.policy),
            "eval": {name: {"summary": eval_summary(e), **e} for name, e in evals.items()}}
     atomic_write_json(root / METRICS_DIR / "sft.json", out)
@@ -424,7 +427,7 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
 
         from hargo.hardware import resolve_threads
 
-        each = max(1, resolve_threads(params["train"]["threads"]) // p.parallel_runs)
+        each = max(1, resolve_threads(as_section(params, "train").threads) // p.parallel_runs)
         q = {**params, "train": {**params["train"], "threads": each}}
         jobs = [(q, name, m, s, str(root), str(model_dir)) for m, s, _, _ in pending]
         where = {(m, s): (fp, path) for m, s, fp, path in pending}

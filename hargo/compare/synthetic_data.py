@@ -2,16 +2,19 @@
 generated train and eval splits in the prepared schema, validated by the record contract
 (:func:`hargo.data.synthetic.check_synthetic`) and by a Great Expectations suite run through the
 ``validate`` stage's GX adapter (:func:`hargo.data.validate.run_suites`, :func:`contract_specs`),
-and reading them back checked."""
+and reading them back checked (:func:`read_split`, defined with the paths in
+:mod:`hargo.compare.synthetic_plan` so that the training stages, which only read the splits, do
+not import the GX adapter and the HPC data modules it uses)."""
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping
 
-from hargo.compare.synthetic_plan import DATA_DIR, plan
+from hargo.compare.synthetic_plan import DATA_DIR, plan, read_split  # noqa: F401 (re-exported)
+from hargo.config import as_section
 from hargo.data.synthetic import SYNTHETIC_TASKS, check_synthetic
-from hargo.io import atomic_files, read_jsonl, write_json, write_jsonl
+from hargo.io import atomic_files, write_json, write_jsonl
 
 __all__ = ["prepare_data", "read_split", "contract_specs", "contract_tables", "validate_splits"]
 
@@ -97,7 +100,7 @@ def validate_splits(train: list[dict], ev: list[dict], data) -> list[dict]:
 
 
 def prepare_data(params: Mapping, root: str | Path = ".") -> dict:
-    """Stage ``synthetic_data``: the train and eval splits (seed ``params["seed"]``), validated
+    """Stage ``synthetic_data``: the train and eval splits (seed ``params.seed``), validated
     (module docstring), and ``stats.json`` (records and mean reference length in characters per
     task and split, and every expectation's outcome).
 
@@ -109,12 +112,13 @@ def prepare_data(params: Mapping, root: str | Path = ".") -> dict:
     from hargo.data.synthetic import generate
 
     p = plan(params)
-    train, ev = generate(p.data, int(params["seed"]))
+    seed = as_section(params, "seed")
+    train, ev = generate(p.data, seed)
     check_synthetic(train, "synthetic train split")
     check_synthetic(ev, "synthetic eval split")
     results = validate_splits(train, ev, p.data)
     out = Path(root) / DATA_DIR
-    stats = {"seed": int(params["seed"]), "config": asdict(p.data), "splits": {},
+    stats = {"seed": seed, "config": asdict(p.data), "splits": {},
              "expectations": {r["name"]: r["success"] for r in results}}
     for split, recs in (("train", train), ("eval", ev)):
         stats["splits"][split] = {t: {"records": sum(r["task"] == t for r in recs),
@@ -127,19 +131,3 @@ def prepare_data(params: Mapping, root: str | Path = ".") -> dict:
         write_jsonl(place(out / "eval.jsonl"), ev)
         write_json(place(out / "stats.json"), stats)
     return stats
-
-
-def read_split(root: Path, split: str) -> list[dict]:
-    """``data/synthetic/<split>.jsonl`` under ``root``, checked.
-
-    Raises:
-        FileNotFoundError: missing (names the stage to run).
-        HargoInputError: a bad record (names file, record, field).
-    """
-    path = root / DATA_DIR / f"{split}.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run stage synthetic_data "
-                                "(dvc repro synthetic/dvc.yaml)")
-    recs = read_jsonl(path)
-    check_synthetic(recs, str(path))
-    return recs

@@ -31,6 +31,7 @@ from hargo.compare.aggregate import mean_curve
 from hargo.compare.layout import run_name
 from hargo.compare.synthetic_plan import CONFIGURATIONS, FIGURES_DIR, METRICS_DIR, REPORT_MD
 from hargo.compare.synthetic_plan import plan as synthetic_plan
+from hargo.config import as_section
 from hargo.data.synthetic import SYNTHETIC_TASKS
 from hargo.io import atomic_files, write_json
 from hargo.stats import mean_std, paired_bootstrap_ci_two_level
@@ -179,9 +180,9 @@ def log_to_mlflow(params: Mapping, plan, root: Path, summary: Mapping,
         mlflow.log_metrics(flat_metrics(summary))
         mlflow.log_params({"synthetic.methods": ",".join(plan.methods),
                            "synthetic.seeds": ",".join(map(str, plan.seeds)),
-                           "synthetic.rl.steps": plan.rl["steps"],
-                           "synthetic.rl.prompts_per_step": plan.rl["prompts_per_step"],
-                           "synthetic.rl.num_generations": plan.rl["num_generations"],
+                           "synthetic.rl.steps": plan.rl.steps,
+                           "synthetic.rl.prompts_per_step": plan.rl.prompts_per_step,
+                           "synthetic.rl.num_generations": plan.rl.num_generations,
                            "synthetic.data.n_train": plan.data.n_train,
                            "synthetic.data.n_eval": plan.data.n_eval,
                            "synthetic.parameters": summary["parameters"],
@@ -253,7 +254,8 @@ def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapp
     vs = data.get("vs_sft") or {}
     if vs:
         lines += [f"Did RL improve on SFT? Each method minus the SFT policy, paired two-level "
-                  f"bootstrap {int(plan.confidence * 100)}% intervals (the method's seeds and the "
+                  f"bootstrap {int(plan.bootstrap.confidence * 100)}% intervals (the method's "
+                  f"seeds and the "
                   "prompts resampled):", ""] + _interval_table("method minus SFT", vs)
         above = [m for m, cis in vs.items() if cis["all/reward"]["low"] > 0]
         lines += ["", f"Above SFT on the all-task eval reward (interval above 0): "
@@ -261,8 +263,9 @@ def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapp
                   + (f" ({', '.join(above)})" if 0 < len(above) < len(vs) else "") + ".", ""]
     ci = data["intervals"]
     if ci:
-        lines += [f"Paired two-level bootstrap {int(plan.confidence * 100)}% intervals of HARGO "
-                  f"minus each method ({plan.resamples} resamples of seed pairs and prompts):",
+        lines += [f"Paired two-level bootstrap {int(plan.bootstrap.confidence * 100)}% "
+                  f"intervals of HARGO minus each method ({plan.bootstrap.resamples} resamples "
+                  f"of seed pairs and prompts):",
                   ""] + _interval_table("HARGO minus", {pair.split("-", 1)[1]: cis
                                                         for pair, cis in ci.items()})
         grpo = ci.get("hargo-grpo", {}).get("all/reward")
@@ -288,6 +291,7 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
 
     root = Path(root)
     plan = synthetic_plan(params)
+    seed = as_section(params, "seed")
 
     def load(name: str) -> dict:
         path = root / METRICS_DIR / f"{name}.json"
@@ -306,9 +310,9 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
              f"CPU: {summary['cpu']}. Tiny policy: {summary['parameters']:,} parameters "
              f"({plan.policy.tokenizer} tokenizer, {plan.policy.num_layers} layers of "
              f"{plan.policy.hidden_size}); SFT {sft['sft']['steps']} steps in "
-             f"{sft['sft']['train_seconds']:.0f} s. RL: {plan.rl['steps']} steps x "
-             f"{plan.rl['prompts_per_step']} prompts x G={plan.rl['num_generations']}, prompt "
-             f"pool {plan.rl['prompts_per_task']}, per method and seed.", ""]
+             f"{sft['sft']['train_seconds']:.0f} s. RL: {plan.rl.steps} steps x "
+             f"{plan.rl.prompts_per_step} prompts x G={plan.rl.num_generations}, prompt "
+             f"pool {dict(plan.rl.prompts_per_task)}, per method and seed.", ""]
     figures_dir = root / FIGURES_DIR
     figures_dir.mkdir(parents=True, exist_ok=True)
     (root / REPORT_MD).parent.mkdir(parents=True, exist_ok=True)
@@ -321,8 +325,9 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
             if missing:
                 raise FileNotFoundError(f"{root / METRICS_DIR / (name + '.json')} lacks runs "
                                         f"{missing}: re-run stage synthetic_rl@{name}")
-            ci = intervals(runs, plan.methods, plan.seeds, plan.resamples, plan.confidence,
-                           int(params["seed"]))
+            boot = plan.bootstrap
+            ci = intervals(runs, plan.methods, plan.seeds, boot.resamples, boot.confidence,
+                           seed)
             shown = [m for m in ("grpo", "hargo") if m in plan.methods] or list(plan.methods[:2])
             hists = {m: [runs[run_name(m, s)]["history"] for s in plan.seeds] for m in shown}
             figures = {}
@@ -335,7 +340,8 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
                              f"{name}: {title}", ylabel)
                 figures[f"{name}: {title}"] = f"synthetic/{fname}"
             vs_sft = sft_intervals(runs, plan.methods, plan.seeds, sft["eval"][name],
-                                   plan.resamples, plan.confidence, int(params["seed"]))
+                                   plan.bootstrap.resamples, plan.bootstrap.confidence,
+                                   seed)
             lines += _section(name, {"runs": runs, "intervals": ci, "vs_sft": vs_sft},
                               sft["eval"][name]["summary"], plan, figures)
             summary["configurations"][name] = {

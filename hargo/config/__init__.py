@@ -19,11 +19,17 @@ out of range or not a choice (with the range), a missing required key. The check
 ``hargo.params.validate_params`` made by hand are the fields' own now (its messages are kept);
 the few that relate several keys are the sections' ``_check`` hooks.
 
-Imports: :mod:`hargo.param_values`, :mod:`hargo.config.fields`, and (lazily, when a config is
-built) the method and task registries, :mod:`hargo.generation_budget`, and
-:mod:`hargo.config.checks` (the gate's rule and the synthetic test bed's plan, each their own
-module's). Nothing of training, evaluation,
-comparison or data is imported, and no torch (``python -X importtime -c "import hargo.config"``).
+The ``synthetic`` section's blocks are :mod:`hargo.config.synthetic`'s (the synthetic test bed's
+own dataclasses: its generator, tiny policy and plan read them), and ``register`` is checked by
+the promotion gate's rule, :mod:`hargo.config.gate_rule` (:mod:`hargo.gate` imports it from
+there).
+
+Imports: :mod:`hargo.param_values`, the config's own modules (:mod:`~hargo.config.fields`,
+:mod:`~hargo.config.loading`, :mod:`~hargo.config.synthetic`, :mod:`~hargo.config.gate_rule`)
+and (lazily, when a config is built) the method and task registries and
+:mod:`hargo.generation_budget`. Nothing of training, evaluation, comparison, data, models or
+the gate is imported, and no torch (``python -X importtime -c "import hargo.config"``;
+tests/test_config_layers.py).
 """
 from __future__ import annotations
 
@@ -37,6 +43,10 @@ from typing import Any, Iterable, Mapping
 
 from hargo.config.loading import apply_overrides, read_params_file
 from hargo.config.fields import REQUIRED, check_value, describe_range, field_info, knob, node
+from hargo.config.gate_rule import check_gate_params
+from hargo.config.synthetic import (SyntheticBootstrap, SyntheticData, SyntheticEvaluate,
+                                    SyntheticPolicy, SyntheticRL, SyntheticSFT, check_synthetic,
+                                    check_synthetic_keys)
 from hargo.param_values import ParamsError
 
 __all__ = ["Config", "load_config", "as_config", "as_section", "params_dict", "knob", "node", "field_info", "describe_range",
@@ -451,11 +461,12 @@ class Evaluate:
 # ----------------------------------------------------------------------------------- register
 @section
 class Register:
-    """``register``: the model registry's name and promotion gate (hargo/gate.py)."""
+    """``register``: the model registry's name and promotion gate (hargo/gate.py); its rule
+    is :func:`hargo.config.gate_rule.check_gate_params`."""
 
     model_name: str = _str(help="registered model name")
     gate_metrics: tuple[str, ...] = knob(REQUIRED, "metrics a candidate must not lose on "
-                                         "(hargo.gate.GATE_METRICS)", kind="list")
+                                         "(hargo.config.gate_rule.GATE_METRICS)", kind="list")
     tolerance: float = knob(0.0, "candidate must not lose more than this on any gate metric", 0)
     resamples: int = _int(2000, "paired bootstrap resamples", 100)
     confidence: float = knob(0.95, "bootstrap interval confidence", 0, 1, lo_open=True,
@@ -463,12 +474,11 @@ class Register:
 
     @staticmethod
     def _check(raw: Mapping, key: str, root: Mapping) -> None:
-        from hargo.config import checks                # the gate's own rule, one definition
         from hargo.param_values import as_number
 
         if isinstance(raw, dict) and "tolerance" in raw:
             raw["tolerance"] = as_number("register.tolerance", raw["tolerance"])
-        checks.gate(raw)
+        check_gate_params(raw)                  # the gate's rule (hargo/config/gate_rule.py)
 
 
 # ------------------------------------------------------------------------------------ compare
@@ -561,27 +571,41 @@ class Mlflow:
 
 @section
 class Synthetic:
-    """``synthetic``: the synthetic test bed (hargo/compare/synthetic.py); its blocks are checked
-    by :func:`hargo.compare.synthetic_plan.plan`, which turns them into the test bed's own
-    dataclasses (``SyntheticConfig``, ``TinyPolicyConfig``)."""
+    """``synthetic``: the synthetic test bed (hargo/compare/synthetic.py), typed: its blocks are
+    the dataclasses of :mod:`hargo.config.synthetic` (``data`` is the generator's
+    ``SyntheticConfig``, ``policy`` the tiny model's ``TinyPolicyConfig``), and this whole block
+    is the test bed's plan (:class:`hargo.compare.synthetic_plan.SyntheticPlan`).
 
-    data: Mapping[str, Any] = knob(REQUIRED, "the generated tasks (SyntheticConfig)", kind="any",
-                                   source="hargo/data/synthetic.py")
-    policy: Mapping[str, Any] = knob(REQUIRED, "the tiny policy (TinyPolicyConfig)", kind="any",
-                                     source="hargo/models/tiny.py")
-    sft: Mapping[str, Any] = knob(REQUIRED, "SFT of the tiny policy", kind="any")
-    rl: Mapping[str, Any] = knob(REQUIRED, "RL shared by every method and seed", kind="any")
+    Attributes:
+        data, policy, sft, rl, evaluate, bootstrap: the typed blocks.
+        methods: GRPO-family methods compared (``hargo`` among them for the intervals).
+        seeds: RL seeds; seed s of one method is paired with seed s of another.
+        parallel_runs: runs trained at once by ``synthetic_rl`` (spawned processes, each with
+            ``train.threads`` / ``parallel_runs`` torch threads, at least 1). A run's numbers
+            depend on its thread count (float reductions), so changing this changes results
+            slightly; a script that calls ``train_configuration`` with it > 1 needs the
+            ``if __name__ == "__main__"`` guard of Python's spawn start method.
+    """
+
+    data: SyntheticData = node(SyntheticData, "the generated tasks (SyntheticConfig)",
+                               source="hargo/config/synthetic.py")
+    policy: SyntheticPolicy = node(SyntheticPolicy, "the tiny policy (TinyPolicyConfig)",
+                                   source="hargo/config/synthetic.py")
+    sft: SyntheticSFT = node(SyntheticSFT, "SFT of the tiny policy")
+    rl: SyntheticRL = node(SyntheticRL, "RL shared by every method and seed")
     methods: tuple[str, ...] = knob(REQUIRED, "GRPO-family methods compared", kind="list")
-    seeds: tuple[int, ...] = knob(REQUIRED, "RL seeds", kind="list")
-    parallel_runs: int = _int(1, "runs trained at once", 1)
-    evaluate: Mapping[str, Any] = knob(REQUIRED, "the greedy evaluation", kind="any")
-    bootstrap: Mapping[str, Any] = knob(REQUIRED, "the paired bootstrap", kind="any")
+    seeds: tuple[int, ...] = knob(REQUIRED, "RL seeds, paired across methods", kind="list")
+    parallel_runs: int = _int(REQUIRED, "runs trained at once", 1)
+    evaluate: SyntheticEvaluate = node(SyntheticEvaluate, "the greedy evaluation")
+    bootstrap: SyntheticBootstrap = node(SyntheticBootstrap, "the paired bootstrap")
 
     @staticmethod
     def _check(raw: Mapping, key: str, root: Mapping) -> None:
-        from hargo.config import checks       # the test bed's own plan, its messages first
+        check_synthetic_keys(raw)
 
-        checks.synthetic(root)
+    @staticmethod
+    def _after(value: "Synthetic", key: str, root: Mapping) -> None:
+        check_synthetic(value)
 
 
 # -------------------------------------------------------------------------------------- root

@@ -80,11 +80,11 @@ import math
 import random
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 from typing import Mapping, Sequence
 
-from hargo.param_values import dataclass_from_params
+from hargo.config.synthetic import SYNTHETIC_TASKS, YESNO_QUESTIONS, SyntheticData
 from hargo.rewards.race import canonical_label, extract_yes_no
 from hargo.rewards.text import read_answer
 
@@ -92,10 +92,6 @@ __all__ = ["SYNTHETIC_TASKS", "SyntheticConfig", "generate", "hedge", "synthetic
            "similarity", "short_tier", "offered_numbers", "check_synthetic", "SyntheticReward",
            "LONG_WORDS"]
 
-SYNTHETIC_TASKS: tuple[str, ...] = ("syn_yesno", "syn_short", "syn_long")
-
-#: syn_yesno's question kinds (``SyntheticConfig.yesno_question``).
-YESNO_QUESTIONS: tuple[str, ...] = ("last_even", "mixed")
 
 #: The real task whose prepared-record schema (and reward shape) each synthetic task copies.
 SCHEMA_TASK: dict[str, str] = {"syn_yesno": "race_c", "syn_short": "mlperf", "syn_long": "plp"}
@@ -113,90 +109,11 @@ LONG_WORDS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class SyntheticConfig:
-    """Knobs of the synthetic tasks (a future params.yaml block; ``from_params``).
-
-    Attributes:
-        n_train, n_eval: examples per task in the train and eval split.
-        difficulty: length of the integer lists of syn_yesno and syn_short (>= 2); syn_short's
-            integers are drawn from 1..(10 * difficulty), so sums grow with it too.
-        short_terms: syn_short's list length and range (1..10 * short_terms) instead of
-            ``difficulty`` when > 0 (>= 2; 0: ``difficulty``), so the sum can be made easier
-            without shrinking syn_yesno's prompt space.
-        long_answer_words: words in every syn_long reference answer (>= 2).
-        homogeneous: the control: every task gets a 0/1 exact-match reward (module docstring).
-        heterogeneity: h in [0, 1], the weight of syn_short's and syn_long's graded rewards
-            against their exact-match rewards: ``h * graded + (1 - h) * exact``; 1 (default)
-            the graded rewards, 0 the control's rewards (``homogeneous`` wins over it): one
-            knob from the homogeneous to the heterogeneous rewards
-            (``benchmarks/synthetic_study.py``).
-        yesno_question: syn_yesno's question: ``"last_even"`` (is the last of ``difficulty``
-            digits even: one token decides, so a tiny policy learns it by SFT on a few hundred
-            examples) or ``"mixed"`` (sum parity, a repeated number or sorted order, drawn per
-            example: beyond a tiny policy at that budget, ~chance after SFT).
-        scale_yesno, scale_short, scale_long: multiply the task's reward (>= 0).
-        long_budget_ratio: syn_long's length budget, in multiples of the reference's characters.
-        long_length_penalty: syn_long's penalty per character past the budget.
-        long_min_reward: floor of syn_long's reward (before the scale).
-    """
-
-    n_train: int = 200
-    n_eval: int = 50
-    difficulty: int = 5
-    short_terms: int = 0
-    long_answer_words: int = 18
-    homogeneous: bool = False
-    heterogeneity: float = 1.0
-    yesno_question: str = "last_even"
-    scale_yesno: float = 1.0
-    scale_short: float = 1.0
-    scale_long: float = 1.0
-    long_budget_ratio: float = 1.5
-    long_length_penalty: float = 0.002
-    long_min_reward: float = 0.0
-
-    def __post_init__(self):
-        for name in ("n_train", "n_eval"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"SyntheticConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.difficulty < 2:
-            raise ValueError(f"SyntheticConfig.difficulty must be >= 2, got {self.difficulty}")
-        if self.short_terms != 0 and self.short_terms < 2:
-            raise ValueError(f"SyntheticConfig.short_terms must be 0 or >= 2, got {self.short_terms}")
-        if self.long_answer_words < 2:
-            raise ValueError("SyntheticConfig.long_answer_words must be >= 2, got "
-                             f"{self.long_answer_words}")
-        if self.yesno_question not in YESNO_QUESTIONS:
-            raise ValueError(f"SyntheticConfig.yesno_question must be one of {list(YESNO_QUESTIONS)}"
-                             f", got {self.yesno_question!r}")
-        for name in ("scale_yesno", "scale_short", "scale_long", "long_budget_ratio",
-                     "long_length_penalty"):
-            v = getattr(self, name)
-            if not (v >= 0 and math.isfinite(v)):
-                raise ValueError(f"SyntheticConfig.{name} must be a finite number >= 0, got {v}")
-        if not (0 <= self.heterogeneity <= 1):
-            raise ValueError("SyntheticConfig.heterogeneity must be in [0, 1], got "
-                             f"{self.heterogeneity}")
-        if not (self.long_min_reward <= 1 and math.isfinite(self.long_min_reward)):
-            raise ValueError("SyntheticConfig.long_min_reward must be a finite number <= 1, got "
-                             f"{self.long_min_reward}")
-
-    @classmethod
-    def from_params(cls, d: Mapping | None) -> "SyntheticConfig":
-        """From a params dict; missing keys keep the defaults.
-
-        Raises:
-            ValueError: an unknown key (named, with the valid ones), a value that does not
-                convert to its field's type (``homogeneous`` must be a real bool), or a value
-                out of range.
-        """
-        return dataclass_from_params(cls, d, "synthetic")
-
-    def scale(self, task: str) -> float:
-        """The reward scale of ``task``."""
-        return {"syn_yesno": self.scale_yesno, "syn_short": self.scale_short,
-                "syn_long": self.scale_long}[_check_task(task)]
+#: The knobs of the synthetic tasks: params.yaml ``synthetic.data``, the typed config's block
+#: (:class:`hargo.config.synthetic.SyntheticData`: every field's type, default, range and help;
+#: ``from_params`` builds one from a mapping, refusing an unknown key by name; a value out of
+#: range raises a ValueError naming ``synthetic.data.<key>``), with ``scale(task)``.
+SyntheticConfig = SyntheticData
 
 
 def _check_task(task) -> str:

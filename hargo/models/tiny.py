@@ -13,11 +13,10 @@ small tokenizer's chat template has no default system prompt (SmolLM2's adds one
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable
 
-from hargo.param_values import dataclass_from_params
+from hargo.config.synthetic import SyntheticPolicy
 
 __all__ = ["TinyPolicyConfig", "CHATML_TEMPLATE", "SPECIAL_TOKENS", "train_small_tokenizer",
            "build_tiny_policy"]
@@ -30,49 +29,12 @@ CHATML_TEMPLATE = (
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
-@dataclass(frozen=True)
-class TinyPolicyConfig:
-    """The tiny policy's architecture (params.yaml ``synthetic.policy``; ``from_params``).
-
-    Attributes:
-        tokenizer: ``"small"`` (a byte-level BPE of ``vocab_size`` tokens trained on the task
-            texts) or ``"project"`` (SmolLM2's tokenizer from the embedded model package).
-        vocab_size: the small tokenizer's vocabulary, >= 300 (256 bytes + specials + merges).
-        hidden_size, num_layers, num_heads, intermediate_size: the Llama network
-            (``hidden_size`` divisible by ``num_heads``).
-        max_positions: context length in tokens.
-    """
-
-    tokenizer: str = "small"
-    vocab_size: int = 512
-    hidden_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
-    intermediate_size: int = 768
-    max_positions: int = 512
-
-    def __post_init__(self):
-        if self.tokenizer not in ("small", "project"):
-            raise ValueError(f"synthetic.policy.tokenizer must be 'small' or 'project', got "
-                             f"{self.tokenizer!r}")
-        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "max_positions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"synthetic.policy.{name} must be >= 1, got {getattr(self, name)}")
-        if self.vocab_size < 300:
-            raise ValueError(f"synthetic.policy.vocab_size must be >= 300, got {self.vocab_size}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"synthetic.policy.hidden_size {self.hidden_size} is not divisible "
-                             f"by num_heads {self.num_heads}")
-
-    @classmethod
-    def from_params(cls, d: Mapping | None) -> "TinyPolicyConfig":
-        """From a params dict; missing keys keep the defaults.
-
-        Raises:
-            ValueError: an unknown key (named, with the valid ones) or a bad value.
-        """
-        return dataclass_from_params(cls, d, "synthetic.policy")
+#: The tiny policy's architecture: params.yaml ``synthetic.policy``, the typed config's block
+#: (:class:`hargo.config.synthetic.SyntheticPolicy`: ``tokenizer``, ``vocab_size``,
+#: ``hidden_size``, ``num_layers``, ``num_heads``, ``intermediate_size``, ``max_positions``, each
+#: with its type, default, range and help; ``from_params`` builds one from a mapping, refusing an
+#: unknown key by name; a bad value raises a ValueError naming ``synthetic.policy.<key>``).
+TinyPolicyConfig = SyntheticPolicy
 
 
 def train_small_tokenizer(texts: Iterable[str], vocab_size: int):
