@@ -3,7 +3,7 @@
 #
 # Usage: scripts/mutation.sh [module ...]
 #   modules: advantages stats gate split metrics rewards (default: all of them)
-#   gate is the registry gate (hargo/gate.py: gate() and check_gate_params()).
+#   gate is the registry gate (hargo/gate.py: gate(); hargo/config/gate_rule.py: check_gate_params()).
 #
 # Each module runs in its own scratch copy ($MUTATION_DIR/<module>, default
 # ${TMPDIR:-/tmp}/hargo-mutation) holding hargo/, tests/, benchmarks/, scripts/, params.yaml,
@@ -32,7 +32,7 @@ unset PYTHONPATH  # the scratch copy's mutated hargo must be the one imported
 declare -A FILES=(
   [advantages]="hargo/advantages.py"
   [stats]="hargo/stats.py"
-  [gate]="hargo/gate.py"
+  [gate]="hargo/gate.py hargo/config/gate_rule.py"   # the rule moved into the config
   [split]="hargo/data/split.py"
   [metrics]="hargo/metrics.py"
   [rewards]="hargo/rewards/*"
@@ -56,12 +56,14 @@ for mod in "${MODULES[@]}"; do
   # the data's DVC pointer (a fast test reads the data version from it), not the data
   mkdir -p "$dir/data/raw" && cp "$ROOT/data/raw/hpc-gpt.dvc" "$dir/data/raw/"
   cp "$ROOT/pyproject.toml" "$dir/pyproject.toml"
+  # FILES holds one or more space-separated paths (globs passed to mutmut unexpanded)
+  set -f; only=""; for f in ${FILES[$mod]}; do only+="\"$f\", "; done; set +f
   cat >> "$dir/pyproject.toml" <<EOF
 
 [tool.mutmut]
 source_paths = ["hargo"]
 also_copy = ["params.yaml", "benchmarks", "scripts", "dvc.yaml", "compare", "data"]
-only_mutate = ["${FILES[$mod]}"]
+only_mutate = [${only%, }]
 pytest_add_cli_args = ["-m", "fast", "-p", "no:randomly", "-p", "no:cacheprovider", "-q"]
 pytest_add_cli_args_test_selection = ["tests/"]
 EOF
