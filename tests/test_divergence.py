@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hargo.config import Config, as_config, params_dict
 from hargo.io import HargoInputError
 from hargo.training.divergence import (TRAINING_RECORD, DivergenceBounds, DivergenceGuard,
                                        TrainingDiverged, check_training_record, training_record,
@@ -44,8 +45,14 @@ def test_check_logs_passes_healthy_steps(logs):
 @pytest.mark.fast
 def test_bounds_from_params(committed_params):
     assert DivergenceBounds.from_params(committed_params) == DivergenceBounds(100.0, 10.0, 1000.0)
-    with pytest.raises(ValueError, match="unknown key.*max_gradnorm"):
-        DivergenceBounds.from_params({"train": {"divergence": {"max_gradnorm": 1}}})
+    assert DivergenceBounds.from_params(as_config(committed_params)) == DivergenceBounds()
+    typo = {**committed_params, "train": {**committed_params["train"],
+                                          "divergence": {"max_gradnorm": 1}}}
+    with pytest.raises(ValueError, match="train.divergence.max_gradnorm: unknown key"):
+        DivergenceBounds.from_params(typo)
+    raised = {**committed_params, "train": {**committed_params["train"],
+                                            "divergence": {"max_loss": "1e3"}}}
+    assert DivergenceBounds.from_params(raised) == DivergenceBounds(max_loss=1000.0)
     with pytest.raises(ValueError, match="max_kl: must be a finite number > 0"):
         DivergenceBounds(max_kl=math.inf)
 
