@@ -82,18 +82,18 @@ def tiny_policy(tmp_path_factory):
     return model_dir, [r for r in train if r["task"] == "syn_short"][:8]
 
 
-def _tiny_params(lr: float) -> dict:
+def _tiny_params(lr: float) -> Config:
     from hargo.compare.synthetic import stage_params
     from hargo.compare.synthetic_plan import plan
     from hargo.params import load_params
 
     params = load_params(PARAMS)
-    q = stage_params(params, plan(params), 1)
+    q = params_dict(stage_params(params, plan(params), 1))   # the synthetic tasks' config
     q["train"].update(threads=1, bf16=False)
     q["rl"].update(steps=4, prompts_per_step=4, num_generations=4, max_new_tokens=4,
                    learning_rate=lr, save_steps=1)
     q["sft"].update(learning_rate=lr, epochs=1, max_steps=4, batch_size=4)
-    return q
+    return Config.from_params(q, synthetic=True)
 
 
 def _length_reward(completions, **_) -> list[float]:
