@@ -150,7 +150,8 @@ class Model:
 @section
 class Divergence:
     """``train.divergence``: every trainer stops, saving nothing, at a non-finite loss, KL or
-    grad norm or one past these (hargo/training/divergence.py)."""
+    grad norm or one past these (hargo/training/divergence.py, whose ``DivergenceBounds`` takes
+    its defaults from here and its values from this block: ``DivergenceBounds.of``)."""
 
     max_loss: float = knob(100.0, "largest healthy loss (healthy: <= ~11)", 0, lo_open=True)
     max_kl: float = knob(10.0, "largest healthy per-token KL (healthy: <= ~0.8)", 0,
@@ -231,7 +232,8 @@ class SFT:
 @section
 class DynamicSampling:
     """``rl.dynamic_sampling`` (DAPO; hargo/training/dynamic_sampling.py): drop zero-variance
-    groups and refill the step."""
+    groups and refill the step. The GRPO-family trainer takes this block itself
+    (``hargo.training.dynamic_sampling.DynamicSamplingConfig`` is this class)."""
 
     enabled: bool = _bool(False, "drop zero-variance groups and refill the step (GRPO family)")
     refill_factor: float = knob(2.0, "prompts drawn per missing group in a refill round", 1)
