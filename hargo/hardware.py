@@ -32,7 +32,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from hargo.config import Config, Train
 
 __all__ = ["HardwareProfile", "PROFILES", "detect_profile", "cpu_flags", "native_bf16_cpu",
            "use_bf16", "trainer_precision_kwargs", "generation_dtype", "GENERATION_DTYPES",
@@ -109,16 +112,30 @@ def detect_profile() -> HardwareProfile:
     return PROFILES["cpu-bf16"] if native_bf16_cpu() else PROFILES["cpu"]
 
 
-def use_bf16(params: Mapping, profile: HardwareProfile | None = None) -> bool:
-    """bf16 autocast for training: ``train.bf16`` and the profile's ``native_bf16``."""
+def _train_section(params: "Config | Mapping | Train") -> "Train":
+    """The typed ``train`` section of ``params``: a :class:`hargo.config.Train` as it is, else
+    :func:`hargo.config.as_section` (a Config's node, or a params mapping's section checked)."""
+    from hargo.config import Train, as_section
+
+    return params if isinstance(params, Train) else as_section(params, "train")
+
+
+def use_bf16(params: "Config | Mapping | Train", profile: HardwareProfile | None = None) -> bool:
+    """bf16 autocast for training: ``train.bf16`` and the profile's ``native_bf16``.
+
+    ``params``: the typed config, a params mapping, or the typed ``train`` section.
+
+    Raises:
+        ParamsError: a bad ``train`` section of a params mapping (names the key)."""
     profile = profile or detect_profile()
-    return bool(params["train"]["bf16"]) and profile.native_bf16
+    return _train_section(params).bf16 and profile.native_bf16
 
 
-def trainer_precision_kwargs(params: Mapping,
+def trainer_precision_kwargs(params: "Config | Mapping | Train",
                              profile: HardwareProfile | None = None) -> dict[str, bool]:
     """The device and precision fields of a ``transformers.TrainingArguments`` (and every TRL
-    config derived from it) for ``params`` on ``profile`` (default: :func:`detect_profile`).
+    config derived from it) for ``params`` (the typed config, a params mapping or the typed
+    ``train`` section) on ``profile`` (default: :func:`detect_profile`).
 
     Returns ``{"use_cpu", "bf16", "fp16", "dataloader_pin_memory"}``: ``use_cpu`` on a CPU
     profile (required there for bf16, see the module docstring), ``bf16`` from
@@ -250,16 +267,23 @@ def describe_cpu() -> str:
             f"{'+'.join(flags) if flags else 'no native bf16 (AVX2)'}")
 
 
-def setup_torch(params: Mapping) -> int:
+def setup_torch(params: "Config | Mapping") -> int:
     """Set torch's intra-op thread count from ``train.threads`` (an integer, 0 for torch's
     default, or ``auto``: see :func:`hargo.hardware.resolve_threads`, re-checked at every call)
-    and seed Python, NumPy and torch (``transformers.set_seed(params["seed"])``).
+    and seed Python, NumPy and torch (``transformers.set_seed`` of ``seed``).
 
-    Returns the thread count in force."""
+    ``params``: the typed config or a params mapping (its ``train`` and ``seed`` checked).
+
+    Returns the thread count in force.
+
+    Raises:
+        ParamsError: a bad ``train`` section or ``seed`` of a params mapping (names the key)."""
     import torch
     from transformers import set_seed
 
-    threads = resolve_threads(params["train"]["threads"])
+    from hargo.config import as_section
+
+    threads = resolve_threads(_train_section(params).threads)
     torch.set_num_threads(threads)
-    set_seed(int(params["seed"]))
+    set_seed(as_section(params, "seed"))
     return threads

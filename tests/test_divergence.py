@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hargo.config import Config, as_config, params_dict
 from hargo.io import HargoInputError
 from hargo.training.divergence import (TRAINING_RECORD, DivergenceBounds, DivergenceGuard,
                                        TrainingDiverged, check_training_record, training_record,
@@ -44,8 +45,14 @@ def test_check_logs_passes_healthy_steps(logs):
 @pytest.mark.fast
 def test_bounds_from_params(committed_params):
     assert DivergenceBounds.from_params(committed_params) == DivergenceBounds(100.0, 10.0, 1000.0)
-    with pytest.raises(ValueError, match="unknown key.*max_gradnorm"):
-        DivergenceBounds.from_params({"train": {"divergence": {"max_gradnorm": 1}}})
+    assert DivergenceBounds.from_params(as_config(committed_params)) == DivergenceBounds()
+    typo = {**committed_params, "train": {**committed_params["train"],
+                                          "divergence": {"max_gradnorm": 1}}}
+    with pytest.raises(ValueError, match="train.divergence.max_gradnorm: unknown key"):
+        DivergenceBounds.from_params(typo)
+    raised = {**committed_params, "train": {**committed_params["train"],
+                                            "divergence": {"max_loss": "1e3"}}}
+    assert DivergenceBounds.from_params(raised) == DivergenceBounds(max_loss=1000.0)
     with pytest.raises(ValueError, match="max_kl: must be a finite number > 0"):
         DivergenceBounds(max_kl=math.inf)
 
@@ -75,18 +82,18 @@ def tiny_policy(tmp_path_factory):
     return model_dir, [r for r in train if r["task"] == "syn_short"][:8]
 
 
-def _tiny_params(lr: float) -> dict:
+def _tiny_params(lr: float) -> Config:
     from hargo.compare.synthetic import stage_params
     from hargo.compare.synthetic_plan import plan
     from hargo.params import load_params
 
     params = load_params(PARAMS)
-    q = stage_params(params, plan(params), 1)
+    q = params_dict(stage_params(params, plan(params), 1))   # the synthetic tasks' config
     q["train"].update(threads=1, bf16=False)
     q["rl"].update(steps=4, prompts_per_step=4, num_generations=4, max_new_tokens=4,
                    learning_rate=lr, save_steps=1)
     q["sft"].update(learning_rate=lr, epochs=1, max_steps=4, batch_size=4)
-    return q
+    return Config.from_params(q, synthetic=True)
 
 
 def _length_reward(completions, **_) -> list[float]:

@@ -66,16 +66,27 @@ def test_refill_prompt_count_and_reproducible_draws():
         draw_refill_indices(0, 1, **kw)
 
 
-def test_dynamic_sampling_config_from_params():
-    assert DynamicSamplingConfig.from_params(None) == DynamicSamplingConfig(enabled=False)
-    cfg = DynamicSamplingConfig.from_params({"enabled": True, "refill_factor": 3,
-                                             "max_refills": 2})
+def test_dynamic_sampling_config_is_the_typed_block(committed_params):
+    """The trainer's setting is the typed config's ``rl.dynamic_sampling`` (one parser)."""
+    from hargo.config import DynamicSampling, as_section
+
+    def block(ds):
+        rl = copy.deepcopy(committed_params["rl"])
+        if ds is None:
+            rl.pop("dynamic_sampling", None)
+        else:
+            rl["dynamic_sampling"] = ds
+        return as_section({**committed_params, "rl": rl}, "rl").dynamic_sampling
+
+    assert DynamicSamplingConfig is DynamicSampling
+    assert block(None) == DynamicSamplingConfig(enabled=False)
+    cfg = block({"enabled": True, "refill_factor": 3, "max_refills": 2})
     assert (cfg.enabled, cfg.refill_factor, cfg.max_refills) == (True, 3.0, 2)
     for bad, key in (({"enabled": "yes"}, "enabled"), ({"refill_factor": 0.5}, "refill_factor"),
                      ({"max_refills": -1}, "max_refills"), ({"max_refills": 1.5}, "max_refills"),
                      ({"factor": 2}, "unknown")):
         with pytest.raises(ParamsError, match=key):
-            DynamicSamplingConfig.from_params(bad)
+            block(bad)
 
 
 def _batch(prompts: list[list[int]], completions: list[list[int]], pad: int = 0) -> dict:

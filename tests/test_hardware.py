@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hargo import hardware
+from hargo.config import as_config, as_section
 from hargo.hardware import PROFILES, HardwareProfile
 
 pytestmark = pytest.mark.timeout(900)
@@ -32,8 +33,13 @@ def test_trainer_precision_kwargs_per_profile(committed_params):
         == [False, False, False]
     # a pre-Ampere GPU: CUDA without bf16
     old_gpu = HardwareProfile("cuda", "cuda", False)
-    assert hardware.trainer_precision_kwargs({"train": {"bf16": True}}, old_gpu) == \
+    assert hardware.trainer_precision_kwargs(
+        as_config({**p, "train": {**p["train"], "bf16": True}}), old_gpu) == \
         {"use_cpu": False, "bf16": False, "fp16": False, "dataloader_pin_memory": True}
+    # the typed train section alone, as the typed config's node
+    train = as_section({"train": {"bf16": True, "max_prompt_tokens": 64}}, "train")
+    assert hardware.trainer_precision_kwargs(train, PROFILES["cuda"])["bf16"] is True
+    assert hardware.trainer_precision_kwargs(train, old_gpu)["bf16"] is False
 
 
 def test_generation_dtype_per_profile():

@@ -74,17 +74,19 @@ def tiny_setup(tmp_path_factory):
     return model_dir, records
 
 
-def _params(seed: int) -> dict:
+def _params(seed: int):
+    """The test bed's typed config (the synthetic tasks) with this test's RL knobs."""
     from hargo.compare.synthetic import stage_params
     from hargo.compare.synthetic_plan import plan
+    from hargo.config import Config, params_dict
     from hargo.params import load_params
 
     params = load_params("params.yaml")
-    q = stage_params(params, plan(params), seed)
+    q = params_dict(stage_params(params, plan(params), seed))
     q["train"].update(threads=1, bf16=False)   # fp32 on every machine
     q["rl"].update(steps=STEPS, prompts_per_step=4, num_generations=8, max_new_tokens=1,
                    learning_rate=LR, temperature=1.0, save_steps=STEPS + 1)
-    return q
+    return Config.from_params(q, synthetic=True)
 
 
 def _plant(trainer, bug: str | None) -> None:

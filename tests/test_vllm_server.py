@@ -411,6 +411,7 @@ def test_vllm_max_len_counts_the_prompt_cap_default_of_a_task_the_map_does_not_n
 
     assert vllm_max_len(committed_params) == 432
     monkeypatch.setattr(T, "_REGISTRY", dict(T._REGISTRY))
+    # (with a completion budget of its own and no raw file, so params.yaml's maps stay valid)
     T.register_task(dataclasses.replace(T.get_task("plp"), name="long_prompts",
-                                        max_prompt_tokens=900))
+                                        max_prompt_tokens=900, max_new_tokens=8, raw_file=None))
     assert vllm_max_len(committed_params) == 948

@@ -70,15 +70,29 @@ __all__ = ["stage_params", "rl_prompts", "sft_records", "score", "evaluate_polic
 
 
 
-def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> dict:
-    """A full params dict for :func:`hargo.training.sft.train` and
-    :func:`hargo.training.rl.build_trainer` on the tiny policy: a copy of ``params`` with
-    ``seed``, full fine-tuning (no LoRA: the policy is tiny), fp32 weights (with the main
-    pipeline's ``train.bf16`` autocast where the hardware has native bf16, so results depend on
-    the CPU: the report names it), no gradient checkpointing, transformers generation, dynamic
-    sampling off, and ``synthetic.sft`` / ``synthetic.rl`` in
-    place of ``sft`` / ``rl``'s shared keys. Each method's own knobs (``rl.hargo.alpha``,
-    ``rho``, ``beta``, ...) and ``rl.clip_range`` stay the main pipeline's."""
+def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> "Config":
+    """The typed config (:class:`hargo.config.Config` of the synthetic tasks:
+    ``Config.from_params(..., synthetic=True)``) for :func:`hargo.training.sft.train` and
+    :func:`hargo.training.rl.build_trainer` on the tiny policy: ``params`` with ``seed``, full
+    fine-tuning (no LoRA: the policy is tiny), fp32 weights (with the main pipeline's
+    ``train.bf16`` autocast where the hardware has native bf16, so results depend on the CPU:
+    the report names it), no gradient checkpointing, transformers generation, dynamic sampling
+    off, and ``synthetic.sft`` / ``synthetic.rl`` in place of ``sft`` / ``rl``'s shared keys.
+    Each method's own knobs (``rl.hargo.alpha``, ``rho``, ``beta``, ...) and ``rl.clip_range``
+    stay the main pipeline's.
+
+    Its per-task maps name the synthetic tasks, not the HPC-GPT ones: ``rl.max_new_tokens`` and
+    ``evaluate.max_new_tokens`` are ``synthetic.rl`` / ``synthetic.evaluate``'s, no raw-file
+    bounds (``validate.task_counts`` empty), ``rl.max_prompt_tokens`` null (the test bed
+    selects no prompts by length: ``train.max_prompt_tokens``), ``rewards.answer.max_chars``
+    :data:`hargo.config.CHARS_PER_TOKEN_BOUND` times a task's largest budget (the test bed's
+    rewards are :class:`hargo.data.synthetic.SyntheticReward`, which do not read it), and no
+    ``compare`` section (the test bed runs no comparison).
+
+    Raises:
+        ParamsError: a bad key of ``params`` or of the plan's values (named)."""
+    from hargo.config import CHARS_PER_TOKEN_BOUND, Config
+
     q = copy.deepcopy(dict(params))
     q["seed"] = int(seed)
     q["model"] = {**q["model"], "dtype": "float32", "trust_remote_code": False}
@@ -88,14 +102,23 @@ def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> dict:
                 "batch_size": p.sft.batch_size, "max_length": p.sft.max_length,
                 "lora": {**q["sft"]["lora"], "enabled": False}}
     rl = p.rl
+    rl_budgets = {t: n for t, n in rl.max_new_tokens.items()}
+    eval_budgets = {t: n for t, n in p.evaluate.max_new_tokens.items()}
     q["rl"] = {**q["rl"], "steps": rl.steps, "prompts_per_step": rl.prompts_per_step,
                "num_generations": rl.num_generations,
-               "max_new_tokens": {t: n for t, n in rl.max_new_tokens.items()},
+               "max_new_tokens": rl_budgets, "max_prompt_tokens": None,
                "temperature": rl.temperature, "learning_rate": rl.learning_rate,
                "lora": {**q["rl"]["lora"], "enabled": False}, "generation_backend": "transformers",
                "dynamic_sampling": {**(q["rl"].get("dynamic_sampling") or {}), "enabled": False},
                "save_steps": rl.steps + 1, "log_completions_steps": 0}
-    return q
+    q["validate"] = {**q["validate"], "task_counts": {}}
+    q["evaluate"] = {**q["evaluate"], "max_new_tokens": eval_budgets}
+    answer = q["rewards"]["answer"]
+    q["rewards"] = {**q["rewards"], "answer": {**answer, "max_chars": {
+        t: CHARS_PER_TOKEN_BOUND * max(rl_budgets.get(t, 1), eval_budgets.get(t, 1))
+        for t in SYNTHETIC_TASKS}}}
+    q["compare"] = None
+    return Config.from_params(q, synthetic=True)
 
 
 def rl_prompts(train: Sequence[Mapping], p: SyntheticPlan, seed: int) -> list[dict]:

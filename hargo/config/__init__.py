@@ -160,7 +160,8 @@ class Model:
 @section
 class Divergence:
     """``train.divergence``: every trainer stops, saving nothing, at a non-finite loss, KL or
-    grad norm or one past these (hargo/training/divergence.py)."""
+    grad norm or one past these (hargo/training/divergence.py, whose ``DivergenceBounds`` takes
+    its defaults from here and its values from this block: ``DivergenceBounds.of``)."""
 
     max_loss: float = knob(100.0, "largest healthy loss (healthy: <= ~11)", 0, lo_open=True)
     max_kl: float = knob(10.0, "largest healthy per-token KL (healthy: <= ~0.8)", 0,
@@ -241,7 +242,8 @@ class SFT:
 @section
 class DynamicSampling:
     """``rl.dynamic_sampling`` (DAPO; hargo/training/dynamic_sampling.py): drop zero-variance
-    groups and refill the step."""
+    groups and refill the step. The GRPO-family trainer takes this block itself
+    (``hargo.training.dynamic_sampling.DynamicSamplingConfig`` is this class)."""
 
     enabled: bool = _bool(False, "drop zero-variance groups and refill the step (GRPO family)")
     refill_factor: float = knob(2.0, "prompts drawn per missing group in a refill round", 1)
@@ -629,15 +631,31 @@ class Config:
     synthetic: Synthetic | None = node(Synthetic, "the synthetic test bed", default=None)
     _params: Mapping = dataclasses.field(default_factory=dict, repr=False, compare=False,
                                          metadata={"kind": "private"})
+    _synthetic: bool = dataclasses.field(default=False, repr=False,
+                                         metadata={"kind": "private"})
+
+    @property
+    def synthetic_tasks(self) -> bool:
+        """The task universe this config was built for: True when its per-task maps name the
+        synthetic test bed's tasks (``Config.from_params(params, synthetic=True)``), False when
+        they name the HPC-GPT ones (:mod:`hargo.tasks`, ``Task.synthetic``)."""
+        return self._synthetic
 
     @classmethod
-    def from_params(cls, params: Mapping) -> "Config":
+    def from_params(cls, params: Mapping, synthetic: bool = False) -> "Config":
         """The typed config of ``params`` (a params.yaml mapping; not changed).
+
+        ``synthetic``: the task universe its per-task maps (``rl.max_new_tokens``,
+        ``validate.task_counts``, ``rewards.answer.max_chars`` ...) are checked against: the
+        HPC-GPT tasks (False, params.yaml) or the synthetic test bed's (True,
+        :func:`hargo.compare.synthetic.stage_params`); recorded as :attr:`synthetic_tasks`.
 
         Raises:
             ParamsError: the first unknown, missing, mistyped or out-of-range key, named by its
-                dotted path (``rl.num_generations: must be >= 2, got 1``)."""
-        return _build_root(copy.deepcopy(dict(params)))
+                dotted path (``rl.num_generations: must be >= 2, got 1``), or a per-task map
+                naming a task outside the universe (``rl.max_new_tokens.race_c: unknown
+                task``)."""
+        return _build_root(copy.deepcopy(dict(params)), synthetic=bool(synthetic))
 
     def to_dict(self) -> dict:
         """The params mapping this config was built from, normalised (numbers as numbers): for
@@ -677,21 +695,25 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-def _task_map(key: str, value: Any, item: Mapping) -> Mapping:
+def _task_map(key: str, value: Any, item: Mapping, synthetic: bool = False) -> Mapping:
+    """A per-task map: its keys tasks of the universe (``synthetic``: the test bed's tasks, else
+    the HPC-GPT ones), each value checked by ``item``."""
     from hargo.config.registries import task_names
 
     if not isinstance(value, Mapping):
         raise ParamsError(f"{key}: expected one entry per task, got {value!r}")
+    names = task_names(synthetic)
     for t in value:
-        if t not in task_names():
-            raise ParamsError(f"{key}.{t}: unknown task {t!r}; valid tasks: "
-                              f"{', '.join(task_names())}")
+        if t not in names:
+            raise ParamsError(f"{key}.{t}: unknown task {t!r}; valid "
+                              f"{'synthetic ' if synthetic else ''}tasks: {', '.join(names)}")
     meta = {"lo_open": False, "hi_open": False, "choices": None, "nullable": False, **item}
     return {t: check_value(f"{key}.{t}", v, meta) for t, v in value.items()}
 
 
-def _build(cls: type, raw: Any, key: str, root: Mapping):
-    """``cls`` from ``raw`` (the block at ``key``), checked; numbers normalised into ``raw``."""
+def _build(cls: type, raw: Any, key: str, root: Mapping, synthetic: bool = False):
+    """``cls`` from ``raw`` (the block at ``key``), checked; numbers normalised into ``raw``;
+    per-task maps checked against the task universe ``synthetic`` (:meth:`Config.from_params`)."""
     if not isinstance(raw, Mapping):
         raise ParamsError(f"{key}: expected a mapping of {', '.join(_names(cls))}, got {raw!r}")
     dynamic = cls._dynamic(raw) if hasattr(cls, "_dynamic") else {}
@@ -719,13 +741,13 @@ def _build(cls: type, raw: Any, key: str, root: Mapping):
         value = raw[f.name]
         if kind == "node":
             kw[f.name] = None if value is None and meta["nullable"] else \
-                _build(meta["node"], value, sub, root)
+                _build(meta["node"], value, sub, root, synthetic)
             continue
         if kind == "task_map":
-            value = _task_map(sub, value, meta["item"])
+            value = _task_map(sub, value, meta["item"], synthetic)
         elif kind == "budget":
-            value = _check_budget(sub, value, raw, f.name) if not (value is None and
-                                                                   meta["nullable"]) else None
+            value = _check_budget(sub, value, raw, f.name, synthetic) \
+                if not (value is None and meta["nullable"]) else None
         else:
             value = check_value(sub, value, meta)
         if isinstance(raw, dict) and not isinstance(value, tuple) and kind not in ("any",) \
@@ -738,15 +760,15 @@ def _build(cls: type, raw: Any, key: str, root: Mapping):
     return out
 
 
-def _check_budget(key: str, value: Any, raw: Mapping, name: str):
+def _check_budget(key: str, value: Any, raw: Mapping, name: str, synthetic: bool = False):
     """A completion budget or prompt cap: an integer >= 1 (any number spelling), or one per
-    registered task (:func:`hargo.generation_budget.check_budget`)."""
+    registered task of the universe ``synthetic`` (:func:`hargo.generation_budget.check_budget`)."""
     from hargo.config import registries
 
     if isinstance(value, (str, float)) and not isinstance(value, bool):
         return check_value(key, value, {"kind": int, "lo": 1, "hi": None, "lo_open": False,
                                         "hi_open": False, "nullable": False})
-    return registries.check_budget(value, key)
+    return registries.check_budget(value, key, synthetic=synthetic)
 
 
 def _method_block(method, root: Mapping):
@@ -775,15 +797,18 @@ def _method_block(method, root: Mapping):
     return MappingProxyType(out)
 
 
-def _answer_budgets(params: Mapping) -> None:
+def _answer_budgets(cfg: Config, params: Mapping) -> None:
     """Each task's ``rewards.answer.max_chars`` must leave room for what its generation budgets
     can produce (:data:`CHARS_PER_TOKEN_BOUND` characters a token), so that no honest completion
-    is degenerate by length (``hargo.rewards.text``)."""
+    is degenerate by length (``hargo.rewards.text``). ``cfg``: the config built from the
+    normalised ``params`` (its task universe, its typed ``max_chars``); the budgets are read by
+    their dotted keys from ``params``, the keys the message names."""
     from hargo.config.registries import task_budget, task_names, tuned_tasks
 
-    tuned = tuned_tasks()
-    named = params["rewards"]["answer"]["max_chars"]
-    for task in (t for t in task_names() if t in tuned or t in named):
+    synthetic = cfg.synthetic_tasks
+    tuned = tuned_tasks(synthetic)
+    named = cfg.rewards.answer.max_chars
+    for task in (t for t in task_names(synthetic) if t in tuned or t in named):
         have = named[task]
         for key in ("rl.max_new_tokens", "evaluate.max_new_tokens",
                     "compare.evaluate.max_new_tokens"):
@@ -802,42 +827,62 @@ def _answer_budgets(params: Mapping) -> None:
                     f"raise it to >= {need}, or an honest long answer would count as degenerate")
 
 
-def _build_root(params: dict) -> Config:
-    """:class:`Config` of ``params``, whose values are normalised in place."""
+def _build_root(params: dict, synthetic: bool = False) -> Config:
+    """:class:`Config` of ``params``, whose values are normalised in place; its per-task maps
+    checked against the task universe ``synthetic`` (:meth:`Config.from_params`)."""
     from hargo.config.registries import raw_file_tasks, tuned_tasks
 
     if not isinstance(params, Mapping):
         raise ParamsError(f"params: expected a mapping of sections, got {params!r}")
-    cfg = _build(Config, params, "", params)
-    for t in raw_file_tasks():        # params.yaml bounds every task of the raw files (a
+    cfg = _build(Config, params, "", params, synthetic)
+    object.__setattr__(cfg, "_synthetic", synthetic)
+    for t in raw_file_tasks(synthetic):   # params.yaml bounds every task of the raw files (a
         if t not in cfg.validate.task_counts:     # section built alone may bound fewer)
             raise ParamsError(f"validate.task_counts.{t}: missing (no key "
                               f"'validate.task_counts.{t}')")
-    for t in tuned_tasks():                                        # tuned in params.yaml
+    for t in tuned_tasks(synthetic):                               # tuned in params.yaml
         if t not in cfg.rewards.answer.max_chars:
             raise ParamsError(f"rewards.answer.max_chars.{t}: missing (no key "
                               f"'rewards.answer.max_chars.{t}')")
     if cfg.compare is not None:
-        _answer_budgets(params)
+        _answer_budgets(cfg, params)
     object.__setattr__(cfg, "_params", MappingProxyType(copy.deepcopy(params)))
     return cfg
 
 
-def as_config(params: "Config | Mapping") -> Config:
+def _check_universe(cfg: Config, synthetic: bool | None) -> Config:
+    if synthetic is not None and cfg.synthetic_tasks != bool(synthetic):
+        have, want = (("synthetic" if s else "HPC-GPT") for s in (cfg.synthetic_tasks, synthetic))
+        raise ParamsError(f"params: a config of the {have} tasks where one of the {want} tasks "
+                          f"is needed")
+    return cfg
+
+
+def as_config(params: "Config | Mapping", synthetic: bool | None = None) -> Config:
     """``params`` as a :class:`Config`: a Config as it is, a params mapping built
-    (:meth:`Config.from_params`). For public functions that take either."""
-    return params if isinstance(params, Config) else Config.from_params(params)
+    (:meth:`Config.from_params`). For public functions that take either.
 
-
-def as_section(params: "Config | Mapping", name: str):
-    """Section ``name`` (``"data"``, ``"rl"``, ``"seed"`` ...) of ``params`` typed: a
-    :class:`Config`'s own node, or that section of a params mapping built and checked alone (for
-    public functions that tests call with only the sections they read).
+    ``synthetic``: the task universe (:meth:`Config.from_params`). None: a Config of either
+    universe, a mapping of the HPC-GPT tasks; True / False: that universe, for a Config too.
 
     Raises:
-        ParamsError: no such section, or the section's first bad key (by its dotted name)."""
+        ParamsError: see :meth:`Config.from_params`; or a Config of the other universe."""
     if isinstance(params, Config):
-        return getattr(params, name)
+        return _check_universe(params, synthetic)
+    return Config.from_params(params, synthetic=bool(synthetic))
+
+
+def as_section(params: "Config | Mapping", name: str, synthetic: bool | None = None):
+    """Section ``name`` (``"data"``, ``"rl"``, ``"seed"`` ...) of ``params`` typed: a
+    :class:`Config`'s own node, or that section of a params mapping built and checked alone (for
+    public functions that tests call with only the sections they read); ``synthetic``: the task
+    universe of its per-task maps, as :func:`as_config`'s.
+
+    Raises:
+        ParamsError: no such section, or the section's first bad key (by its dotted name); a
+            Config of the other universe."""
+    if isinstance(params, Config):
+        return getattr(_check_universe(params, synthetic), name)
     f = _SECTION_FIELDS.get(name)
     if f is None:
         raise ParamsError(f"{name}: unknown section (known: {', '.join(SECTIONS)})")
@@ -849,7 +894,7 @@ def as_section(params: "Config | Mapping", name: str):
     if f.metadata.get("kind") == "node":
         if raw is None and f.metadata["nullable"]:
             return None
-        return _build(f.metadata["node"], raw, name, params)
+        return _build(f.metadata["node"], raw, name, params, bool(synthetic))
     return check_value(name, raw, f.metadata)
 
 

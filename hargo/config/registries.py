@@ -42,32 +42,36 @@ def check_method(key: str, name: Any, rl_only: bool = False) -> None:
         raise ParamsError(f"{key}: {e}") from None
 
 
-def task_names() -> tuple[str, ...]:
-    """The registered HPC-GPT tasks (the keys a per-task map may have)."""
+def task_names(synthetic: bool = False) -> tuple[str, ...]:
+    """The registered tasks of one universe, the keys a per-task map may have: the HPC-GPT tasks
+    (``synthetic=False``) or the synthetic test bed's (True)."""
     from hargo.tasks import task_names as names
 
-    return names()
+    return names(bool(synthetic))
 
 
-def raw_file_tasks() -> list[str]:
-    """The tasks read from the raw HPC-GPT files (``validate.task_counts`` must name each)."""
+def raw_file_tasks(synthetic: bool = False) -> list[str]:
+    """The tasks of the universe read from the raw HPC-GPT files (``validate.task_counts`` must
+    name each; none of the synthetic ones)."""
     from hargo.tasks import tasks
 
-    return [t.name for t in tasks() if t.raw_file]
+    return [t.name for t in tasks(bool(synthetic)) if t.raw_file]
 
 
-def tuned_tasks() -> list[str]:
-    """The tasks without budget defaults of their own: every per-task map must name them."""
+def tuned_tasks(synthetic: bool = False) -> list[str]:
+    """The tasks of the universe without budget defaults of their own: every per-task map must
+    name them."""
     from hargo.tasks import tasks
 
-    return [t.name for t in tasks() if t.max_new_tokens is None]
+    return [t.name for t in tasks(bool(synthetic)) if t.max_new_tokens is None]
 
 
-def check_budget(value: Any, key: str):
-    """:func:`hargo.generation_budget.check_budget` against the registered tasks."""
+def check_budget(value: Any, key: str, synthetic: bool = False):
+    """:func:`hargo.generation_budget.check_budget` against the registered tasks of the universe
+    (``synthetic``: the test bed's)."""
     from hargo.generation_budget import check_budget as check
 
-    return check(value, key, task_names())
+    return check(value, key, task_names(synthetic))
 
 
 def task_budget(value: Any, task: str, key: str) -> int:

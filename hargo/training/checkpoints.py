@@ -16,12 +16,16 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from hargo.config import params_dict
 from hargo.io import atomic_write_json, sha256_files
 from hargo.methods import RL_FAMILIES, method_names
+
+if TYPE_CHECKING:
+    from hargo.config import Config
 
 __all__ = ["METHOD_STATE_NAME", "TRAINER_STATE_NAME", "FINGERPRINT_NAME", "is_complete_checkpoint",
            "last_checkpoint", "read_method_state", "checkpoint_step", "run_fingerprint", "resumable_checkpoint",
@@ -80,19 +84,26 @@ def _digest_files(paths) -> str:
     return sha256_files(paths)
 
 
-def run_fingerprint(params: Mapping, method: str, model_dir: str | os.PathLike,
+def run_fingerprint(params: "Config | Mapping", method: str, model_dir: str | os.PathLike,
                     data_path: str | os.PathLike) -> dict:
     """What a checkpoint must agree with to be resumed: the method, the params that shape
     training (seed, train.*, rewards.*, rl.* except methods/out_dir/save_steps/
     log_completions_steps and the other methods' blocks) and digests of the SFT model's files and
-    of the train data."""
+    of the train data. ``params``: the typed config or a params mapping.
+
+    Returns a JSON-able dict (written beside the checkpoints; compared by equality)."""
+    # Deliberately the params *mapping* (params_dict), not the typed config: the fingerprint
+    # records the sections as params.yaml spells them, so it stays comparable with fingerprints
+    # already written next to checkpoints, and a typed field added with a default does not
+    # make every existing checkpoint stale. These string keys are the file's, not reads of knobs.
+    pd = params_dict(params)
     other = method_names(*RL_FAMILIES)     # the registered RL methods' rl.<method> blocks
-    rl = {k: v for k, v in params["rl"].items()
+    rl = {k: v for k, v in pd["rl"].items()
           if k not in _NON_TRAINING_KEYS and (k == method or k not in other)}
     model_files = [p for p in Path(model_dir).iterdir()
                    if p.is_file() and p.suffix in (".safetensors", ".json", ".bin")]
-    return {"method": method, "seed": params["seed"], "train": params["train"],
-            "rewards": params.get("rewards"), "rl": rl,
+    return {"method": method, "seed": pd["seed"], "train": pd["train"],
+            "rewards": pd.get("rewards"), "rl": rl,
             "model_sha256": _digest_files(model_files),
             "data_sha256": _digest_files([Path(data_path)])}
 

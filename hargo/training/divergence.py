@@ -37,9 +37,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from transformers import TrainerCallback
+
+from hargo.config import Divergence, as_section
+
+if TYPE_CHECKING:
+    from hargo.config import Config
 
 __all__ = ["TrainingDiverged", "DivergenceBounds", "check_logs", "DivergenceGuard",
            "TRAINING_RECORD", "training_record", "check_training_record"]
@@ -52,13 +57,18 @@ class TrainingDiverged(RuntimeError):
     """A training run's loss, KL or gradient norm became non-finite or crossed its bound."""
 
 
+_DEFAULTS = Divergence()     # the typed config's defaults (params.yaml train.divergence)
+
+
 @dataclass(frozen=True)
 class DivergenceBounds:
-    """``train.divergence`` (module docstring): each a positive finite number."""
+    """``train.divergence`` (module docstring): each a positive finite number; the defaults are
+    the typed config's (:class:`hargo.config.Divergence`). :meth:`from_params` reads them from
+    the typed config."""
 
-    max_loss: float = 100.0
-    max_kl: float = 10.0
-    max_grad_norm: float = 1000.0
+    max_loss: float = _DEFAULTS.max_loss
+    max_kl: float = _DEFAULTS.max_kl
+    max_grad_norm: float = _DEFAULTS.max_grad_norm
 
     def __post_init__(self):
         for name in ("max_loss", "max_kl", "max_grad_norm"):
@@ -68,18 +78,21 @@ class DivergenceBounds:
                                  f"got {v!r}")
 
     @classmethod
-    def from_params(cls, params: Mapping) -> "DivergenceBounds":
-        """From ``params["train"]["divergence"]`` (missing: the defaults).
+    def of(cls, divergence: Divergence) -> "DivergenceBounds":
+        """From the typed ``train.divergence`` block."""
+        return cls(max_loss=float(divergence.max_loss), max_kl=float(divergence.max_kl),
+                   max_grad_norm=float(divergence.max_grad_norm))
+
+    @classmethod
+    def from_params(cls, params: "Config | Mapping") -> "DivergenceBounds":
+        """From ``train.divergence`` of the typed config or of a params mapping (its ``train``
+        section checked alone; ``divergence`` missing: the defaults).
 
         Raises:
-            ValueError: an unknown key (named) or a bad bound.
+            ParamsError (a ValueError): an unknown key or a bad bound (named by its dotted key,
+                ``train.divergence.max_gradnorm: unknown key``).
         """
-        d = dict((params.get("train") or {}).get("divergence") or {})
-        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"train.divergence: unknown key(s) {unknown}; valid: "
-                             f"{sorted(cls.__dataclass_fields__)}")
-        return cls(**{k: float(v) for k, v in d.items()})
+        return cls.of(as_section(params, "train").divergence)
 
 
 #: logged key -> the bound it is checked against (TRL's and transformers' log keys)

@@ -33,7 +33,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from hargo.param_values import ParamsError, as_number
+from hargo.config import DynamicSampling
 
 if TYPE_CHECKING:  # torch is imported where it is used: params validation reads the config
     import torch
@@ -48,48 +48,10 @@ PROMPT_SIDE_KEYS = ("prompt_ids", "prompt_mask")
 EQUAL_ATOL = 1e-6
 
 
-@dataclass(frozen=True)
-class DynamicSamplingConfig:
-    """``rl.dynamic_sampling`` of params.yaml.
-
-    Attributes:
-        enabled: drop zero-variance groups and refill the step (GRPO-family methods).
-        refill_factor: prompts drawn per missing group in a refill round (>= 1; DAPO samples more
-            than it needs because a refill group can have equal rewards too).
-        max_refills: refill rounds per step (>= 0; DAPO's ``max_num_gen_batches`` - 1).
-    """
-
-    enabled: bool = False
-    refill_factor: float = 2.0
-    max_refills: int = 1
-
-    @classmethod
-    def from_params(cls, block: Mapping | None) -> "DynamicSamplingConfig":
-        """From ``params["rl"]["dynamic_sampling"]`` (None or missing: off).
-
-        Raises:
-            ParamsError: unknown key, or a value of the wrong type or range (names the key).
-        """
-        if block is None:
-            return cls()
-        if not isinstance(block, Mapping):
-            raise ParamsError(f"rl.dynamic_sampling: expected a mapping, got {block!r}")
-        unknown = set(block) - {"enabled", "refill_factor", "max_refills"}
-        if unknown:
-            raise ParamsError(f"rl.dynamic_sampling: unknown key(s) {sorted(unknown)}; valid: "
-                              "enabled, refill_factor, max_refills")
-        enabled = block.get("enabled", False)
-        if not isinstance(enabled, bool):
-            raise ParamsError(f"rl.dynamic_sampling.enabled: expected true or false, got "
-                              f"{enabled!r}")
-        factor = as_number("rl.dynamic_sampling.refill_factor", block.get("refill_factor", 2.0))
-        if not factor >= 1:
-            raise ParamsError(f"rl.dynamic_sampling.refill_factor: must be >= 1, got {factor}")
-        rounds = block.get("max_refills", 1)
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-            raise ParamsError(f"rl.dynamic_sampling.max_refills: expected an integer >= 0, got "
-                              f"{rounds!r}")
-        return cls(enabled=enabled, refill_factor=float(factor), max_refills=int(rounds))
+#: ``rl.dynamic_sampling`` of params.yaml: the typed config's block
+#: (:class:`hargo.config.DynamicSampling`: ``enabled``, ``refill_factor`` >= 1, ``max_refills``
+#: >= 0; defaults off, 2.0, 1), read as ``cfg.rl.dynamic_sampling``. The trainer takes it.
+DynamicSamplingConfig = DynamicSampling
 
 
 def informative_groups(rewards: torch.Tensor, group_size: int,

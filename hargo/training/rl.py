@@ -47,6 +47,7 @@ computed here, in the trainer processes, from the completions the server returns
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import tempfile
@@ -54,12 +55,11 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from hargo.config import Config, params_dict
+from hargo.config import Config, ParamsError, as_config, as_section, params_dict
 from hargo.data.records import read_prepared
-from hargo.generation_budget import budget_record, check_budget, describe_budget, max_budget
+from hargo.generation_budget import budget_record, describe_budget, max_budget
 from hargo.io import HargoInputError, atomic_write_json
-from hargo.methods import RL_FAMILIES, get_method, kl_coef, method_params
-from hargo.params import ParamsError, validate_params
+from hargo.methods import RL_FAMILIES, get_method
 
 __all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "vllm_max_len",
            "load_rl_records", "to_dataset", "build_trainer", "dynamic_sampling_config", "CHECKPOINT_ROOT", "METRICS_ROOT"]
@@ -75,12 +75,12 @@ VLLM_GPU_MEMORY_UTILIZATION = 0.3
 TABLE_ROWS = 32
 
 
-def _hargo_config(params: Mapping, method: str):
+def _hargo_config(cfg: Config, method: str):
     """The estimator constants of a GRPO-family method (``rl.<method>``); PPO: the defaults
     (its advantages are GAE's)."""
     from hargo.advantages import HargoConfig
 
-    return HargoConfig.of(method_params(params, method))
+    return HargoConfig.of(cfg.rl.method(method))
 
 
 def _check_method(method: str):
@@ -92,19 +92,23 @@ def _check_method(method: str):
         raise ParamsError(f"rl method: {e}") from None
 
 
-def prompt_cap(params: Mapping) -> int | dict[str, int]:
+def prompt_cap(params: "Config | Mapping") -> int | dict[str, int]:
     """Longest prompt (chat-templated tokens) RL trains on: ``rl.max_prompt_tokens`` when set
-    (one int, or a mapping task -> int: :func:`hargo.generation_budget.check_budget`), else
-    ``train.max_prompt_tokens``. :func:`hargo.generation_budget.max_budget` gives the longest."""
-    cap = params["rl"].get("max_prompt_tokens")
-    if cap is None:
-        return int(params["train"]["max_prompt_tokens"])
-    return check_budget(cap, "rl.max_prompt_tokens")
+    (one int, or a plain dict task -> int, checked by the typed config), else
+    ``train.max_prompt_tokens``. :func:`hargo.generation_budget.max_budget` gives the longest.
+
+    ``params``: the typed config or a params mapping (built: :func:`hargo.config.as_config`).
+
+    Raises:
+        ParamsError: a bad params mapping (names the key)."""
+    cfg = as_config(params)
+    cap = cfg.rl.max_prompt_tokens
+    return int(cfg.train.max_prompt_tokens) if cap is None else _plain(cap)
 
 
-def prompt_cap_name(params: Mapping) -> str:
+def prompt_cap_name(params: "Config | Mapping") -> str:
     """The params.yaml name of :func:`prompt_cap`'s value (the one a user should change)."""
-    return "rl.max_prompt_tokens" if params["rl"].get("max_prompt_tokens") is not None \
+    return "rl.max_prompt_tokens" if as_section(params, "rl").max_prompt_tokens is not None \
         else "train.max_prompt_tokens"
 
 
@@ -132,9 +136,10 @@ def to_dataset(records: list[dict]):
                                "label": r.get("label")} for r in records])
 
 
-def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLike,
+def build_grpo_config(params: "Config | Mapping", method: str, output_dir: str | os.PathLike,
                       world_size: int = 1, **overrides):
-    """The ``trl.GRPOConfig`` of one RL run from params.yaml.
+    """The ``trl.GRPOConfig`` of one RL run from params.yaml (``params``: the typed config or a
+    params mapping, :func:`hargo.config.as_config`).
 
     Mapping: ``num_generations=G``, ``per_device_train_batch_size = prompts_per_step * G /
     world_size`` (TRL counts completions), ``max_completion_length`` = the largest of
@@ -150,7 +155,8 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
     (:func:`hargo.training.vllm_rollout.server_config_kwargs`). ``overrides`` replace any field.
 
     Raises:
-        ParamsError: unknown method, or prompts_per_step * G not divisible by ``world_size``.
+        ParamsError: unknown method, a bad params mapping, or prompts_per_step * G not divisible
+            by ``world_size``.
         UnsupportedVLLMError: a vLLM backend that cannot run here (checked before any model
             loads; the message names what is missing, :mod:`hargo.training.vllm_rollout`).
     """
@@ -160,67 +166,73 @@ def build_grpo_config(params: Mapping, method: str, output_dir: str | os.PathLik
     from hargo.training.trl_options import trl_loss_settings
 
     _check_method(method)
-    rl = params["rl"]
-    G = int(rl["num_generations"])
-    completions = int(rl["prompts_per_step"]) * G
+    cfg = as_config(params)
+    rl = cfg.rl
+    G = int(rl.num_generations)
+    completions = int(rl.prompts_per_step) * G
     if completions % world_size:
-        raise ParamsError(f"rl.prompts_per_step: {rl['prompts_per_step']} prompts x G={G} "
+        raise ParamsError(f"rl.prompts_per_step: {rl.prompts_per_step} prompts x G={G} "
                           f"completions do not split over {world_size} processes")
     kw: dict[str, Any] = dict(
-        output_dir=str(output_dir), seed=int(params["seed"]),
-        **trainer_precision_kwargs(params),
-        gradient_checkpointing=bool(params["train"]["gradient_checkpointing"]),
+        output_dir=str(output_dir), seed=int(cfg.seed),
+        **trainer_precision_kwargs(cfg),
+        gradient_checkpointing=bool(cfg.train.gradient_checkpointing),
         per_device_train_batch_size=completions // world_size, gradient_accumulation_steps=1,
-        num_generations=G, max_completion_length=max_budget(rl["max_new_tokens"]),
-        temperature=float(rl["temperature"]), beta=kl_coef(params, method),
-        epsilon=float(rl["clip_range"]), learning_rate=float(rl["learning_rate"]),
-        lr_scheduler_type="constant", warmup_steps=0, max_steps=int(rl["steps"]),
+        num_generations=G, max_completion_length=max_budget(_plain(rl.max_new_tokens)),
+        temperature=float(rl.temperature), beta=float(rl.method(method).kl_coef),
+        epsilon=float(rl.clip_range), learning_rate=float(rl.learning_rate),
+        lr_scheduler_type="constant", warmup_steps=0, max_steps=int(rl.steps),
         num_iterations=1, shuffle_dataset=True, disable_dropout=True,
         logging_steps=1, report_to="none", disable_tqdm=True, log_completions=False,
         logging_nan_inf_filter=False,      # the divergence guard must see a NaN loss
-        save_strategy="steps", save_steps=int(rl["save_steps"]), save_total_limit=2,
+        save_strategy="steps", save_steps=int(rl.save_steps), save_total_limit=2,
         save_only_model=False, dataloader_num_workers=0, remove_unused_columns=False,
         **trl_loss_settings(method),
     )
-    check_generation_backend(params)   # TRL's vLLM range, not vLLM's CPU build, CUDA for a server
-    if rl["generation_backend"] == "vllm":
-        kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=vllm_max_len(params),
+    check_generation_backend(cfg)   # TRL's vLLM range, not vLLM's CPU build, CUDA for a server
+    if rl.generation_backend == "vllm":
+        kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=vllm_max_len(cfg),
                   vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
                   vllm_enable_sleep_mode=False)
-    elif rl["generation_backend"] == "vllm-server":
+    elif rl.generation_backend == "vllm-server":
         from hargo.training.vllm_rollout import server_config_kwargs
 
-        kw.update(server_config_kwargs(rl["vllm_server"]))
+        kw.update(server_config_kwargs(dataclasses.asdict(rl.vllm_server)))
     kw.update(overrides)
     return GRPOConfig(**kw)
 
 
-def check_generation_backend(params: Mapping) -> None:
+def check_generation_backend(params: "Config | Mapping") -> None:
     """Refuse ``rl.generation_backend`` where it cannot run here (the colocated or the server
     vLLM rollout, :mod:`hargo.training.vllm_rollout`), before a stage touches anything: called
     by the ``rl`` and ``compare-train`` stages before their checkpoint folder is prepared (a
     backend change does not match a resumable checkpoint's fingerprint, which would otherwise be
     cleared first).
 
+    ``params``: the typed config or a params mapping (its ``rl`` section checked).
+
     Raises:
         hargo.training.vllm_rollout.UnsupportedVLLMError: the reason (names what is missing).
+        ParamsError: a bad ``rl`` section of a params mapping.
     """
     from hargo.training import vllm_rollout
 
-    backend = params["rl"]["generation_backend"]
+    backend = as_section(params, "rl").generation_backend
     if backend == "vllm":
         vllm_rollout.check_colocated_vllm()
     elif backend == "vllm-server":
         vllm_rollout.check_server_vllm()
 
 
-def vllm_max_len(params: Mapping) -> int:
+def vllm_max_len(params: "Config | Mapping") -> int:
     """The longest sequence a vLLM rollout engine must hold: the longest prompt
     (:func:`prompt_cap`) + the largest completion budget + 8 (colocated engine's
-    ``vllm_max_model_length``; the server's ``--max-model-len`` in ``hargo vllm-serve``)."""
+    ``vllm_max_model_length``; the server's ``--max-model-len`` in ``hargo vllm-serve``), in
+    tokens. ``params``: the typed config or a params mapping."""
+    cfg = as_config(params)
     # a per-task prompt-cap map's longest includes the task defaults of tasks it does not name
-    return (max_budget(prompt_cap(params), prompt_cap_name(params))
-            + max_budget(params["rl"]["max_new_tokens"]) + 8)
+    return (max_budget(prompt_cap(cfg), prompt_cap_name(cfg))
+            + max_budget(_plain(cfg.rl.max_new_tokens)) + 8)
 
 
 def _check_vllm_usable(backend: str = "vllm") -> None:
@@ -234,20 +246,41 @@ def _check_vllm_usable(backend: str = "vllm") -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine
 
 
-def dynamic_sampling_config(params: Mapping):
-    """``rl.dynamic_sampling`` as a :class:`hargo.training.dynamic_sampling.
-    DynamicSamplingConfig` (missing: off). PPO ignores it (its value head learns from
+def dynamic_sampling_config(params: "Config | Mapping"):
+    """``rl.dynamic_sampling`` of the typed config (or of a params mapping's ``rl`` section), a
+    :class:`hargo.config.DynamicSampling` (= :class:`hargo.training.dynamic_sampling.
+    DynamicSamplingConfig`; missing: off). PPO ignores it (its value head learns from
     zero-variance groups too); the GRPO-family methods apply it.
 
     Raises:
         ParamsError: a bad key or value (named).
     """
-    from hargo.training.dynamic_sampling import DynamicSamplingConfig
-
-    return DynamicSamplingConfig.from_params(params["rl"].get("dynamic_sampling"))
+    return as_section(params, "rl").dynamic_sampling
 
 
-def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, records: list[dict],
+def _plain_block(node) -> Any:
+    """A typed config block as the plain mapping its params.yaml block reads as (dataclasses and
+    read-only maps as dicts, tuples as lists): for readers that still parse a mapping."""
+    if dataclasses.is_dataclass(node):
+        return {f.name: _plain_block(getattr(node, f.name)) for f in dataclasses.fields(node)
+                if f.metadata.get("kind") not in ("private", "method_blocks")}
+    if isinstance(node, Mapping):
+        return {k: _plain_block(v) for k, v in node.items()}
+    if isinstance(node, tuple):
+        return [_plain_block(v) for v in node]
+    return node
+
+
+def _task_reward(cfg: Config):
+    """:class:`hargo.rewards.TaskReward` of the typed ``rewards`` section
+    (``RewardConfig.from_params`` still parses a mapping: it is handed the typed block's)."""
+    from hargo.rewards import RewardConfig, TaskReward
+
+    return TaskReward(RewardConfig.from_params(_plain_block(cfg.rewards)))
+
+
+def build_trainer(params: "Config | Mapping", method: str, model_dir: str | os.PathLike,
+                  records: list[dict],
                   output_dir: str | os.PathLike, recorder=None, callbacks=(), tokenizer=None,
                   reward_funcs=None, trainer_kwargs: Mapping | None = None, **config_overrides):
     """A ready :class:`~hargo.training.grpo.HargoGRPOTrainer` for ``method`` on ``records``
@@ -258,45 +291,53 @@ def build_trainer(params: Mapping, method: str, model_dir: str | os.PathLike, re
     ``model_dir``: a complete model folder (the SFT model), loaded in float32 as the policy;
     with ``rl.lora.enabled`` a fresh LoRA adapter is trained and the reference model is the
     folder's weights with the adapter switched off. ``reward_funcs`` defaults to
-    ``[TaskReward(RewardConfig.from_params(params["rewards"]))]``. ``trainer_kwargs`` go to the
+    ``[TaskReward(RewardConfig)]`` of the ``rewards`` section. ``trainer_kwargs`` go to the
     trainer (e.g. TRL's ``rollout_func``); ``config_overrides`` to :func:`build_grpo_config`.
+
+    ``params``: the typed config (the synthetic test bed's too:
+    :func:`hargo.compare.synthetic.stage_params`) or a params mapping of the HPC-GPT tasks
+    (:func:`hargo.config.as_config`).
+
+    Raises:
+        ParamsError: unknown method or a bad params mapping (names the key).
     """
     from hargo.training.vllm_rollout import import_trl_for
 
-    import_trl_for(params["rl"]["generation_backend"])   # without vLLM when it is not used
+    cfg = as_config(params)
+    rl = cfg.rl
+    import_trl_for(rl.generation_backend)   # without vLLM when it is not used
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from hargo.rewards import RewardConfig, TaskReward
     from hargo.models.loading import load_model, load_tokenizer
     from hargo.training.common import lora_config
     from hargo.training.divergence import DivergenceBounds, DivergenceGuard
     from hargo.training.grpo import HargoGRPOTrainer
 
-    rl = params["rl"]
     if tokenizer is None:
         tokenizer = load_tokenizer(model_dir)
     tokenizer.padding_side = "left"
     if reward_funcs is None:
-        reward_funcs = [TaskReward(RewardConfig.from_params(params.get("rewards")))]
-    trainer_cls, extra = HargoGRPOTrainer, {"dynamic_sampling": dynamic_sampling_config(params)}
-    if isinstance(rl["max_new_tokens"], Mapping):   # per-task completion budgets
-        trainer_kwargs = {"task_budgets": check_budget(rl["max_new_tokens"], "rl.max_new_tokens"),
+        reward_funcs = [_task_reward(cfg)]
+    trainer_cls, extra = HargoGRPOTrainer, {"dynamic_sampling": rl.dynamic_sampling}
+    if isinstance(rl.max_new_tokens, Mapping):   # per-task completion budgets
+        trainer_kwargs = {"task_budgets": _plain(rl.max_new_tokens),
                           **dict(trainer_kwargs or {})}
     if _check_method(method).family == "value":   # the family decides the trainer
         from hargo.training.ppo import HargoPPOTrainer
 
-        trainer_cls, extra = HargoPPOTrainer, {"ppo_config": method_params(params, method)}
-    args = build_grpo_config(params, method, output_dir, **config_overrides)
+        trainer_cls, extra = HargoPPOTrainer, {"ppo_config": rl.method(method)}
+    args = build_grpo_config(cfg, method, output_dir, **config_overrides)
     if args.use_vllm:
-        _check_vllm_usable(rl["generation_backend"])
+        _check_vllm_usable(rl.generation_backend)
     model = load_model(model_dir, dtype="float32",
-                       trust_remote_code=bool(params["model"].get("trust_remote_code", False)))
+                       trust_remote_code=bool(cfg.model.trust_remote_code))
     trainer = trainer_cls(
         model=model, reward_funcs=reward_funcs, args=args, train_dataset=to_dataset(records),
-        processing_class=tokenizer, peft_config=lora_config(rl["lora"]), callbacks=list(callbacks),
-        method=method, hargo_config=_hargo_config(params, method), recorder=recorder,
+        processing_class=tokenizer, peft_config=lora_config(rl.lora), callbacks=list(callbacks),
+        method=method, hargo_config=_hargo_config(cfg, method), recorder=recorder,
         **extra, **dict(trainer_kwargs or {}))
-    trainer.add_callback(DivergenceGuard(DivergenceBounds.from_params(params), f"rl ({method})"))
+    trainer.add_callback(DivergenceGuard(DivergenceBounds.of(cfg.train.divergence),
+                                         f"rl ({method})"))
     # One concise line per step comes from RLLoggingCallback; drop transformers' dict printer.
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
@@ -309,7 +350,7 @@ def _describe_dynamic_sampling(cfg) -> str:
     return f"on (refill x{cfg.refill_factor:g}, up to {cfg.max_refills} rounds)"
 
 
-def run(params: dict, method: str, root: str | os.PathLike = ".", *,
+def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", *,
         records: list[dict] | None = None, run_name: str | None = None,
         out_dir: str | os.PathLike | None = None, ckpt_dir: str | os.PathLike | None = None,
         metrics_path: str | os.PathLike | None = None, keep_history: bool = False) -> dict:
@@ -322,6 +363,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     ``checkpoints/rl/<method>``, ``metrics/rl/<method>.json``) and ``keep_history=True`` (the
     per-step per-task history goes into the metrics file, for the report's curves).
 
+    ``params``: the typed config or a params mapping (built and checked first,
+    :func:`hargo.config.as_config`).
+
     Raises:
         ParamsError: bad params or unknown method (before any work).
         FileNotFoundError: the SFT model folder is missing or incomplete.
@@ -330,9 +374,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     """
     t_start = time.perf_counter()
     _check_method(method)
-    cfg = params if isinstance(params, Config) else validate_params(params)   # the typed config
-    params = params_dict(params)   # the mapping, for what still reads it (trainer, tracking)
-    check_generation_backend(params)    # before the checkpoint folder is touched
+    cfg = as_config(params)            # the typed config
+    pd = params_dict(cfg)    # the mapping as params.yaml has it, for MLflow tracking
+    check_generation_backend(cfg)    # before the checkpoint folder is touched
     import mlflow
 
     from hargo import tracking, tracking_store
@@ -356,9 +400,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     metrics_path = Path(metrics_path) if metrics_path is not None \
         else root / METRICS_ROOT / f"{method}.json"
 
-    setup_torch(params)
+    setup_torch(cfg)
     tok = load_tokenizer(model_dir)
-    cap = prompt_cap(params)
+    cap = prompt_cap(cfg)
     if records is None:
         records, skipped = select_subset(load_rl_records(data_path), rl.samples_per_task,
                                          int(cfg.seed), tok, cap)
@@ -374,11 +418,11 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     lengths = [prompt_tokens(tok, r["prompt"]) for r in records]
     longest = lengths.index(max(lengths))             # the first of the longest
     n_tokens = lengths[longest]
-    cap_name = prompt_cap_name(params) + (f".{records[longest]['task']}"
+    cap_name = prompt_cap_name(cfg) + (f".{records[longest]['task']}"
                                           if isinstance(cap, dict) else "")
     check_context(context_length(model_dir), n_tokens, max_budget(_plain(rl.max_new_tokens)),
                   cap_name, "rl.max_new_tokens")
-    fingerprint = run_fingerprint(params, method, model_dir, data_path)
+    fingerprint = run_fingerprint(cfg, method, model_dir, data_path)
     launch = launch_state()
     if launch.is_main:
         # an unusable MLflow store fails here, before the checkpoint folder (an output) changes
@@ -390,7 +434,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
 
     recorder = StepRecorder(max_table_rows=TABLE_ROWS)
     callback = RLLoggingCallback(recorder, name, int(rl.log_completions_steps or 0))
-    stage = tracking.stage_run("rl" if run_name is None else "compare", params, root=root,
+    stage = tracking.stage_run("rl" if run_name is None else "compare", pd, root=root,
                                extra_tags={"hargo.method": method,
                                            **({"hargo.run": run_name} if run_name else {})},
                                run_name=None if run_name is None else f"compare-{run_name}") \
@@ -398,9 +442,9 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
     with stage:
         if launch.is_main:
             mlflow.log_params({"rl.method": method, "rl.prompts_used": len(records)})
-            tracking.log_split("train", "training", params, root)
+            tracking.log_split("train", "training", pd, root)
         t0 = time.perf_counter()
-        trainer = build_trainer(params, method, model_dir, records, ckpt_dir, recorder=recorder,
+        trainer = build_trainer(cfg, method, model_dir, records, ckpt_dir, recorder=recorder,
                                 callbacks=[callback], tokenizer=tok,
                                 world_size=launch.num_processes)
         load_s = time.perf_counter() - t0
@@ -432,7 +476,7 @@ def run(params: dict, method: str, root: str | os.PathLike = ".", *,
                         dtype=cfg.model.dtype, adapter_base=model_dir,
                         adapter_dtype=rl.lora.adapter_dtype,
                         training_record=training_record(trainer.state.log_history,
-                                                        DivergenceBounds.from_params(params)))
+                                                        DivergenceBounds.of(cfg.train.divergence)))
         save_s = time.perf_counter() - t0
 
         history = recorder.history
