@@ -35,8 +35,8 @@ def test_stage_params_is_a_config_of_the_synthetic_tasks(committed_params):
     p = plan(committed_params)
     q = stage_params(committed_params, p, 3)
     assert isinstance(q, Config) and q.synthetic_tasks is True
-    assert q.seed == 3 and dict(q.rl.max_new_tokens) == dict(p.rl["max_new_tokens"])
-    assert dict(q.evaluate.max_new_tokens) == dict(p.eval_max_new_tokens)
+    assert q.seed == 3 and dict(q.rl.max_new_tokens) == dict(p.rl.max_new_tokens)
+    assert dict(q.evaluate.max_new_tokens) == dict(p.evaluate.max_new_tokens)
     assert q.rl.lora.enabled is False and q.rl.generation_backend == "transformers"
     assert q.rl.dynamic_sampling.enabled is False and q.compare is None
     # the main pipeline's method knobs are kept
