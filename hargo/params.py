@@ -82,35 +82,6 @@ def load_params(path: str | Path = "params.yaml",
     return params
 
 
-def _set(params, key, value) -> None:
-    *head, last = key.split(".")
-    cur = params
-    for k in head:
-        cur = cur[k]
-    cur[last] = value
-
-
-def _num(params, key, lo=None, hi=None, integer=False, lo_open=False, allow_none=False):
-    """Check a numeric parameter (any spelling, see :func:`as_number`) and its range, and
-    store it back as a number."""
-    raw = get(params, key)
-    if raw is None and allow_none:
-        return
-    v = as_number(key, raw, integer)
-    if v is not raw:
-        _set(params, key, v)
-    if lo is not None and (v <= lo if lo_open else v < lo):
-        raise ParamsError(f"{key}: must be {'>' if lo_open else '>='} {lo}, got {v!r}")
-    if hi is not None and v > hi:
-        raise ParamsError(f"{key}: must be <= {hi}, got {v!r}")
-
-
-def _choice(params, key, choices):
-    v = get(params, key)
-    if v not in choices:
-        raise ParamsError(f"{key}: must be one of {', '.join(map(str, choices))}; got {v!r}")
-
-
 def validate_params(params: Mapping):
     """Check every parameter the stages use, before any of them runs: build the typed config
     (:class:`hargo.config.Config`, whose fields carry the checks), normalising the numbers of
@@ -125,18 +96,3 @@ def validate_params(params: Mapping):
 
     return _build_root(params)
 
-
-def validate_preferences(params: Mapping) -> None:
-    """``compare.preferences``: ``samples_per_task`` an integer >= 1 or null (all);
-    ``samples_per_prompt`` an integer >= 2 (a pair needs two samples); ``temperature`` > 0
-    (greedy samples would always tie); ``max_new_tokens`` an integer >= 1; ``backend`` vllm or
-    transformers.
-
-    Raises:
-        ParamsError: naming the first bad key by its dotted path.
-    """
-    _num(params, "compare.preferences.samples_per_task", 1, integer=True, allow_none=True)
-    _num(params, "compare.preferences.samples_per_prompt", 2, integer=True)
-    _num(params, "compare.preferences.temperature", 0, lo_open=True)
-    _num(params, "compare.preferences.max_new_tokens", 1, integer=True)
-    _choice(params, "compare.preferences.backend", ("vllm", "transformers"))

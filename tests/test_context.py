@@ -91,14 +91,15 @@ def test_generation_names_the_callers_budget(short_context_model, names):
     assert "max_prompt_tokens" not in str(e.value)
 
 
-def test_compare_eval_names_its_own_block_when_it_sets_the_key():
+def test_compare_eval_names_its_own_block_when_it_has_the_key(committed_params):
+    """compare.evaluate (typed: CompareEvaluate, both keys required) has max_new_tokens and no
+    prompt cap, so the budget is named by the comparison's block and the cap by evaluate's."""
     from hargo.compare.evaluate import eval_param_names
+    from hargo.config import as_config
 
-    p = {"compare": {"evaluate": {"max_new_tokens": 32}}}
-    assert eval_param_names(p) == ("evaluate.max_prompt_tokens",
-                                   "compare.evaluate.max_new_tokens")
-    assert eval_param_names({"compare": {}}) == ("evaluate.max_prompt_tokens",
-                                                 "evaluate.max_new_tokens")
+    names = ("evaluate.max_prompt_tokens", "compare.evaluate.max_new_tokens")
+    assert eval_param_names(committed_params) == names
+    assert eval_param_names(as_config(committed_params)) == names
 
 
 def test_rl_refuses_a_budget_past_the_context_before_training(short_context_model, tmp_path,

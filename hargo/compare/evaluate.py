@@ -20,6 +20,7 @@ MLflow child run ``compare-eval-<run>``.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from pathlib import Path
@@ -28,14 +29,26 @@ from typing import Mapping
 from hargo.generation_budget import budget_record
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
 from hargo.compare.layout import BASE_RUN, EVAL_ROOT, SFT_RUN  # re-exported
-from hargo.params import ParamsError, validate_params
+from hargo.config import CompareEvaluate, Config, as_config, as_section, params_dict
+from hargo.params import ParamsError
 
 __all__ = ["run", "eval_params", "parse_run", "EVAL_ROOT", "SFT_RUN", "BASE_RUN"]
 
 _RUN_RE = re.compile(r"^(?P<method>[a-z_0-9]+)-s(?P<seed>\d+)$")
 
 
-def parse_run(params: Mapping, run: str) -> tuple[str, int] | None:
+def _compare(params: "Config | Mapping"):
+    """The typed ``compare`` section of ``params``.
+
+    Raises:
+        ParamsError: no ``compare`` section, or a bad key in it."""
+    c = as_section(params, "compare")
+    if c is None:
+        raise ParamsError("compare: missing (no key 'compare')")
+    return c
+
+
+def parse_run(params: "Config | Mapping", run: str) -> tuple[str, int] | None:
     """``(method, seed)`` of ``"<method>-s<seed>"``, or None for ``"sft"`` and ``"base"``.
 
     Raises:
@@ -44,30 +57,49 @@ def parse_run(params: Mapping, run: str) -> tuple[str, int] | None:
     if run in (SFT_RUN, BASE_RUN):
         return None
     m = _RUN_RE.match(run)
-    methods = list(params["compare"]["methods"])
-    seeds = [int(s) for s in params["compare"]["seeds"]]
+    c = _compare(params)
+    methods = list(c.methods)
+    seeds = [int(s) for s in c.seeds]
     if not m or m["method"] not in methods or int(m["seed"]) not in seeds:
         raise ParamsError(f"--run: {run!r} is not 'sft', 'base' nor '<method>-s<seed>' with a method of "
                           f"compare.methods {methods} and a seed of compare.seeds {seeds}")
     return m["method"], int(m["seed"])
 
 
-def eval_params(params: Mapping) -> dict:
-    """``evaluate`` with ``compare.evaluate``'s keys (samples_per_task, max_new_tokens) applied."""
-    ev = dict(params["evaluate"])
-    ev.update(dict(params["compare"].get("evaluate") or {}))
-    return ev
+def _plain(v):
+    """A typed budget (an int, or a read-only per-task mapping) as the plain value the
+    generation helpers take."""
+    return dict(v) if isinstance(v, Mapping) else v
 
 
-def eval_param_names(params: Mapping) -> tuple[str, str]:
+#: the keys of ``compare.evaluate`` that replace ``evaluate``'s
+_OWN = tuple(f.name for f in dataclasses.fields(CompareEvaluate))
+
+
+def eval_params(params: "Config | Mapping") -> dict:
+    """The typed ``evaluate`` section as the mapping the generation and scoring helpers take
+    (every field; a key params.yaml leaves out has the config's default, the same as the
+    helpers'), with ``compare.evaluate``'s keys (samples_per_task, max_new_tokens) applied.
+
+    Raises:
+        ParamsError: bad params (by the key's dotted name), or no ``compare`` section."""
+    cfg = as_config(params)
+    ev, own = cfg.evaluate, _compare(cfg).evaluate
+    out = {f.name: _plain(getattr(ev, f.name)) for f in dataclasses.fields(ev)}
+    out.update({k: _plain(getattr(own, k)) for k in _OWN})
+    return out
+
+
+def eval_param_names(params: "Config | Mapping") -> tuple[str, str]:
     """The params.yaml names of the prompt cap and the completion budget :func:`eval_params`
-    took: ``compare.evaluate.<key>`` where that block sets the key, else ``evaluate.<key>``."""
-    own = params["compare"].get("evaluate") or {}
-    return tuple(f"compare.evaluate.{k}" if k in own else f"evaluate.{k}"
+    took: ``compare.evaluate.<key>`` where that block (typed: :class:`CompareEvaluate`, whose
+    keys are required) has the key, else ``evaluate.<key>``; the same for every valid
+    ``params``."""
+    return tuple(f"compare.evaluate.{k}" if k in _OWN else f"evaluate.{k}"
                  for k in ("max_prompt_tokens", "max_new_tokens"))
 
 
-def run(params: dict, run: str, root: str | Path = ".") -> dict:
+def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
     """Evaluate one model of the comparison (see the module docstring).
 
     Returns ``{"run", "n_prompts", "skipped", "metrics": {dr_f1, plp_similarity, mlperf_em,
@@ -90,44 +122,47 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
 
-    validate_params(params)
+    cfg = as_config(params)
+    pd = params_dict(cfg)     # MLflow, hardware and the rewards still take the mapping
     root = Path(root)
-    parsed = parse_run(params, run)
-    ev = eval_params(params)
-    seed = int(params["seed"])
-    sft_dir = root / params["sft"]["out_dir"]
+    parsed = parse_run(cfg, run)
+    ev = eval_params(cfg)     # the generation and scoring helpers take the block as a mapping
+    seed = int(cfg.seed)
+    sft_dir = root / cfg.sft.out_dir
     if run == BASE_RUN:
-        mdir, stage = root / params["model"]["out_dir"], "base_model (hargo base-model)"
+        mdir, stage = root / cfg.model.out_dir, "base_model (hargo base-model)"
     elif parsed is None:
         mdir, stage = sft_dir, "sft (hargo sft)"
     else:
-        mdir = root / params["compare"]["out_dir"] / run
+        mdir = root / cfg.compare.out_dir / run
         stage = f"compare_train@{parsed[0]}-{parsed[1]} (hargo compare-train)"
     try:
         require_complete_dir(mdir, f"model folder of {run!r}")
         require_complete_dir(sft_dir, "SFT model folder (its tokenizer picks the prompts)")
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{e} (written by stage {stage})") from None
-    eval_path = root / params["data"]["out_dir"] / "eval.jsonl"
+    eval_path = root / cfg.data.out_dir / "eval.jsonl"
     records = load_eval_records(eval_path)
-    if ev["backend"] == "vllm":
+    backend = cfg.evaluate.backend
+    if backend == "vllm":
         gen.import_vllm()
-    reward_fn = TaskReward(RewardConfig.from_params(params.get("rewards")))
+    reward_fn = TaskReward(RewardConfig.from_params(pd.get("rewards")))
     subset, skipped = select_prompts(records, ev, seed, load_tokenizer(sft_dir))
     if not subset:
         raise HargoInputError(eval_path, f"no eval prompt has at most evaluate.max_prompt_tokens"
-                              f"={ev['max_prompt_tokens']} tokens (skipped per task: {skipped})")
-    setup_torch(params)
-    print(f"[compare-eval {run}] {len(subset)} prompts, backend {ev['backend']}", flush=True)
-    with tracking.stage_run("compare-eval", params, root, extra_tags={"hargo.run": run},
+                              f"={cfg.evaluate.max_prompt_tokens} tokens (skipped per task: "
+                              f"{skipped})")
+    setup_torch(pd)
+    print(f"[compare-eval {run}] {len(subset)} prompts, backend {backend}", flush=True)
+    with tracking.stage_run("compare-eval", pd, root, extra_tags={"hargo.run": run},
                             run_name=f"compare-eval-{run}"):
         import mlflow
 
-        tracking.log_split("eval", "evaluation", params, root)
+        tracking.log_split("eval", "evaluation", pd, root)
 
         t0 = time.perf_counter()
-        res = gen.run_generation(mdir, [r["prompt"] for r in subset], ev, ev["backend"],
-                                 seed=seed, param_names=eval_param_names(params),
+        res = gen.run_generation(mdir, [r["prompt"] for r in subset], ev, backend,
+                                 seed=seed, param_names=eval_param_names(cfg),
                                  tasks=[r["task"] for r in subset])
         scored = score_samples(subset, res.completions, reward_fn)
         metrics = compute_metrics(subset, res.completions, rewards=[s["reward"] for s in scored],
@@ -141,8 +176,8 @@ def run(params: dict, run: str, root: str | Path = ".") -> dict:
                                    [r["yes_no_score"] for r in yn]) if race_idx else None
         entry.update(run=run, method=run if parsed is None else parsed[0], score_s=score_s,
                      seed=None if parsed is None else parsed[1], n_prompts=len(subset),
-                     skipped=skipped, backend=ev["backend"],
-                     max_new_tokens=budget_record(ev["max_new_tokens"]),
+                     skipped=skipped, backend=backend,
+                     max_new_tokens=budget_record(_plain(cfg.compare.evaluate.max_new_tokens)),
                      wall_s=round(time.perf_counter() - t0, 3), load_s=res.load_s,
                      generate_s=res.generate_s, completion_tokens=sum(res.completion_tokens),
                      gen_tokens_per_s=res.tokens_per_s)

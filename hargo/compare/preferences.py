@@ -33,6 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from hargo.config import Config, as_config, params_dict
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
 from hargo.methods import method_names
 
@@ -43,22 +44,23 @@ PAIRS_FILE = "pairs.jsonl"
 STATS_FILE = "stats.json"
 
 
-def check_params(params: Mapping) -> None:
-    """Check ``compare.preferences`` (:func:`hargo.params.validate_preferences`), its
-    ``out_dir`` (a non-empty path) and the keys the stage reads elsewhere (``seed``,
-    ``train.max_prompt_tokens``).
+def check_params(params: "Config | Mapping") -> Config:
+    """Check the params (the typed config's own checks: ``compare.preferences``' keys,
+    ``seed``, ``train.max_prompt_tokens`` ...) and that ``compare.preferences.out_dir`` is a
+    non-empty path, which the config does not check; returns the typed config.
 
     Raises:
-        ParamsError: naming the first bad key by its dotted path.
+        ParamsError: naming the first bad key by its dotted path; no ``compare`` section.
     """
-    from hargo.params import ParamsError, _num, get, validate_preferences
+    from hargo.params import ParamsError
 
-    _num(params, "seed", 0, integer=True)
-    validate_preferences(params)
-    out = get(params, "compare.preferences.out_dir")
-    if not isinstance(out, str) or not out.strip():
+    cfg = as_config(params)
+    if cfg.compare is None:
+        raise ParamsError("compare: missing (no key 'compare')")
+    out = cfg.compare.preferences.out_dir
+    if not out.strip():
         raise ParamsError(f"compare.preferences.out_dir: expected a non-empty path, got {out!r}")
-    _num(params, "train.max_prompt_tokens", 1, integer=True)
+    return cfg
 
 
 def load_train_records(path: str | Path) -> list[dict]:
@@ -139,18 +141,21 @@ def make_pairs(records: Sequence[Mapping], completions: Sequence[str],
     return pairs, stats
 
 
-def generation_params(params: Mapping) -> dict:
+def generation_params(params: "Config | Mapping") -> dict:
     """The ``params_evaluate``-style block :func:`run_generation` reads: decoding from
     ``compare.preferences`` (``temperature``, ``max_new_tokens``), the engine settings (dtype,
-    batch size, KV cache, GPU memory share, eager mode) from ``evaluate``."""
-    ev, pref = params["evaluate"], params["compare"]["preferences"]
-    out = {k: ev[k] for k in ("dtype", "batch_size", "kv_cache_gib", "gpu_memory_utilization",
-                              "enforce_eager") if k in ev}
-    out.update(temperature=float(pref["temperature"]), max_new_tokens=int(pref["max_new_tokens"]))
+    batch size, KV cache, GPU memory share, eager mode) from ``evaluate`` (a key params.yaml
+    leaves out has the config's default, the same as :func:`run_generation`'s)."""
+    cfg = as_config(params)
+    ev, pref = cfg.evaluate, cfg.compare.preferences
+    out = {"dtype": ev.dtype, "batch_size": ev.batch_size, "kv_cache_gib": ev.kv_cache_gib,
+           "gpu_memory_utilization": ev.gpu_memory_utilization,
+           "enforce_eager": ev.enforce_eager}
+    out.update(temperature=float(pref.temperature), max_new_tokens=int(pref.max_new_tokens))
     return out
 
 
-def run(params: dict, root: str | Path = ".") -> dict[str, Any]:
+def run(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Any]:
     """Stage ``preferences`` (see the module docstring); returns the stats written (plus the
     output folder under ``out_dir``).
 
@@ -170,37 +175,38 @@ def run(params: dict, root: str | Path = ".") -> dict[str, Any]:
     from hargo.models.loading import load_tokenizer, resolve_model_dir
 
     t_start = time.perf_counter()
-    check_params(params)
+    cfg = check_params(params)
+    pd = params_dict(cfg)      # MLflow logs the parameters as a mapping
     root = Path(root)
-    pref = params["compare"]["preferences"]
-    seed, k, backend = int(params["seed"]), int(pref["samples_per_prompt"]), pref["backend"]
-    model_dir = resolve_model_dir(root / params["sft"]["out_dir"])
-    train_path = root / params["data"]["out_dir"] / "train.jsonl"
+    pref = cfg.compare.preferences
+    seed, k, backend = int(cfg.seed), int(pref.samples_per_prompt), pref.backend
+    model_dir = resolve_model_dir(root / cfg.sft.out_dir)
+    train_path = root / cfg.data.out_dir / "train.jsonl"
     records = load_train_records(train_path)
     tok = load_tokenizer(model_dir)
-    cap = int(params["train"]["max_prompt_tokens"])
-    subset, skipped = select_subset(records, pref["samples_per_task"], seed, tok, cap)
+    cap = int(cfg.train.max_prompt_tokens)
+    subset, skipped = select_subset(records, pref.samples_per_task, seed, tok, cap)
     if not subset:
         raise HargoInputError(train_path, f"every prompt is longer than train.max_prompt_tokens="
                               f"{cap} tokens (skipped: {skipped})")
-    out_dir = root / pref["out_dir"]
-    with tracking.stage_run("preferences", params, root) as mlrun:
+    out_dir = root / pref.out_dir
+    with tracking.stage_run("preferences", pd, root) as mlrun:
         print(f"[preferences] {len(subset)} prompts x {k} samples from {model_dir} "
-              f"({backend}, temperature {pref['temperature']}, {pref['max_new_tokens']} new "
+              f"({backend}, temperature {pref.temperature}, {pref.max_new_tokens} new "
               f"tokens; {sum(skipped.values())} skipped as too long)", flush=True)
-        gen = run_generation(model_dir, [r["prompt"] for r in subset], generation_params(params),
+        gen = run_generation(model_dir, [r["prompt"] for r in subset], generation_params(cfg),
                              backend, seed=seed, num_samples=k,
                              param_names=("train.max_prompt_tokens",
                                           "compare.preferences.max_new_tokens"))
         rep = [r for r in subset for _ in range(k)]
         t0 = time.perf_counter()
-        reward = TaskReward(RewardConfig.from_params(params.get("rewards")))
+        reward = TaskReward(RewardConfig.from_params(pd.get("rewards")))
         rewards = reward(prompts=[r.get("prompt") for r in rep],
                          completions=gen.completions, task=[r["task"] for r in rep],
                          answer=[r.get("answer") for r in rep], label=[r.get("label") for r in rep])
         reward_s = time.perf_counter() - t0
         pairs, stats = make_pairs(subset, gen.completions, rewards, k)
-        needing = [m for m in params["compare"]["methods"] if m in method_names("preference")]
+        needing = [m for m in cfg.compare.methods if m in method_names("preference")]
         if not pairs and needing:   # fail here, not later in compare_train; nothing written
             raise ValueError(
                 f"preferences: 0 pairs from {stats['prompts']} prompts (every prompt's "
@@ -211,9 +217,9 @@ def run(params: dict, root: str | Path = ".") -> dict[str, Any]:
         stats.update({
             "skipped_too_long": skipped, "max_prompt_tokens": cap, "seed": seed,
             "backend": gen.backend, "dtype": gen.dtype,
-            "temperature": float(pref["temperature"]),
-            "max_new_tokens": int(pref["max_new_tokens"]),
-            "model": str(params["sft"]["out_dir"]),
+            "temperature": float(pref.temperature),
+            "max_new_tokens": int(pref.max_new_tokens),
+            "model": str(cfg.sft.out_dir),
             "completion_tokens": sum(gen.completion_tokens),
             "time": {"load_s": round(gen.load_s, 3), "generate_s": round(gen.generate_s, 3),
                      "reward_s": round(reward_s, 3),

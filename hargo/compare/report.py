@@ -19,7 +19,7 @@
 Every metric is recomputed from the per-prompt rows (``hargo.compare.aggregate``) and checked
 against the run's ``metrics.json``: a disagreement means the two files come from different
 evaluations and is an error. No reward is recomputed (the PLP embedder is not loaded): WinRate
-vs SFT uses the judge of ``params["evaluate"]`` (``hargo.judges.make_judge``) through
+vs SFT uses the judge of ``evaluate`` (``hargo.judges.make_judge``) through
 ``hargo.metrics.win_rate`` on the same prompt ids, and the ``reward`` judge reads the task rewards
 stored in the generations (``hargo.compare.aggregate.StoredRewards``).
 
@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.compare import render
+from hargo.config import Config, ParamsError, as_config, params_dict
 from hargo.compare.aggregate import (SFT, Aggregates, RecordingJudge, StoredRewards, aggregate,
                                      bootstrap_cis, run_metrics, run_name, sft_cis)
 from hargo.compare.baselines import race_table
@@ -199,7 +200,7 @@ def _check_stored_metrics(path: Path, stored: Mapping, rows: Sequence[Mapping],
                                   f"compare_eval", field=k)
 
 
-def load_inputs(params: Mapping, root: Path, methods: Sequence[str],
+def load_inputs(params: "Config | Mapping", root: Path, methods: Sequence[str],
                 seeds: Sequence[int]) -> Inputs:
     """Read every input of the report (module docstring) and check it before anything is
     written: each generations row's fields, every run answering the SFT run's prompt ids, each
@@ -208,7 +209,8 @@ def load_inputs(params: Mapping, root: Path, methods: Sequence[str],
     Raises:
         FileNotFoundError, HargoInputError: as :func:`run`.
     """
-    eval_path = root / params["data"]["out_dir"] / "eval.jsonl"
+    cfg = as_config(params)
+    eval_path = root / cfg.data.out_dir / "eval.jsonl"
     records = _load_eval_records(eval_path)
     labels = _race_labels(records, eval_path)
     by_id: dict[str, dict[str, dict]] = {}
@@ -232,7 +234,7 @@ def load_inputs(params: Mapping, root: Path, methods: Sequence[str],
             raise HargoInputError(base_gen, "prompt ids differ from the SFT run's: re-run "
                                   "compare_base", field="id")
         base_rows = [base[i] for i in ids]
-    train_path = root / params["data"]["out_dir"] / "train.jsonl"
+    train_path = root / cfg.data.out_dir / "train.jsonl"
     if not train_path.exists():
         raise _missing(train_path, "prepare")
     train_records = list(read_jsonl(train_path))
@@ -246,24 +248,28 @@ def load_inputs(params: Mapping, root: Path, methods: Sequence[str],
             train[m][s] = doc
     pref_stats = None
     if any(m in method_names("preference") for m in methods):
-        pref_stats = _read_json(root / params["compare"]["preferences"]["out_dir"] / "stats.json",
+        pref_stats = _read_json(root / cfg.compare.preferences.out_dir / "stats.json",
                                 "preferences")
     return Inputs(samples=[records[i] for i in ids], labels=labels,
                   rows={name: [rs[i] for i in ids] for name, rs in by_id.items()}, train=train,
                   pref_stats=pref_stats, train_records=train_records, base_rows=base_rows)
 
 
-def _judge(params: Mapping, inputs: Inputs) -> RecordingJudge:
-    """The WinRate judge of ``params["evaluate"]``, its task rewards read from the
-    generations (a completion without a stored reward is scored by a ``TaskReward``)."""
+def _judge(cfg: Config, inputs: Inputs) -> RecordingJudge:
+    """The WinRate judge of ``evaluate`` (``judge``, ``judge_endpoint``, ``judge_model``), its
+    task rewards read from the generations (a completion without a stored reward is scored by a
+    ``TaskReward``)."""
     from hargo.judges import make_judge
     from hargo.rewards import RewardConfig, TaskReward
 
-    stored = StoredRewards(lambda: TaskReward(RewardConfig.from_params(params.get("rewards"))))
+    rewards = params_dict(cfg).get("rewards")    # RewardConfig takes the mapping
+    stored = StoredRewards(lambda: TaskReward(RewardConfig.from_params(rewards)))
     for rows in inputs.rows.values():
         for sample, row in zip(inputs.samples, rows):
             stored.add(sample, row)
-    return RecordingJudge(make_judge(params["evaluate"], stored))
+    ev = cfg.evaluate       # make_judge takes the evaluate block as a mapping
+    return RecordingJudge(make_judge({"judge": ev.judge, "judge_endpoint": ev.judge_endpoint,
+                                      "judge_model": ev.judge_model}, stored))
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -320,7 +326,7 @@ def flat_metrics(agg: Aggregates, ci: Mapping[str, Mapping]) -> dict[str, float]
     return {k: v for k, v in flat.items() if math.isfinite(v)}
 
 
-def log_to_mlflow(params: Mapping, root: Path, setup: render.Setup, agg: Aggregates,
+def log_to_mlflow(params: "Config | Mapping", root: Path, setup: render.Setup, agg: Aggregates,
                   ci: Mapping[str, Mapping], out: Outputs) -> str:
     """Log the comparison as an MLflow run tagged ``hargo.kind=comparison``: the
     :func:`flat_metrics`, the comparison's params and the written files as artifacts.
@@ -332,17 +338,18 @@ def log_to_mlflow(params: Mapping, root: Path, setup: render.Setup, agg: Aggrega
 
     from hargo import tracking
 
-    exp_id = tracking.setup(params, root)
-    cmp = params["compare"]
-    tags = {**tracking.common_tags(params, root), "hargo.kind": "comparison",
+    cfg = as_config(params)
+    pd = params_dict(cfg)     # tracking takes the mapping
+    exp_id = tracking.setup(pd, root)
+    tags = {**tracking.common_tags(pd, root), "hargo.kind": "comparison",
             "hargo.judge": setup.judge, "hargo.seeds": ",".join(map(str, setup.seeds)),
             "hargo.methods": ",".join(setup.methods)}
     with mlflow.start_run(experiment_id=exp_id, run_name="comparison", tags=tags) as mlrun:
         mlflow.log_metrics(flat_metrics(agg, ci))
         mlflow.log_params({"compare.methods": ",".join(setup.methods),
                            "compare.seeds": ",".join(map(str, setup.seeds)),
-                           "compare.steps": cmp["steps"],
-                           "compare.prompts_per_step": cmp["prompts_per_step"],
+                           "compare.steps": cfg.compare.steps,
+                           "compare.prompts_per_step": cfg.compare.prompts_per_step,
                            "bootstrap_resamples": setup.resamples,
                            "confidence": setup.confidence})
         for p in (out.md, out.html, out.summary):
@@ -354,29 +361,27 @@ def log_to_mlflow(params: Mapping, root: Path, setup: render.Setup, agg: Aggrega
 
 # ----------------------------------------------------------------------------- stage
 
-def _setup(params: Mapping, root: Path, methods: list[str], seeds: list[int],
+def _setup(cfg: Config, root: Path, methods: list[str], seeds: list[int],
            judge: str) -> render.Setup:
-    """What the comparison ran with, from ``params`` and the repository at ``root``."""
+    """What the comparison ran with, from the typed config and the repository at ``root``."""
     from hargo import tracking
 
-    cmp = params["compare"]
-    rep = cmp.get("report", {}) or {}
+    cmp = cfg.compare
     return render.Setup(
-        model=str(params.get("model", {}).get("source", "?")), methods=methods, seeds=seeds,
-        judge=judge, steps=int(cmp["steps"]), prompts_per_step=int(cmp["prompts_per_step"]),
-        num_generations=int(params["rl"]["num_generations"]),
-        sft_samples_per_task=params["sft"].get("samples_per_task"),
-        sft_epochs=params["sft"].get("epochs"),
-        resamples=int(rep.get("bootstrap_resamples", 2000)),
-        confidence=float(rep.get("confidence", 0.95)), bootstrap_seed=int(params.get("seed", 0)),
+        model=str(cfg.model.source), methods=methods, seeds=seeds,
+        judge=judge, steps=int(cmp.steps), prompts_per_step=int(cmp.prompts_per_step),
+        num_generations=int(cfg.rl.num_generations),
+        sft_samples_per_task=cfg.sft.samples_per_task, sft_epochs=cfg.sft.epochs,
+        resamples=int(cmp.report.bootstrap_resamples),
+        confidence=float(cmp.report.confidence), bootstrap_seed=int(cfg.seed),
         data_version=tracking.data_version(root), git_commit=tracking.git_commit(root))
 
 
-def run(params: dict, root: str | Path = ".") -> dict:
+def run(params: "Config | Mapping", root: str | Path = ".") -> dict:
     """Run the ``report`` stage (see the module docstring).
 
     Args:
-        params: the loaded params.yaml (``seed``, ``data.out_dir``, ``evaluate`` (judge),
+        params: the typed config, or the loaded params.yaml mapping (``seed``, ``data.out_dir``, ``evaluate`` (judge),
             ``rewards``, ``rl.num_generations``, ``sft``, ``model.source``, ``mlflow``,
             ``compare``: ``methods``, ``seeds``, ``steps``, ``prompts_per_step``,
             ``preferences.out_dir``, ``report.bootstrap_resamples``, ``report.confidence``).
@@ -389,20 +394,24 @@ def run(params: dict, root: str | Path = ".") -> dict:
         id}``.
 
     Raises:
+        ParamsError: bad params (by the key's dotted name), or no ``compare`` section.
         FileNotFoundError: an input is missing (the message names it and the stage that writes
             it: compare_train, compare_eval, preferences or prepare; train.jsonl included).
         HargoInputError: a bad input record, a run whose prompt ids differ from SFT's, or a
             ``metrics.json`` that disagrees with its ``generations.jsonl``.
         RuntimeError: the MLflow store cannot be used.
     """
+    cfg = as_config(params)
+    if cfg.compare is None:
+        raise ParamsError("compare: missing (no key 'compare')")
     root = Path(root)
-    methods = list(params["compare"]["methods"])
-    seeds = [int(s) for s in params["compare"]["seeds"]]
-    inputs = load_inputs(params, root, methods, seeds)
-    judge = _judge(params, inputs)
+    methods = list(cfg.compare.methods)
+    seeds = [int(s) for s in cfg.compare.seeds]
+    inputs = load_inputs(cfg, root, methods, seeds)
+    judge = _judge(cfg, inputs)
     agg = aggregate(inputs.samples, inputs.rows, inputs.labels, inputs.train, methods, seeds,
                     judge)
-    setup = _setup(params, root, methods, seeds, judge.name)
+    setup = _setup(cfg, root, methods, seeds, judge.name)
     ci, notes = bootstrap_cis(agg.per_prompt, methods, seeds, setup.resamples, setup.confidence,
                               setup.bootstrap_seed)
     sft_ci = sft_cis(agg.per_prompt, methods, seeds, setup.resamples, setup.confidence,
@@ -414,7 +423,7 @@ def run(params: dict, root: str | Path = ".") -> dict:
     summary = render.summary(setup, inputs.samples, agg, ci, notes, inputs.train,
                              inputs.pref_stats, race=race, sft_ci=sft_ci)
     out = write_outputs(root, blocks, summary, agg)
-    run_id = log_to_mlflow(params, root, setup, agg, {**ci, **sft_ci}, out)
+    run_id = log_to_mlflow(cfg, root, setup, agg, {**ci, **sft_ci}, out)
     return {"report": str(out.md), "html": str(out.html), "summary": str(out.summary),
             "figures": [str(p) for p in out.figures], "methods": methods, "seeds": seeds,
             "judge": judge.name,

@@ -39,15 +39,16 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
+from hargo.config import Config, as_config, as_section, params_dict
 from hargo.io import HargoInputError, atomic_write_json, read_jsonl
 from hargo.compare.layout import TRAIN_METRICS_ROOT, run_name  # re-exported
 from hargo.methods import RL_FAMILIES, get_method
-from hargo.params import ParamsError, validate_params
+from hargo.params import ParamsError
 
-__all__ = ["run", "run_name", "run_params", "family", "model_dir", "metrics_path",
-           "TRAIN_METRICS_ROOT", "CHECKPOINT_ROOT"]
+__all__ = ["run", "run_name", "run_config", "run_params", "family", "model_dir",
+           "metrics_path", "TRAIN_METRICS_ROOT", "CHECKPOINT_ROOT"]
 
 CHECKPOINT_ROOT = Path("checkpoints") / "compare"
 
@@ -66,9 +67,21 @@ def family(method: str) -> str:
     return "rl" if fam in RL_FAMILIES else fam
 
 
-def model_dir(params: Mapping, method: str, seed: int, root: str | Path = ".") -> Path:
+def _compare(params: "Config | Mapping"):
+    """The typed ``compare`` section of ``params``.
+
+    Raises:
+        ParamsError: no ``compare`` section, or a bad key in it."""
+    c = as_section(params, "compare")
+    if c is None:
+        raise ParamsError("compare: missing (no key 'compare')")
+    return c
+
+
+def model_dir(params: "Config | Mapping", method: str, seed: int,
+              root: str | Path = ".") -> Path:
     """``<compare.out_dir>/<method>-s<seed>``."""
-    return Path(root) / params["compare"]["out_dir"] / run_name(method, seed)
+    return Path(root) / _compare(params).out_dir / run_name(method, seed)
 
 
 def metrics_path(method: str, seed: int, root: str | Path = ".") -> Path:
@@ -76,62 +89,88 @@ def metrics_path(method: str, seed: int, root: str | Path = ".") -> Path:
     return Path(root) / TRAIN_METRICS_ROOT / f"{run_name(method, seed)}.json"
 
 
-def run_params(params: Mapping, method: str, seed: int) -> dict:
-    """The params one comparison run trains with: a copy where ``seed`` is the run's seed and
-    ``rl.steps / rl.prompts_per_step / rl.samples_per_task`` are the comparison's budget
-    (``compare.steps / prompts_per_step / samples_per_task``); for ``hpcgpt`` ``sft.learning_rate``
-    and ``sft.lora.r / alpha`` are the HPC-GPT recipe's (``compare.hpcgpt``)."""
+def _with(params: Mapping, values: Mapping[str, Any]) -> dict:
+    """A deep copy of the params mapping ``params`` with each dotted key of ``values``
+    (``"rl.steps"``) set to its value."""
+    out = copy.deepcopy(dict(params))
+    for dotted, value in values.items():
+        *path, last = dotted.split(".")
+        node = out
+        for k in path:
+            node[k] = dict(node.get(k) or {})
+            node = node[k]
+        node[last] = value
+    return out
+
+
+def run_params(params: "Config | Mapping", method: str, seed: int) -> dict:
+    """The params one comparison run trains with, as a params mapping: a copy where ``seed``
+    is the run's seed and ``rl.steps / rl.prompts_per_step / rl.samples_per_task`` are the
+    comparison's budget (``compare.steps / prompts_per_step / samples_per_task``); for
+    ``hpcgpt`` ``sft.learning_rate`` and ``sft.lora.r / alpha`` are the HPC-GPT recipe's
+    (``compare.hpcgpt``), with the adapter enabled. :func:`run_config` is the same, typed.
+
+    Raises:
+        ParamsError: unknown method, or bad params (by the key's dotted name)."""
     fam = family(method)
-    p = copy.deepcopy(dict(params))
-    c = p["compare"]
-    p["seed"] = int(seed)
-    p["rl"]["steps"] = int(c["steps"])
-    p["rl"]["prompts_per_step"] = int(c["prompts_per_step"])
-    p["rl"]["samples_per_task"] = c["samples_per_task"]
-    if fam == "sft":       # the HPC-GPT recipe (compare.<method>: hpcgpt's block)
-        h = c[method]
-        p["sft"]["learning_rate"] = float(h["learning_rate"])
-        p["sft"]["lora"] = {**p["sft"]["lora"], "enabled": True, "r": int(h["lora_r"]),
-                            "alpha": float(h["lora_alpha"])}
-    return p
+    cfg = as_config(params)
+    c = _compare(cfg)
+    values: dict[str, Any] = {"seed": int(seed), "rl.steps": int(c.steps),
+                              "rl.prompts_per_step": int(c.prompts_per_step),
+                              "rl.samples_per_task": c.samples_per_task}
+    if fam == "sft":       # the HPC-GPT recipe (compare.<method>: hpcgpt's block, a mapping)
+        h = c.method(method)
+        values.update({"sft.learning_rate": float(h["learning_rate"]),
+                       "sft.lora.enabled": True, "sft.lora.r": int(h["lora_r"]),
+                       "sft.lora.alpha": float(h["lora_alpha"])})
+    return _with(params_dict(cfg), values)
 
 
-def _train_hpcgpt(p: dict, root: Path, out_dir: Path) -> dict:
+def run_config(params: "Config | Mapping", method: str, seed: int) -> Config:
+    """The typed config one comparison run trains with (:func:`run_params`, built and checked
+    again, so that its :func:`~hargo.config.params_dict` is the run's own mapping).
+
+    Raises:
+        ParamsError: unknown method, or bad params (by the key's dotted name)."""
+    return Config.from_params(run_params(params, method, seed))
+
+
+def _train_hpcgpt(cfg: Config, root: Path, out_dir: Path) -> dict:
     from hargo.data.records import read_prepared, select_subset
     from hargo.models import loading
     from hargo.training import sft
 
-    base = loading.resolve_model_dir(root / p["model"]["out_dir"])
-    train_path = root / p["data"]["out_dir"] / "train.jsonl"
+    base = loading.resolve_model_dir(root / cfg.model.out_dir)
+    train_path = root / cfg.data.out_dir / "train.jsonl"
     records = read_prepared(train_path, require_answer=True)
     tok = loading.load_tokenizer(base)
-    subset, skipped = select_subset(records, p["sft"]["samples_per_task"], int(p["seed"]),
-                                           tok, int(p["train"]["max_prompt_tokens"]))
+    subset, skipped = select_subset(records, cfg.sft.samples_per_task, int(cfg.seed),
+                                    tok, int(cfg.train.max_prompt_tokens))
     if not subset:
         raise HargoInputError(train_path, "every prompt is longer than train.max_prompt_tokens")
-    m = sft.train(p, base, subset, out_dir)
-    return {"prompts_seen": int(m["examples"] * float(p["sft"]["epochs"])),
+    m = sft.train(cfg, base, subset, out_dir)
+    return {"prompts_seen": int(m["examples"] * float(cfg.sft.epochs)),
             "steps": m["steps"], "loss_curve": m.get("loss_curve", []),
             "final_loss": m.get("final_loss"), "skipped_too_long": skipped,
-            "train_s": m["train_seconds"], "base_model": str(p["model"]["out_dir"])}
+            "train_s": m["train_seconds"], "base_model": str(cfg.model.out_dir)}
 
 
-def _train_preference(p: dict, method: str, seed: int, root: Path, out_dir: Path) -> dict:
+def _train_preference(cfg: Config, method: str, seed: int, root: Path, out_dir: Path) -> dict:
     from hargo.models.loading import resolve_model_dir
     from hargo.training.preference_trainers import train_preference
 
-    pairs_path = root / p["compare"]["preferences"]["out_dir"] / "pairs.jsonl"
+    pairs_path = root / cfg.compare.preferences.out_dir / "pairs.jsonl"
     if not pairs_path.is_file():
         raise FileNotFoundError(f"{pairs_path}: missing (written by stage preferences; "
                                 "`dvc repro compare/dvc.yaml` runs it)")
     pairs = read_jsonl(pairs_path)
-    sft_dir = resolve_model_dir(root / p["sft"]["out_dir"])
-    m = train_preference(p, method, sft_dir, pairs, out_dir, seed)
-    m.setdefault("prompts_seen", int(p["compare"]["steps"]) * int(p["compare"]["prompts_per_step"]))
+    sft_dir = resolve_model_dir(root / cfg.sft.out_dir)
+    m = train_preference(cfg, method, sft_dir, pairs, out_dir, seed)
+    m.setdefault("prompts_seen", int(cfg.compare.steps) * int(cfg.compare.prompts_per_step))
     return m
 
 
-def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
+def run(params: "Config | Mapping", method: str, seed: int, root: str | Path = ".") -> dict:
     """Train ``method`` with ``seed`` (see the module docstring); returns the metrics written.
 
     Raises:
@@ -149,17 +188,17 @@ def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
 
     from hargo import tracking
 
-    validate_params(params)
+    cfg = as_config(params)
+    c = _compare(cfg)
     fam = family(method)
     if fam == "rl":    # a vLLM backend that cannot run here, before the checkpoint folder
         from hargo.training.rl import check_generation_backend
 
-        check_generation_backend(params)
-    if method not in params["compare"]["methods"]:
-        raise ParamsError(f"--method: {method!r} is not in compare.methods "
-                          f"{params['compare']['methods']}")
-    if int(seed) not in [int(s) for s in params["compare"]["seeds"]]:
-        raise ParamsError(f"--seed: {seed} is not in compare.seeds {params['compare']['seeds']}")
+        check_generation_backend(params_dict(cfg))
+    if method not in c.methods:
+        raise ParamsError(f"--method: {method!r} is not in compare.methods {list(c.methods)}")
+    if int(seed) not in [int(s) for s in c.seeds]:
+        raise ParamsError(f"--seed: {seed} is not in compare.seeds {list(c.seeds)}")
     from hargo.training.launch import launch_state
 
     launch = launch_state()
@@ -169,25 +208,26 @@ def run(params: dict, method: str, seed: int, root: str | Path = ".") -> dict:
                           f"methods run on several)")
     root = Path(root)
     name = run_name(method, seed)
-    p = run_params(params, method, seed)
-    out_dir = model_dir(params, method, seed, root)
+    run_cfg = run_config(cfg, method, seed)
+    out_dir = model_dir(cfg, method, seed, root)
     mpath = metrics_path(method, seed, root)
     t0 = time.perf_counter()
     print(f"[compare {name}] {fam} method {method}, seed {seed}", flush=True)
     if fam == "rl":
         from hargo.training import rl
 
-        r = rl.run(p, method, root, run_name=name, out_dir=out_dir,
+        r = rl.run(run_cfg, method, root, run_name=name, out_dir=out_dir,
                    ckpt_dir=root / CHECKPOINT_ROOT / name, metrics_path=mpath,
                    keep_history=True)
-        result = {**r, "prompts_seen": int(r["steps"]) * int(p["rl"]["prompts_per_step"])}
+        result = {**r, "prompts_seen": int(r["steps"]) * int(run_cfg.rl.prompts_per_step)}
     else:
+        p = params_dict(run_cfg)       # MLflow logs the run's parameters as a mapping
         with tracking.stage_run("compare", p, root, extra_tags={"hargo.method": method,
                                                                "hargo.run": name},
                                 run_name=f"compare-{name}"):
             tracking.log_split("train", "training", p, root)
-            result = (_train_hpcgpt(p, root, out_dir) if fam == "sft"
-                      else _train_preference(p, method, seed, root, out_dir))
+            result = (_train_hpcgpt(run_cfg, root, out_dir) if fam == "sft"
+                      else _train_preference(run_cfg, method, seed, root, out_dir))
             result["history"] = []
             mlflow.log_metrics({k: float(v) for k, v in result.items()
                                 if isinstance(v, (int, float)) and not isinstance(v, bool)})

@@ -16,7 +16,7 @@ answers the run brought back (``--rescore``).
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import gzip
 import json
 import traceback
@@ -27,6 +27,8 @@ from typing import Any, Mapping, Sequence
 from hargo.gpu_check.common import (RESERVE_S, _deadline_callback, _free_memory, _now,
                                     _peak_gpu_mib, _reset_peak, _write_json, log)
 from hargo.gpu_check.speed import _history_split
+from hargo.config import as_config
+from hargo.params import apply_overrides
 
 HEADLINE = ("dr_f1", "plp_similarity", "mlperf_em", "avg_score", "win_rate")
 
@@ -114,25 +116,31 @@ def _comparison_tables(subset: list[dict], evals: Mapping[str, Mapping], reward_
     return models, ci
 
 
+def _plain(v):
+    """A typed value as the evaluation helpers take it (a read-only task map as a dict)."""
+    return dict(v) if isinstance(v, Mapping) else v
+
+
 def _train_sft(ctx: dict, records: list[dict], out_dir: Path, end: float) -> dict:
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_model, load_tokenizer, save_merged
     from hargo.training import sft
 
     p = ctx["params"]
+    cfg = as_config(p)
     setup_torch(p)
     model = load_model(ctx["model_dir"], dtype="float32")
     tok = load_tokenizer(ctx["model_dir"])
-    args = sft.sft_config(p, ctx["work"] / "sft-trainer", report_to=())
+    args = sft.sft_config(cfg, ctx["work"] / "sft-trainer", report_to=())
     args.disable_tqdm = True
-    trainer = sft.build_trainer(p, model, tok, records, args)
+    trainer = sft.build_trainer(cfg, model, tok, records, args)
     stop = _deadline_callback(end)
     trainer.add_callback(stop)
     t0 = _now()
     out = trainer.train()
     train_s = _now() - t0
     save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                dtype=p["model"]["dtype"])
+                dtype=cfg.model.dtype)
     curve = [(int(e["step"]), float(e["loss"])) for e in trainer.state.log_history
              if "loss" in e and "step" in e and "train_loss" not in e]
     res = {"examples": len(records), "steps": int(trainer.state.global_step),
@@ -140,9 +148,8 @@ def _train_sft(ctx: dict, records: list[dict], out_dir: Path, end: float) -> dic
            "mean_train_loss": float(out.training_loss), "bf16": bool(args.bf16),
            "first_loss": curve[0][1] if curve else None,
            "last_loss": curve[-1][1] if curve else None,
-           "stopped_by_deadline": bool(stop.stopped), "lora": bool(p["sft"]["lora"]["enabled"]),
-           "batch_size": int(p["sft"]["batch_size"]), "learning_rate": float(
-               p["sft"]["learning_rate"])}
+           "stopped_by_deadline": bool(stop.stopped), "lora": bool(cfg.sft.lora.enabled),
+           "batch_size": int(cfg.sft.batch_size), "learning_rate": float(cfg.sft.learning_rate)}
     for step, loss in curve:
         ctx["tracker"].metrics("compare/sft", {"loss": loss}, step=step)
     del trainer, model
@@ -157,8 +164,7 @@ def _train_rl(ctx: dict, method: str, sft_dir: Path, records: list[dict], steps:
     from hargo.training.rl import build_trainer
     from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
 
-    p = copy.deepcopy(ctx["params"])
-    p["rl"]["steps"] = int(steps)
+    p = apply_overrides(ctx["params"], {"rl.steps": int(steps)})
     setup_torch(p)
     tok = load_tokenizer(sft_dir)
     rec = StepRecorder()
@@ -171,7 +177,7 @@ def _train_rl(ctx: dict, method: str, sft_dir: Path, records: list[dict], steps:
     trainer.train()
     train_s = _now() - t0
     save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                dtype=p["model"]["dtype"])
+                dtype=as_config(p).model.dtype)
     hist = rec.history
     for h in hist:
         ctx["tracker"].metrics(f"compare/rl-{method}", {k: v for k, v in h.items() if k != "step"},
@@ -199,16 +205,21 @@ def run_compare(ctx: dict) -> dict:
     from hargo.training.rl import prompt_cap
 
     plan, work, dl = ctx["plan"], ctx["work"], ctx["deadline"]
-    p = ctx["params"]
-    seed = int(p["seed"])
-    p["sft"].update(plan.sft)
-    p["rl"].update({k: v for k, v in plan.rl.items() if k != "steps"})
-    ev = dict(p["evaluate"], **plan.eval, backend="transformers", temperature=0.0)
+    # the part's params: the plan's SFT and RL sizes (the RL steps are per method, _train_rl)
+    p = ctx["params"] = apply_overrides(
+        ctx["params"], {**{f"sft.{k}": v for k, v in plan.sft.items()},
+                        **{f"rl.{k}": v for k, v in plan.rl.items() if k != "steps"}})
+    cfg = as_config(p)
+    seed = int(cfg.seed)
+    # the evaluate block as the mapping the evaluation helpers take, with the plan's sizes
+    ev = {f.name: _plain(getattr(cfg.evaluate, f.name))
+          for f in dataclasses.fields(cfg.evaluate)}
+    ev.update(plan.eval, backend="transformers", temperature=0.0)
     tok = load_tokenizer(ctx["model_dir"])
     train = read_jsonl(ctx["data_dir"] / "train.jsonl")
     eval_records = read_jsonl(ctx["data_dir"] / "eval.jsonl")
     sft_records, sft_skipped = select_subset(train, plan.sft["samples_per_task"], seed, tok,
-                                             int(p["train"]["max_prompt_tokens"]))
+                                             int(cfg.train.max_prompt_tokens))
     rl_records, rl_skipped = select_subset(train, plan.rl["samples_per_task"], seed, tok,
                                            prompt_cap(p))
     subset, eval_skipped = select_prompts(eval_records, ev, seed, tok)

@@ -15,7 +15,6 @@ device tensors.
 """
 from __future__ import annotations
 
-import copy
 import json
 import traceback
 from pathlib import Path
@@ -115,10 +114,11 @@ def _correctness_variant(params: dict, model_dir: Path, work: Path, name: str,
 
     t0 = _now()
     records = fixed_records()
-    p = copy.deepcopy(params)
-    p["rl"].update(num_generations=G_FIXED, prompts_per_step=len(records), max_new_tokens=16,
-                   steps=2, save_steps=1)
-    p["rl"]["hargo"]["beta"] = 0.02
+    from hargo.params import apply_overrides
+
+    p = apply_overrides(params, {"rl.num_generations": G_FIXED,
+                                 "rl.prompts_per_step": len(records), "rl.max_new_tokens": 16,
+                                 "rl.steps": 2, "rl.save_steps": 1, "rl.hargo.beta": 0.02})
     kw = dict(overrides)
     runs = {}
     for run in ("a", "b"):

@@ -2,7 +2,6 @@
 the params they start from (params.yaml as committed, pointed at the check's model and data)."""
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 from hargo.gpu_check.common import ROOT
@@ -55,13 +54,10 @@ def make_plan(dry_run: bool, cuda: bool) -> Plan:
 def _base_params(plan: Plan, model_dir: Path, data_dir: Path) -> dict:
     """params.yaml as committed, pointed at ``model_dir`` (as the SFT model) and ``data_dir``,
     with no checkpoints or completion tables unless asked."""
-    from hargo.params import load_params
+    from hargo.params import apply_overrides, load_params
 
-    p = copy.deepcopy(load_params(ROOT / "params.yaml"))
-    p["sft"]["out_dir"] = str(model_dir)
-    p["model"]["out_dir"] = str(model_dir)
-    p["data"]["out_dir"] = str(data_dir)
-    p["train"]["threads"] = plan.threads
-    p["train"]["gradient_checkpointing"] = False
-    p["rl"].update(generation_backend="transformers", save_steps=10 ** 6, log_completions_steps=0)
-    return p
+    return apply_overrides(load_params(ROOT / "params.yaml"), {
+        "sft.out_dir": str(model_dir), "model.out_dir": str(model_dir),
+        "data.out_dir": str(data_dir), "train.threads": plan.threads,
+        "train.gradient_checkpointing": False, "rl.generation_backend": "transformers",
+        "rl.save_steps": 10 ** 6, "rl.log_completions_steps": 0})

@@ -9,7 +9,6 @@ through the update, peak GPU memory, and HARGO / GRPO step time.
 """
 from __future__ import annotations
 
-import copy
 import traceback
 from typing import Mapping, Sequence
 
@@ -33,9 +32,12 @@ def _speed_one(ctx: dict, size: Mapping, method: str, records: list[dict], tok, 
     from hargo.training.rl import build_trainer
     from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
 
-    p = copy.deepcopy(ctx["params"])
-    p["rl"].update(steps=int(size["steps"]), prompts_per_step=int(size["prompts"]),
-                   num_generations=int(size["G"]), max_new_tokens=int(size["max_new_tokens"]))
+    from hargo.params import apply_overrides
+
+    p = apply_overrides(ctx["params"], {"rl.steps": int(size["steps"]),
+                                        "rl.prompts_per_step": int(size["prompts"]),
+                                        "rl.num_generations": int(size["G"]),
+                                        "rl.max_new_tokens": int(size["max_new_tokens"])})
     setup_torch(p)
     rec = StepRecorder()
     stop = _deadline_callback(end)
@@ -82,16 +84,18 @@ def _speed_one(ctx: dict, size: Mapping, method: str, records: list[dict], tok, 
 def run_speed(ctx: dict) -> dict:
     from hargo.data.records import select_subset
     from hargo.io import read_jsonl
+    from hargo.config import as_config
     from hargo.models.loading import load_tokenizer
     from hargo.training.rl import prompt_cap
 
     plan, end = ctx["plan"], ctx["part_end"]
+    seed = int(as_config(ctx["params"]).seed)
     tok = load_tokenizer(ctx["model_dir"])
     train = read_jsonl(ctx["data_dir"] / "train.jsonl")
     rows, skipped, errors = [], [], {}
     for size in plan.speed_sizes:
-        records, _ = select_subset(train, size["samples_per_task"], int(ctx["params"]["seed"]),
-                                   tok, prompt_cap(ctx["params"]))
+        records, _ = select_subset(train, size["samples_per_task"], seed, tok,
+                                   prompt_cap(ctx["params"]))
         for method in ("grpo", "hargo"):
             if _now() > end:
                 skipped.append(f"{size['name']}/{method}")

@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from hargo.config import Config, as_config, as_section, params_dict
 from hargo.io import HargoInputError, read_jsonl
 from hargo import hardware
 from hargo.models import loading
@@ -63,25 +64,23 @@ FINAL_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/
               "logps/chosen", "logps/rejected", "kl", "nll_loss")
 
 
-def check_params(params: Mapping, method: str) -> None:
-    """Check the keys a preference run reads: ``compare.steps``, ``compare.prompts_per_step``,
+def check_params(params: "Config | Mapping", method: str) -> Config:
+    """Check ``method`` (one of :data:`METHODS`) and the params a preference run reads (the
+    typed config's own checks: ``compare.steps``, ``compare.prompts_per_step``,
     ``compare.<method>.beta`` / ``learning_rate`` (> 0), ``compare.simpo.gamma`` (>= 0),
-    ``sft.max_length`` (>= 2), and ``method`` itself.
+    ``sft.max_length``, ...); returns the typed config.
 
     Raises:
-        ParamsError: naming the bad key (or the unknown method).
+        ParamsError: naming the bad key (or the unknown method); no ``compare`` section.
     """
-    from hargo.params import ParamsError, _num
+    from hargo.params import ParamsError
 
     if method not in METHODS:
         raise ParamsError(f"method: must be one of {', '.join(METHODS)}, got {method!r}")
-    _num(params, "compare.steps", 1, integer=True)
-    _num(params, "compare.prompts_per_step", 1, integer=True)
-    _num(params, f"compare.{method}.beta", 0, lo_open=True)
-    _num(params, f"compare.{method}.learning_rate", 0, lo_open=True)
-    if method == "simpo":
-        _num(params, "compare.simpo.gamma", 0)
-    _num(params, "sft.max_length", 2, integer=True)
+    cfg = as_config(params)
+    if cfg.compare is None:
+        raise ParamsError("compare: missing (no key 'compare')")
+    return cfg
 
 
 def _message_list(x, role: str | None = None) -> bool:
@@ -164,7 +163,7 @@ def kto_rows(pairs: Sequence[Mapping], order: Sequence[int], prompts_per_step: i
     return rows
 
 
-def build_config(params: Mapping, method: str, output_dir: str | Path, seed: int):
+def build_config(params: "Config | Mapping", method: str, output_dir: str | Path, seed: int):
     """The TRL config of one run: ``DPOConfig``, ``KTOConfig`` or ``CPOConfig`` (SimPO).
 
     Shared: ``max_steps = compare.steps``, one batch per step (``per_device_train_batch_size =
@@ -176,23 +175,23 @@ def build_config(params: Mapping, method: str, output_dir: str | Path, seed: int
     """
     from hargo.hardware import trainer_precision_kwargs
 
-    c = params["compare"]
-    m = c[method]
-    pps = int(c["prompts_per_step"])
-    gc = bool(params["train"]["gradient_checkpointing"])
+    c = as_section(params, "compare")
+    m = c.method(method)            # compare.<method>: the method plug-in's mapping of knobs
+    pps = int(c.prompts_per_step)
+    gc = bool(as_section(params, "train").gradient_checkpointing)
     shared = dict(
         output_dir=str(output_dir), seed=int(seed), data_seed=int(seed),
-        max_steps=int(c["steps"]), num_train_epochs=1,
+        max_steps=int(c.steps), num_train_epochs=1,
         per_device_train_batch_size=2 * pps if method == "kto" else pps,
         gradient_accumulation_steps=1, learning_rate=float(m["learning_rate"]),
-        beta=float(m["beta"]), max_length=int(params["sft"]["max_length"]),
+        beta=float(m["beta"]), max_length=int(as_section(params, "sft").max_length),
         gradient_checkpointing=gc,
         gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
         train_sampling_strategy="sequential",
         logging_steps=1, logging_first_step=True, disable_tqdm=True,
         logging_nan_inf_filter=False,      # the divergence guard must see a NaN loss
         save_strategy="no", eval_strategy="no", report_to="none", run_name=method,
-        dataloader_num_workers=0, **trainer_precision_kwargs(params),
+        dataloader_num_workers=0, **trainer_precision_kwargs(params_dict(params)),
     )
     if method == "dpo":
         from trl import DPOConfig
@@ -226,17 +225,19 @@ def _quiet_datasets():
             ds_logging.enable_progress_bar()
 
 
-def build_trainer(params: Mapping, method: str, model, tokenizer, rows: list[dict], args):
+def build_trainer(params: "Config | Mapping", method: str, model, tokenizer, rows: list[dict],
+                  args):
     """The TRL trainer of ``method`` on ``rows`` with the LoRA of ``rl.lora`` (None: full)."""
     from datasets import Dataset
 
     from hargo.training.divergence import DivergenceBounds, DivergenceGuard
 
     dataset = Dataset.from_list(rows)
-    peft = common.lora_config(params["rl"]["lora"])
+    peft = common.lora_config(as_section(params, "rl").lora)
     kw = dict(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
               peft_config=peft,
-              callbacks=[DivergenceGuard(DivergenceBounds.from_params(params), method)])
+              callbacks=[DivergenceGuard(DivergenceBounds.from_params(params_dict(params)),
+                                         method)])
     with _quiet_datasets():
         if method == "dpo":
             from trl import DPOTrainer
@@ -262,15 +263,15 @@ def _final_metrics(log_history: Sequence[Mapping]) -> dict[str, float]:
     return out
 
 
-def train_preference(params: Mapping, method: str, model_dir: str | Path,
+def train_preference(params: "Config | Mapping", method: str, model_dir: str | Path,
                      pairs: Sequence[Mapping] | str | Path, out_dir: str | Path | None,
                      seed: int) -> dict[str, Any]:
     """Train ``method`` (dpo | kto | simpo) from the model in ``model_dir`` on preference pairs;
     write the merged model to ``out_dir`` (skipped when None).
 
     Args:
-        params: the loaded params (``compare``, ``rl.lora``, ``sft.max_length``, ``train``,
-            ``model.dtype``).
+        params: the typed config, or the loaded params mapping (``compare``, ``rl.lora``,
+            ``sft.max_length``, ``train``, ``model.dtype``).
         method: "dpo", "kto" or "simpo".
         model_dir: a complete model folder (the SFT model).
         pairs: pair records (:mod:`hargo.compare.preferences`), or the path of a pairs.jsonl.
@@ -297,27 +298,27 @@ def train_preference(params: Mapping, method: str, model_dir: str | Path,
     """
     from hargo.training.sft import loss_curve
 
-    check_params(params, method)
+    cfg = check_params(params, method)
+    c = cfg.compare
     if isinstance(pairs, (str, Path)):
         path = Path(pairs)
         pairs = read_jsonl(path)
     else:
-        path = Path(params["compare"]["preferences"]["out_dir"]) / "pairs.jsonl"
+        path = Path(c.preferences.out_dir) / "pairs.jsonl"
     check_pairs(path, pairs)
     model_dir = loading.resolve_model_dir(model_dir)
-    c = params["compare"]
-    steps, pps = int(c["steps"]), int(c["prompts_per_step"])
+    steps, pps = int(c.steps), int(c.prompts_per_step)
     order = pair_order(len(pairs), steps * pps, int(seed))
     rows = kto_rows(pairs, order, pps) if method == "kto" else dpo_rows(pairs, order)
 
-    hardware.setup_torch({**params, "seed": int(seed)})
+    hardware.setup_torch({**params_dict(cfg), "seed": int(seed)})
     model = loading.load_model(model_dir, dtype="float32",
-                              trust_remote_code=bool(params["model"]["trust_remote_code"]))
+                              trust_remote_code=bool(cfg.model.trust_remote_code))
     tok = loading.load_tokenizer(model_dir)
     work = Path(tempfile.mkdtemp(prefix=f"hargo-{method}-"))
     try:
-        args = build_config(params, method, work / "trainer", int(seed))
-        trainer = build_trainer(params, method, model, tok, rows, args)
+        args = build_config(cfg, method, work / "trainer", int(seed))
+        trainer = build_trainer(cfg, method, model, tok, rows, args)
         counts = loading.describe(trainer.model)
         t0 = time.perf_counter()
         trainer.train()
@@ -333,17 +334,17 @@ def train_preference(params: Mapping, method: str, model_dir: str | Path,
             "initial_loss": curve[0][1] if curve else None,
             "final_loss": curve[-1][1] if curve else None,
             "final": _final_metrics(trainer.state.log_history),
-            "bf16": bool(args.bf16), "lora": bool(params["rl"]["lora"]["enabled"]),
+            "bf16": bool(args.bf16), "lora": bool(cfg.rl.lora.enabled),
             "trainable_parameters": counts["trainable"],
         }
         if out_dir is not None:
             from hargo.training.divergence import DivergenceBounds, training_record
 
             loading.save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                               dtype=params["model"]["dtype"],
+                               dtype=cfg.model.dtype,
                                training_record=training_record(
                                    trainer.state.log_history,
-                                   DivergenceBounds.from_params(params)))
+                                   DivergenceBounds.from_params(params_dict(cfg))))
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
