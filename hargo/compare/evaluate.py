@@ -146,7 +146,7 @@ def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
     backend = cfg.evaluate.backend
     if backend == "vllm":
         gen.import_vllm()
-    reward_fn = TaskReward(RewardConfig.from_params(pd.get("rewards")))
+    reward_fn = TaskReward(RewardConfig.from_params(cfg.rewards))
     subset, skipped = select_prompts(records, ev, seed, load_tokenizer(sft_dir))
     if not subset:
         raise HargoInputError(eval_path, f"no eval prompt has at most evaluate.max_prompt_tokens"

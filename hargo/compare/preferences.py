@@ -200,7 +200,7 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Any]:
                                           "compare.preferences.max_new_tokens"))
         rep = [r for r in subset for _ in range(k)]
         t0 = time.perf_counter()
-        reward = TaskReward(RewardConfig.from_params(pd.get("rewards")))
+        reward = TaskReward(RewardConfig.from_params(cfg.rewards))
         rewards = reward(prompts=[r.get("prompt") for r in rep],
                          completions=gen.completions, task=[r["task"] for r in rep],
                          answer=[r.get("answer") for r in rep], label=[r.get("label") for r in rep])

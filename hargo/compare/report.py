@@ -262,8 +262,7 @@ def _judge(cfg: Config, inputs: Inputs) -> RecordingJudge:
     from hargo.judges import make_judge
     from hargo.rewards import RewardConfig, TaskReward
 
-    rewards = params_dict(cfg).get("rewards")    # RewardConfig takes the mapping
-    stored = StoredRewards(lambda: TaskReward(RewardConfig.from_params(rewards)))
+    stored = StoredRewards(lambda: TaskReward(RewardConfig.from_params(cfg.rewards)))
     for rows in inputs.rows.values():
         for sample, row in zip(inputs.samples, rows):
             stored.add(sample, row)

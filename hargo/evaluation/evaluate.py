@@ -246,8 +246,8 @@ def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
     if backend == "vllm":
         gen.import_vllm()
     dtype = generation_dtype(ev.dtype)
-    reward_fn = TaskReward(RewardConfig.from_params(pd.get("rewards")))
-    judge = make_judge(ev_dict, reward_fn)
+    reward_fn = TaskReward(RewardConfig.from_params(cfg.rewards))
+    judge = make_judge(ev, reward_fn)
     subset, skipped = select_prompts(records, ev_dict, seed, load_tokenizer(dirs[SFT]))
     if not subset:
         raise HargoInputError(eval_path, f"no eval prompt has at most evaluate.max_prompt_tokens"

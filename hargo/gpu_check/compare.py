@@ -223,7 +223,7 @@ def run_compare(ctx: dict) -> dict:
     rl_records, rl_skipped = select_subset(train, plan.rl["samples_per_task"], seed, tok,
                                            prompt_cap(p))
     subset, eval_skipped = select_prompts(eval_records, ev, seed, tok)
-    reward_fn = TaskReward(RewardConfig.from_params(p.get("rewards")))
+    reward_fn = TaskReward(RewardConfig.from_params(cfg.rewards))
     setup = {"sft_examples": len(sft_records), "sft_skipped": sft_skipped,
              "rl_prompt_pool": len(rl_records), "rl_skipped": rl_skipped,
              "eval_prompts": len(subset), "eval_skipped": eval_skipped,

@@ -258,25 +258,11 @@ def dynamic_sampling_config(params: "Config | Mapping"):
     return as_section(params, "rl").dynamic_sampling
 
 
-def _plain_block(node) -> Any:
-    """A typed config block as the plain mapping its params.yaml block reads as (dataclasses and
-    read-only maps as dicts, tuples as lists): for readers that still parse a mapping."""
-    if dataclasses.is_dataclass(node):
-        return {f.name: _plain_block(getattr(node, f.name)) for f in dataclasses.fields(node)
-                if f.metadata.get("kind") not in ("private", "method_blocks")}
-    if isinstance(node, Mapping):
-        return {k: _plain_block(v) for k, v in node.items()}
-    if isinstance(node, tuple):
-        return [_plain_block(v) for v in node]
-    return node
-
-
 def _task_reward(cfg: Config):
-    """:class:`hargo.rewards.TaskReward` of the typed ``rewards`` section
-    (``RewardConfig.from_params`` still parses a mapping: it is handed the typed block's)."""
+    """:class:`hargo.rewards.TaskReward` of the typed ``rewards`` section."""
     from hargo.rewards import RewardConfig, TaskReward
 
-    return TaskReward(RewardConfig.from_params(_plain_block(cfg.rewards)))
+    return TaskReward(RewardConfig.from_params(cfg.rewards))
 
 
 def build_trainer(params: "Config | Mapping", method: str, model_dir: str | os.PathLike,
