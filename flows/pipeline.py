@@ -65,6 +65,7 @@ from flows.publish import REPORT_KEY, open_mlflow_run, publish  # noqa: F401 (RE
 from flows.retries import retry_if_transient
 from flows.stages import UP_TO_DATE
 from hargo import tracking
+from hargo.config import as_config
 from hargo.methods import RL_FAMILIES, get_method
 from hargo.params import ParamsError, load_params
 
@@ -209,7 +210,7 @@ def pull_data(params: dict) -> dict:
     Raises:
         flows.stages.DvcError: ``dvc pull`` failed (its output's tail in the message).
     """
-    raw = Path(params["data"]["raw_dir"])
+    raw = Path(as_config(params).data.raw_dir)
     pointer = raw.with_name(raw.name + ".dvc")
     log = get_run_logger()
     if not pointer.exists():
@@ -314,7 +315,7 @@ def _single(step: str, stage_task, params_path: str, overrides: dict | None, for
         _pull(params, pull)
         if step == "rl":
             return {f"rl@{m}": run_step("rl", rl, method=m, force=force)
-                    for m in params["rl"]["methods"]}
+                    for m in as_config(params).rl.methods}
         return {step: run_step(step, stage_task, force=force)}
 
 
@@ -375,7 +376,7 @@ PIPELINE_STEPS: tuple[tuple[str, Callable], ...] = (
 def pipeline_targets(params: Mapping[str, Any]) -> list[str]:
     """The DVC stages the pipeline flow runs, in order (``rl@<method>`` per RL method)."""
     return [stages.target(step, m) for step, _ in PIPELINE_STEPS
-            for m in (params["rl"]["methods"] if step == "rl" else [None])]
+            for m in (as_config(params).rl.methods if step == "rl" else [None])]
 
 
 @flow(name="hargo-pipeline")
@@ -406,7 +407,7 @@ def _pipeline(params: dict, params_path: str, overrides: Mapping[str, Any] | Non
             _pull(params, pull, steps)
             for step, stage_task in PIPELINE_STEPS:
                 if step == "rl":
-                    for m in params["rl"]["methods"]:
+                    for m in as_config(params).rl.methods:
                         results[f"rl@{m}"] = run_step("rl", rl, method=m, force=force,
                                                       record=steps)
                 else:
