@@ -29,7 +29,7 @@ from typing import Mapping
 from hargo.generation_budget import budget_record
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
 from hargo.compare.layout import BASE_RUN, EVAL_ROOT, SFT_RUN  # re-exported
-from hargo.config import CompareEvaluate, Config, as_config, as_section, params_dict
+from hargo.config import CompareEvaluate, Config, as_config, as_section, params_dict, to_plain
 from hargo.params import ParamsError
 
 __all__ = ["run", "eval_params", "parse_run", "EVAL_ROOT", "SFT_RUN", "BASE_RUN"]
@@ -66,12 +66,6 @@ def parse_run(params: "Config | Mapping", run: str) -> tuple[str, int] | None:
     return m["method"], int(m["seed"])
 
 
-def _plain(v):
-    """A typed budget (an int, or a read-only per-task mapping) as the plain value the
-    generation helpers take."""
-    return dict(v) if isinstance(v, Mapping) else v
-
-
 #: the keys of ``compare.evaluate`` that replace ``evaluate``'s
 _OWN = tuple(f.name for f in dataclasses.fields(CompareEvaluate))
 
@@ -85,8 +79,8 @@ def eval_params(params: "Config | Mapping") -> dict:
         ParamsError: bad params (by the key's dotted name), or no ``compare`` section."""
     cfg = as_config(params)
     ev, own = cfg.evaluate, _compare(cfg).evaluate
-    out = {f.name: _plain(getattr(ev, f.name)) for f in dataclasses.fields(ev)}
-    out.update({k: _plain(getattr(own, k)) for k in _OWN})
+    out = to_plain(ev)
+    out.update({k: to_plain(getattr(own, k)) for k in _OWN})
     return out
 
 
@@ -177,7 +171,7 @@ def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
         entry.update(run=run, method=run if parsed is None else parsed[0], score_s=score_s,
                      seed=None if parsed is None else parsed[1], n_prompts=len(subset),
                      skipped=skipped, backend=backend,
-                     max_new_tokens=budget_record(_plain(cfg.compare.evaluate.max_new_tokens)),
+                     max_new_tokens=budget_record(to_plain(cfg.compare.evaluate.max_new_tokens)),
                      wall_s=round(time.perf_counter() - t0, 3), load_s=res.load_s,
                      generate_s=res.generate_s, completion_tokens=sum(res.completion_tokens),
                      gen_tokens_per_s=res.tokens_per_s)

@@ -58,7 +58,7 @@ from transformers import TrainerCallback
 from hargo.compare.layout import run_name
 from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
                                           SyntheticPlan, configuration, plan, read_split)
-from hargo.config import as_section
+from hargo.config import CHARS_PER_TOKEN_BOUND, Config, as_section
 from hargo.config.synthetic import plain
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward
 from hargo.io import atomic_write_json
@@ -91,8 +91,6 @@ def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> "Config":
 
     Raises:
         ParamsError: a bad key of ``params`` or of the plan's values (named)."""
-    from hargo.config import CHARS_PER_TOKEN_BOUND, Config
-
     q = copy.deepcopy(dict(params))
     q["seed"] = int(seed)
     q["model"] = {**q["model"], "dtype": "float32", "trust_remote_code": False}

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import re
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -50,7 +49,7 @@ from hargo.config.synthetic import (SyntheticBootstrap, SyntheticData, Synthetic
 from hargo.param_values import ParamsError
 
 __all__ = ["Config", "load_config", "as_config", "as_section", "params_dict", "knob", "node", "field_info", "describe_range",
-           "ParamsError", "explain", "SECTIONS", "GENERATION_BACKENDS", "SERVER_KEYS",
+           "ParamsError", "explain", "to_plain", "SECTIONS", "GENERATION_BACKENDS", "SERVER_KEYS",
            "CHARS_PER_TOKEN_BOUND"]
 
 section = dataclass(frozen=True, kw_only=True)
@@ -903,6 +902,26 @@ def params_dict(params: "Config | Mapping") -> Mapping:
     for MLflow logging and run fingerprints, which record the parameters as params.yaml has
     them."""
     return params.to_dict() if isinstance(params, Config) else params
+
+
+def to_plain(value: Any) -> Any:
+    """A typed config value as the plain value its params.yaml entry reads as: a section or
+    block (dataclass) as a dict of its fields in order, a read-only map as a dict, a tuple as a
+    list, recursively; anything else as it is. For the helpers that take an engine-settings
+    mapping (the generation and scoring helpers take the ``evaluate`` block so), not for
+    reading: read the typed fields.
+
+    >>> to_plain(Config.from_params(params).evaluate)["max_new_tokens"]   # doctest: +SKIP
+    {'race_c': 8, ...}
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.metadata.get("kind") not in ("private", "method_blocks")}
+    if isinstance(value, Mapping):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [to_plain(v) for v in value]
+    return value
 
 
 def load_config(path: str | Path = "params.yaml",

@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from hargo.config.fields import REQUIRED, check_value, knob, node
+from hargo.config.fields import REQUIRED, check_value, knob
 from hargo.param_values import ParamsError, as_number
 
 __all__ = ["SYNTHETIC_TASKS", "YESNO_QUESTIONS", "POOLS", "SyntheticData", "SyntheticPolicy",

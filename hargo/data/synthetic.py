@@ -84,7 +84,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Mapping, Sequence
 
-from hargo.config.synthetic import SYNTHETIC_TASKS, YESNO_QUESTIONS, SyntheticData
+from hargo.config.synthetic import SYNTHETIC_TASKS, SyntheticData
 from hargo.rewards.race import canonical_label, extract_yes_no
 from hargo.rewards.text import read_answer
 

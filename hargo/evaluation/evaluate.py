@@ -57,7 +57,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hargo.config import Config, as_config, as_section, params_dict
+from hargo.config import Config, as_config, as_section, params_dict, to_plain
 from hargo.data.records import read_prepared, select_subset
 # the baselines' entries of metrics/eval.json, re-exported beside the stage that writes them
 from hargo.evaluation.baselines import (ALWAYS_YES, BASE, BASELINES, NEAREST_TRAIN,
@@ -232,7 +232,7 @@ def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
     cfg, pd = as_config(params), params_dict(params)
     ev = cfg.evaluate
     # the generation, scoring and judge helpers still take the section as a mapping
-    ev_dict = pd["evaluate"]
+    ev_dict = to_plain(ev)     # the engine settings the generation and scoring helpers take
     seed = cfg.seed
     backend = ev.backend
     if backend not in gen.BACKENDS:

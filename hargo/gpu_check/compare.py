@@ -16,7 +16,6 @@ answers the run brought back (``--rescore``).
 """
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import traceback
@@ -27,7 +26,7 @@ from typing import Any, Mapping, Sequence
 from hargo.gpu_check.common import (RESERVE_S, _deadline_callback, _free_memory, _now,
                                     _peak_gpu_mib, _reset_peak, _write_json, log)
 from hargo.gpu_check.speed import _history_split
-from hargo.config import as_config
+from hargo.config import as_config, to_plain
 from hargo.params import apply_overrides
 
 HEADLINE = ("dr_f1", "plp_similarity", "mlperf_em", "avg_score", "win_rate")
@@ -114,11 +113,6 @@ def _comparison_tables(subset: list[dict], evals: Mapping[str, Mapping], reward_
                                           seed=seed)
         ci[f"hargo-{other}"] = pair
     return models, ci
-
-
-def _plain(v):
-    """A typed value as the evaluation helpers take it (a read-only task map as a dict)."""
-    return dict(v) if isinstance(v, Mapping) else v
 
 
 def _train_sft(ctx: dict, records: list[dict], out_dir: Path, end: float) -> dict:
@@ -212,8 +206,7 @@ def run_compare(ctx: dict) -> dict:
     cfg = as_config(p)
     seed = int(cfg.seed)
     # the evaluate block as the mapping the evaluation helpers take, with the plan's sizes
-    ev = {f.name: _plain(getattr(cfg.evaluate, f.name))
-          for f in dataclasses.fields(cfg.evaluate)}
+    ev = to_plain(cfg.evaluate)
     ev.update(plan.eval, backend="transformers", temperature=0.0)
     tok = load_tokenizer(ctx["model_dir"])
     train = read_jsonl(ctx["data_dir"] / "train.jsonl")

@@ -81,7 +81,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards, needs_reference
+from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards
 from hargo.methods import get_method
 from hargo.methods._check import check_method_names
 from hargo.training.dynamic_sampling import (DynamicSamplingConfig, draw_refill_indices,
