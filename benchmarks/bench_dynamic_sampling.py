@@ -78,15 +78,14 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-ab", type=int, default=None, metavar="N",
                     help="compare one budget of N tokens for every task with the params' own")
     a = ap.parse_args(argv)
-    from hargo.params import load_params
+    from hargo.params import apply_overrides, load_params
 
     root = Path(a.root).resolve()
     params = load_params(a.params or root / "params.yaml")
     if a.steps:
-        params["rl"]["steps"] = a.steps
+        params = apply_overrides(params, {"rl.steps": a.steps})
     if a.budget_ab:
-        flat = copy.deepcopy(params)
-        flat["rl"]["max_new_tokens"] = a.budget_ab
+        flat = apply_overrides(params, {"rl.max_new_tokens": a.budget_ab})
         ab = [(label, m, one_run(p, m, root, False)) for m in a.methods.split(",")
               for label, p in ((f"{a.budget_ab} for all", flat), ("per task", params))]
         print("\nmethod  budget        train_s  gen_s  final reward per task")

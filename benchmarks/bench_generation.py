@@ -97,8 +97,10 @@ def main(argv=None) -> int:
     from hargo.params import load_params
     from hargo.models.loading import load_tokenizer
 
-    params = load_params(args.params)
-    ev = dict(params["evaluate"])
+    from hargo.config import as_config, to_plain
+
+    cfg = as_config(load_params(args.params))
+    ev = to_plain(cfg.evaluate)
     if args.max_new_tokens is not None:
         ev["max_new_tokens"] = args.max_new_tokens
     if args.batch_size is not None:
@@ -111,11 +113,11 @@ def main(argv=None) -> int:
         print(f"error: {args.eval} not found: run `dvc repro prepare` (or hargo prepare) first",
               file=sys.stderr)
         return 2
-    subset, skipped = select_prompts(load_eval_records(args.eval), ev, int(params["seed"]),
+    subset, skipped = select_prompts(load_eval_records(args.eval), ev, cfg.seed,
                                      load_tokenizer(model))
     from hargo.hardware import resolve_threads
 
-    threads = resolve_threads(params["train"]["threads"] if args.threads is None
+    threads = resolve_threads(cfg.train.threads if args.threads is None
                               else args.threads)
     print(f"[bench] model {model}; {len(subset)} prompts ({args.per_task} per task, skipped as "
           f"too long: {skipped}); greedy, max_new_tokens {ev['max_new_tokens']}, dtype "
@@ -129,7 +131,7 @@ def main(argv=None) -> int:
             spec_file = Path(tmp) / f"{backend}.json"
             spec_file.write_text(json.dumps({
                 "model": str(model), "prompts_file": str(prompts_file), "evaluate": ev,
-                "backend": backend, "seed": int(params["seed"]), "threads": threads}))
+                "backend": backend, "seed": cfg.seed, "threads": threads}))
             env = {**os.environ, "OMP_NUM_THREADS": str(threads or os.cpu_count())}
             proc = subprocess.run([sys.executable, __file__, "--worker", str(spec_file)],
                                   env=env, capture_output=True, text=True)

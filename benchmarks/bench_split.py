@@ -69,12 +69,13 @@ def name_reader(eval_: list[dict]) -> dict:
 
 def run_one(params: dict) -> dict:
     from hargo.data.prepare import prepare
+    from hargo.config import as_config
     from hargo.io import read_jsonl
+    from hargo.params import apply_overrides
     from hargo.vocab import RACE_TASKS, TASKS
 
     with tempfile.TemporaryDirectory() as tmp:
-        params = copy.deepcopy(params)
-        params["data"]["out_dir"] = tmp
+        params = apply_overrides(params, {"data.out_dir": tmp})
         t0 = time.perf_counter()
         with redirect_stdout(StringIO()):
             prepare(params)
@@ -90,9 +91,10 @@ def run_one(params: dict) -> dict:
                 lab = c["labels"][s]
                 n = sum(lab.values())
                 counts[t][f"yes_{s}"] = round(lab.get("yes", 0) / n, 3) if n else None
-    return {"strategy": params["data"]["split"]["strategy"], "seed": params["seed"],
-            "threshold": params["data"]["split"]["similarity_threshold"],
-            "mask_label_names": params["data"]["mask_label_names"], "wall_s": round(wall, 1),
+    cfg = as_config(params)
+    return {"strategy": cfg.data.split.strategy, "seed": cfg.seed,
+            "threshold": cfg.data.split.similarity_threshold,
+            "mask_label_names": cfg.data.mask_label_names, "wall_s": round(wall, 1),
             "label_names_masked": {t: {k: stats["handling"][t][f"label_name_{k}"]
                                        for k in ("records", "occurrences")} for t in RACE_TASKS},
             "name_reader": name_reader(eval_),

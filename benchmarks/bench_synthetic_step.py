@@ -106,13 +106,14 @@ def main(argv=None) -> int:
     from hargo.hardware import setup_torch, use_bf16
     from hargo.models.loading import load_model
     from hargo.models.tiny import build_tiny_policy
+    from hargo.config import as_section
     from hargo.params import load_params
     from hargo.training.rl import build_trainer
     from transformers import TrainerCallback
 
-    params = load_params(a.params, a.sets + [f"train.threads={a.threads}"])
     warm = 2
-    params["synthetic"]["rl"]["steps"] = warm + a.steps
+    params = load_params(a.params, a.sets + [f"train.threads={a.threads}",
+                                             f"synthetic.rl.steps={warm + a.steps}"])
     p = plan(params)
     q = stage_params(params, p, 1)
     setup_torch(q)
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
     try:
         train = read_split(ROOT, "train")
     except FileNotFoundError:
-        train, _ = generate(p.data, int(params["seed"]))
+        train, _ = generate(p.data, as_section(params, "seed"))
     source = "SFT policy"
     if not (model_dir / ".complete").exists():
         texts = [m["content"] for r in train for m in r["prompt"]] + [r["answer"] for r in train]

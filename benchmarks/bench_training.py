@@ -117,11 +117,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from hargo.config import as_section
     from hargo.params import load_params
 
     params = load_params(args.params)
     if args.train is None:
-        args.train = ROOT / params["data"]["out_dir"] / "train.jsonl"
+        args.train = ROOT / as_section(params, "data").out_dir / "train.jsonl"
     if args.one:
         from hargo import hardware
 

@@ -58,7 +58,8 @@ from transformers import TrainerCallback
 from hargo.compare.layout import run_name
 from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
                                           SyntheticPlan, configuration, plan, read_split)
-from hargo.config import CHARS_PER_TOKEN_BOUND, Config, as_section
+from hargo.config import CHARS_PER_TOKEN_BOUND, Config, as_section, params_dict
+from hargo.config.loading import apply_overrides
 from hargo.config.synthetic import plain
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward
 from hargo.io import atomic_write_json
@@ -263,12 +264,15 @@ def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, s
 
     from hargo.hardware import use_bf16
 
+    # the method's block as params.yaml spells it (params_dict), like the checkpoints' run
+    # fingerprint: a digest of the file's entries, not a read of a knob
+    rl = params_dict(params)["rl"]
     return _digest({"data": asdict(p.data), "rl": plain(p.rl),
                     "eval": dict(p.evaluate.max_new_tokens),
                     "eval_samples": p.evaluate.samples, "eval_every": p.evaluate.every_steps,
                     "sft_examples": dict(p.sft.examples_per_task),   # the held-out pool's offset
                     "configuration": name, "method": method, "seed": seed,
-                    "method_params": params["rl"].get(method), "clip": params["rl"]["clip_range"],
+                    "method_params": rl.get(method), "clip": rl["clip_range"],
                     "model": model_digest, "code": code, "bf16": use_bf16(params),
                     "versions": [torch.__version__, transformers.__version__, trl.__version__]})
 
@@ -449,7 +453,7 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
         from hargo.hardware import resolve_threads
 
         each = max(1, resolve_threads(as_section(params, "train").threads) // p.parallel_runs)
-        q = {**params, "train": {**params["train"], "threads": each}}
+        q = apply_overrides(dict(params_dict(params)), {"train.threads": each})
         jobs = [(q, name, m, s, str(root), str(model_dir)) for m, s, _, _ in pending]
         where = {(m, s): (fp, path) for m, s, fp, path in pending}
         # a worker trains run after run: a fresh process per run cost ~10 s of imports each
