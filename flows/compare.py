@@ -29,7 +29,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.pipeline import _STAGE_TASK, door_env, dvc_stage, run_params, run_step
 from flows.stages import COMPARE_DVC_YAML, target
-from hargo.config import ParamsError, as_config
+from hargo.config import as_section
 
 REPORT_KEY = "hargo-comparison-report"
 
@@ -84,9 +84,7 @@ def comparison_plan(params: dict) -> list[tuple[str, dict]]:
     """The steps of one comparison, in order: ``[(stage, item), ...]`` with ``item`` None or
     ``{"method", "seed"}``. ``preferences`` always runs first, as in ``compare/dvc.yaml`` (every
     ``compare_train`` depends on it there), even when no preference method is compared."""
-    c = as_config(params).compare
-    if c is None:
-        raise ParamsError("compare: params.yaml has no compare section (the comparison's plan)")
+    c = as_section(params, "compare", required=True)
     plan: list[tuple[str, dict | None]] = [("preferences", None)]
     for seed in c.seeds:
         for m in c.methods:

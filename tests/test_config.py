@@ -217,3 +217,32 @@ def test_check_params_explain_prints_the_generated_field_lines():
     assert out.stdout.splitlines() == [
         "rl.hargo.alpha (float, default 0.3, >= 0.0): confidence modulation in "
         "M = A (1 + alpha c) (paper: 0.3)"]
+
+
+def test_a_required_optional_section_is_refused_by_name_when_absent():
+    """``as_section(..., required=True)``: the comparison's stages need ``compare``, which
+    params.yaml may leave out; its absence (or null) is named, its presence returns the typed
+    section, a Config and a mapping alike."""
+    from hargo.config import Compare, as_section
+
+    params = load_params(ROOT / "params.yaml")
+    without = {k: v for k, v in params.items() if k != "compare"}
+    assert as_section(without, "compare") is None
+    for p in (without, {**params, "compare": None}, Config.from_params(without)):
+        with pytest.raises(ParamsError, match=r"^compare: missing \(no key 'compare'\)$"):
+            as_section(p, "compare", required=True)
+    for p in (params, Config.from_params(params)):
+        c = as_section(p, "compare", required=True)
+        assert isinstance(c, Compare) and tuple(c.methods) == tuple(params["compare"]["methods"])
+
+
+def test_to_plain_gives_back_the_evaluate_block_as_params_yaml_has_it():
+    """``to_plain`` of a typed block is its params.yaml block (maps as dicts, lists as lists),
+    here ``evaluate`` of the committed params, whose every key params.yaml sets."""
+    from hargo.config import params_dict, to_plain
+
+    cfg = load_config(ROOT / "params.yaml")
+    plain = to_plain(cfg.evaluate)
+    assert plain == dict(params_dict(cfg)["evaluate"])
+    assert type(plain["max_new_tokens"]) is dict and plain["max_new_tokens"]["race_c"] == \
+        cfg.evaluate.max_new_tokens["race_c"]

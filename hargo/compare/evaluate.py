@@ -37,17 +37,6 @@ __all__ = ["run", "eval_params", "parse_run", "EVAL_ROOT", "SFT_RUN", "BASE_RUN"
 _RUN_RE = re.compile(r"^(?P<method>[a-z_0-9]+)-s(?P<seed>\d+)$")
 
 
-def _compare(params: "Config | Mapping"):
-    """The typed ``compare`` section of ``params``.
-
-    Raises:
-        ParamsError: no ``compare`` section, or a bad key in it."""
-    c = as_section(params, "compare")
-    if c is None:
-        raise ParamsError("compare: missing (no key 'compare')")
-    return c
-
-
 def parse_run(params: "Config | Mapping", run: str) -> tuple[str, int] | None:
     """``(method, seed)`` of ``"<method>-s<seed>"``, or None for ``"sft"`` and ``"base"``.
 
@@ -57,7 +46,7 @@ def parse_run(params: "Config | Mapping", run: str) -> tuple[str, int] | None:
     if run in (SFT_RUN, BASE_RUN):
         return None
     m = _RUN_RE.match(run)
-    c = _compare(params)
+    c = as_section(params, "compare", required=True)
     methods = list(c.methods)
     seeds = [int(s) for s in c.seeds]
     if not m or m["method"] not in methods or int(m["seed"]) not in seeds:
@@ -78,7 +67,7 @@ def eval_params(params: "Config | Mapping") -> dict:
     Raises:
         ParamsError: bad params (by the key's dotted name), or no ``compare`` section."""
     cfg = as_config(params)
-    ev, own = cfg.evaluate, _compare(cfg).evaluate
+    ev, own = cfg.evaluate, as_section(cfg, "compare", required=True).evaluate
     out = to_plain(ev)
     out.update({k: to_plain(getattr(own, k)) for k in _OWN})
     return out

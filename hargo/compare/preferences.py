@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hargo.config import Config, as_config, params_dict
+from hargo.config import Config, as_config, as_section, params_dict
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
 from hargo.methods import method_names
 
@@ -55,8 +55,7 @@ def check_params(params: "Config | Mapping") -> Config:
     from hargo.params import ParamsError
 
     cfg = as_config(params)
-    if cfg.compare is None:
-        raise ParamsError("compare: missing (no key 'compare')")
+    as_section(cfg, "compare", required=True)
     out = cfg.compare.preferences.out_dir
     if not out.strip():
         raise ParamsError(f"compare.preferences.out_dir: expected a non-empty path, got {out!r}")

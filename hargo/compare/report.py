@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.compare import render
-from hargo.config import Config, ParamsError, as_config, params_dict
+from hargo.config import Config, as_config, as_section, params_dict
 from hargo.compare.aggregate import (SFT, Aggregates, RecordingJudge, StoredRewards, aggregate,
                                      bootstrap_cis, run_metrics, run_name, sft_cis)
 from hargo.compare.baselines import race_table
@@ -401,8 +401,7 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict:
         RuntimeError: the MLflow store cannot be used.
     """
     cfg = as_config(params)
-    if cfg.compare is None:
-        raise ParamsError("compare: missing (no key 'compare')")
+    as_section(cfg, "compare", required=True)
     root = Path(root)
     methods = list(cfg.compare.methods)
     seeds = [int(s) for s in cfg.compare.seeds]

@@ -67,21 +67,11 @@ def family(method: str) -> str:
     return "rl" if fam in RL_FAMILIES else fam
 
 
-def _compare(params: "Config | Mapping"):
-    """The typed ``compare`` section of ``params``.
-
-    Raises:
-        ParamsError: no ``compare`` section, or a bad key in it."""
-    c = as_section(params, "compare")
-    if c is None:
-        raise ParamsError("compare: missing (no key 'compare')")
-    return c
-
-
 def model_dir(params: "Config | Mapping", method: str, seed: int,
               root: str | Path = ".") -> Path:
     """``<compare.out_dir>/<method>-s<seed>``."""
-    return Path(root) / _compare(params).out_dir / run_name(method, seed)
+    out_dir = as_section(params, "compare", required=True).out_dir
+    return Path(root) / out_dir / run_name(method, seed)
 
 
 def metrics_path(method: str, seed: int, root: str | Path = ".") -> Path:
@@ -114,7 +104,7 @@ def run_params(params: "Config | Mapping", method: str, seed: int) -> dict:
         ParamsError: unknown method, or bad params (by the key's dotted name)."""
     fam = family(method)
     cfg = as_config(params)
-    c = _compare(cfg)
+    c = as_section(cfg, "compare", required=True)
     values: dict[str, Any] = {"seed": int(seed), "rl.steps": int(c.steps),
                               "rl.prompts_per_step": int(c.prompts_per_step),
                               "rl.samples_per_task": c.samples_per_task}
@@ -189,7 +179,7 @@ def run(params: "Config | Mapping", method: str, seed: int, root: str | Path = "
     from hargo import tracking
 
     cfg = as_config(params)
-    c = _compare(cfg)
+    c = as_section(cfg, "compare", required=True)
     fam = family(method)
     if fam == "rl":    # a vLLM backend that cannot run here, before the checkpoint folder
         from hargo.training.rl import check_generation_backend

@@ -871,15 +871,24 @@ def as_config(params: "Config | Mapping", synthetic: bool | None = None) -> Conf
     return Config.from_params(params, synthetic=bool(synthetic))
 
 
-def as_section(params: "Config | Mapping", name: str, synthetic: bool | None = None):
+def as_section(params: "Config | Mapping", name: str, synthetic: bool | None = None,
+               required: bool = False):
     """Section ``name`` (``"data"``, ``"rl"``, ``"seed"`` ...) of ``params`` typed: a
     :class:`Config`'s own node, or that section of a params mapping built and checked alone (for
     public functions that tests call with only the sections they read); ``synthetic``: the task
-    universe of its per-task maps, as :func:`as_config`'s.
+    universe of its per-task maps, as :func:`as_config`'s; ``required``: an optional section
+    (``compare``, ``synthetic``) that the caller needs is refused when absent or null.
 
     Raises:
-        ParamsError: no such section, or the section's first bad key (by its dotted name); a
-            Config of the other universe."""
+        ParamsError: no such section, the section's first bad key (by its dotted name), a
+            Config of the other universe, or (``required``) ``<name>: missing (no key ...)``."""
+    value = _section(params, name, synthetic)
+    if required and value is None:
+        raise ParamsError(f"{name}: missing (no key '{name}')")
+    return value
+
+
+def _section(params: "Config | Mapping", name: str, synthetic: bool | None):
     if isinstance(params, Config):
         return getattr(_check_universe(params, synthetic), name)
     f = _SECTION_FIELDS.get(name)
