@@ -31,8 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def one_run(params: dict, method: str, root: Path, enabled: bool) -> dict:
+    from hargo.config import as_config
     from hargo.training import rl
 
+    # Not apply_overrides: rl.dynamic_sampling (a block with defaults) or its enabled key may be
+    # absent from the project's own params.yaml, and apply_overrides refuses a key the file lacks.
     p = copy.deepcopy(params)
     p["rl"].setdefault("dynamic_sampling", {})["enabled"] = enabled
     with tempfile.TemporaryDirectory() as tmp:
@@ -41,8 +44,9 @@ def one_run(params: dict, method: str, root: Path, enabled: bool) -> dict:
         res = rl.run(p, method, root=root, run_name=f"bench-{method}-{'ds' if enabled else 'off'}",
                      out_dir=tmp / "model", ckpt_dir=tmp / "ckpt",
                      metrics_path=tmp / "metrics.json", keep_history=True)
-    G = int(p["rl"]["num_generations"])
-    per_step = int(p["rl"]["prompts_per_step"])
+    cfg = as_config(p)
+    G = cfg.rl.num_generations
+    per_step = cfg.rl.prompts_per_step
     hist = res["history"]
     trained = per_step * len(hist)
     zero_trained = 0

@@ -30,7 +30,6 @@ what ``auto`` chooses with and without the neighbour.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import subprocess
@@ -90,9 +89,9 @@ def _cell(cmd: list[str], timeout: float, env: dict) -> tuple[dict | None, float
 def run_cell(workload: str, threads: int, dtype: str, busy: bool, args, params: dict,
              tmp: Path, native: bool) -> dict:
     """One cell of the matrix; returns its table row."""
-    p = copy.deepcopy(params)
-    p["train"]["threads"] = threads
-    p["train"]["bf16"] = dtype == "bfloat16"
+    from hargo.params import apply_overrides
+
+    p = apply_overrides(params, {"train.threads": threads, "train.bf16": dtype == "bfloat16"})
     pfile = tmp / f"params-{workload}-{threads}-{dtype}-{int(busy)}.yaml"
     pfile.write_text(yaml.safe_dump(p))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}

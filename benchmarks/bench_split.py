@@ -20,7 +20,6 @@ its accuracy on them. Nothing is written outside the temporary folders.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 import tempfile
@@ -104,7 +103,8 @@ def run_one(params: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     sys.path.insert(0, str(ROOT))
-    from hargo.params import load_params
+    from hargo.config import as_config
+    from hargo.params import apply_overrides, load_params
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--raw", default=str(ROOT / "data" / "raw" / "hpc-gpt"))
@@ -115,22 +115,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="data.mask_label_names values, on and/or off (default: params.yaml's)")
     ap.add_argument("--json", default=None, help="also write the results here")
     a = ap.parse_args(argv)
-    base = load_params(ROOT / "params.yaml")
-    base["data"]["raw_dir"] = a.raw
+    base = load_params(ROOT / "params.yaml", {"data.raw_dir": a.raw})
+    cfg = as_config(base)
     thresholds = [float(x) for x in a.thresholds.split(",")] if a.thresholds else \
-        [base["data"]["split"]["similarity_threshold"]]
-    seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [base["seed"]]
+        [cfg.data.split.similarity_threshold]
+    seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [cfg.seed]
     masks = [{"on": True, "off": False}[x] for x in a.mask.split(",")] if a.mask else \
-        [base["data"]["mask_label_names"]]
+        [cfg.data.mask_label_names]
     results = []
     for mask in masks:
         for seed in seeds:
             for strategy in a.strategies.split(","):
                 for t in (thresholds if strategy == "similarity" else thresholds[:1]):
-                    p = copy.deepcopy(base)
-                    p["seed"] = seed
-                    p["data"]["mask_label_names"] = mask
-                    p["data"]["split"].update(strategy=strategy, similarity_threshold=t)
+                    p = apply_overrides(base, {"seed": seed, "data.mask_label_names": mask,
+                                               "data.split.strategy": strategy,
+                                               "data.split.similarity_threshold": t})
                     r = run_one(p)
                     results.append(r)
                     print(json.dumps(r), flush=True)

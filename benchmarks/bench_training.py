@@ -19,7 +19,6 @@ The real model folder is converted once from the embedded GGUF into ``--cache``
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import subprocess
@@ -46,22 +45,24 @@ def real_base_dir(cache: Path) -> Path:
 
 def bench_sft(params: Mapping, base_dir: Path, train_path: Path, steps: int) -> dict[str, Any]:
     """SFT tokens/s, s/step and peak memory for ``steps`` steps with the committed params."""
+    from hargo.config import as_config
     from hargo.data.records import read_prepared, select_subset
     from hargo.models import loading
+    from hargo.params import apply_overrides
     from hargo.training import sft
 
-    p = copy.deepcopy(dict(params))
-    p["sft"]["max_steps"] = steps
+    p = apply_overrides(dict(params), {"sft.max_steps": steps})
+    cfg = as_config(p)
     tok = loading.load_tokenizer(base_dir)
-    subset, skipped = select_subset(read_prepared(train_path), p["sft"]["samples_per_task"],
-                                    int(p["seed"]), tok, int(p["train"]["max_prompt_tokens"]))
+    subset, skipped = select_subset(read_prepared(train_path), cfg.sft.samples_per_task,
+                                    cfg.seed, tok, cfg.train.max_prompt_tokens)
     m = sft.train(p, base_dir, subset, out_dir=None, report_to=())
-    s = p["sft"]
+    s = cfg.sft
     return {
         "benchmark": "SFT step (fwd+bwd+opt)",
-        "mode": f"LoRA r={s['lora']['r']}" if s["lora"]["enabled"] else "full",
-        "batch": f"{s['batch_size']}x{s['grad_accum']}",
-        "bf16": m["bf16"], "threads": p["train"]["threads"],
+        "mode": f"LoRA r={s.lora.r}" if s.lora.enabled else "full",
+        "batch": f"{s.batch_size}x{s.grad_accum}",
+        "bf16": m["bf16"], "threads": cfg.train.threads,
         "steps": m["steps"],
         "s/step": round(m["train_seconds"] / max(m["steps"], 1), 2),
         "cpu s/step": round(m["train_cpu_seconds"] / max(m["steps"], 1), 2),
@@ -148,18 +149,21 @@ def bench_rl(params: Mapping, base_dir: Path, train_path: Path, steps: int,
     the process's peak RSS. The real SmolLM2 base stands in for the SFT model (same size)."""
     import resource
 
+    from hargo.config import as_config, to_plain
     from hargo.data.records import select_subset
     from hargo.models import loading
     from hargo.generation_budget import describe_budget
+    from hargo.params import apply_overrides
     from hargo.training.rl import build_trainer, load_rl_records, prompt_cap
     from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
 
-    p = copy.deepcopy(dict(params))
-    p["rl"].update(steps=steps, generation_backend=backend, save_steps=10 ** 6)
-    rl = p["rl"]
+    p = apply_overrides(dict(params), {"rl.steps": steps, "rl.generation_backend": backend,
+                                       "rl.save_steps": 10 ** 6})
+    cfg = as_config(p)
+    rl = cfg.rl
     tok = loading.load_tokenizer(base_dir)
-    subset, _ = select_subset(load_rl_records(train_path), rl["samples_per_task"],
-                                     int(p["seed"]), tok, prompt_cap(p))
+    subset, _ = select_subset(load_rl_records(train_path), rl.samples_per_task,
+                                     cfg.seed, tok, prompt_cap(cfg))
     rec = StepRecorder()
     cache = Path(os.environ.get("TMPDIR", "/tmp")) / "hargo-bench-rl"
     t0 = time.perf_counter()
@@ -178,10 +182,10 @@ def bench_rl(params: Mapping, base_dir: Path, train_path: Path, steps: int,
     steady = hist[1:] or hist
     return {
         "benchmark": f"RL step ({method}, {backend})",
-        "mode": f"LoRA r={rl['lora']['r']}" if rl["lora"]["enabled"] else "full",
-        "batch": f"{rl['prompts_per_step']}x{rl['num_generations']}, {rl['max_new_tokens']} new,"
-                 f" prompts<={describe_budget(prompt_cap(p))}",
-        "bf16": bool(trainer.args.bf16), "threads": p["train"]["threads"],
+        "mode": f"LoRA r={rl.lora.r}" if rl.lora.enabled else "full",
+        "batch": f"{rl.prompts_per_step}x{rl.num_generations}, {to_plain(rl.max_new_tokens)} new,"
+                 f" prompts<={describe_budget(prompt_cap(cfg))}",
+        "bf16": bool(trainer.args.bf16), "threads": cfg.train.threads,
         "steps": len(hist),
         "s/step": round(train_s / n, 2),
         "steady s/step": round(sum(h["time/step_s"] for h in steady) / len(steady), 2),
