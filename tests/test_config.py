@@ -101,6 +101,10 @@ def test_an_unknown_key_at_any_depth_is_refused_by_name(raw, dotted, match):
     ("synthetic.sft.epochs", 0, r"^synthetic\.sft\.epochs: must be >= 1, got 0"),
     ("synthetic.policy.vocab_size", 100, r"^synthetic\.policy\.vocab_size: must be >= 300"),
     ("synthetic.rl.pool", "some", r"^synthetic\.rl\.pool: must be one of held_out, all"),
+    # the test bed's own knobs are refused at the params stage by their own names, not later
+    # under the main pipeline's (rl.num_generations, seed) when stage_params derives its config
+    ("synthetic.rl.num_generations", 1, r"^synthetic\.rl\.num_generations: must be >= 2, got 1"),
+    ("synthetic.seeds", [-1, 2], r"^synthetic\.seeds: a non-empty list of distinct integers >= 0"),
     ("synthetic.evaluate.max_new_tokens", {"syn_yesno": 4},
      r"^synthetic\.evaluate\.max_new_tokens: expected one integer per task"),
     ("register.gate_metrics", ["dr_f1", "loss"],

@@ -266,7 +266,8 @@ class SyntheticRL(_Checked):
                      kind=str, choices=POOLS)
     steps: int = _int(help="optimizer steps", lo=1)
     prompts_per_step: int = _int(help="prompts per step", lo=1)
-    num_generations: int = _int(help="G, completions per prompt", lo=1)
+    num_generations: int = _int(help="G, completions per prompt (>= 2 like rl.num_generations: a "
+                                     "group of one has no advantage)", lo=2)
     max_new_tokens: Mapping[str, int] = _per_task_map("completion budget per task", 1)
     temperature: float = knob(REQUIRED, "rollout sampling temperature", 0, lo_open=True)
     learning_rate: float = knob(REQUIRED, "peak learning rate", 0, lo_open=True)
@@ -347,9 +348,9 @@ def check_synthetic_keys(raw: Mapping) -> None:
     if "seeds" in raw:
         seeds = raw["seeds"]
         if not isinstance(seeds, (list, tuple)) or not seeds or len(set(seeds)) != len(seeds) \
-                or any(isinstance(x, bool) or not isinstance(x, int) for x in seeds):
-            raise ParamsError(f"synthetic.seeds: a non-empty list of distinct integers, got "
-                              f"{seeds!r}")
+                or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in seeds):
+            raise ParamsError(f"synthetic.seeds: a non-empty list of distinct integers >= 0 "
+                              f"(the pipeline's seed's range), got {seeds!r}")
 
 
 def check_synthetic(s) -> None:
