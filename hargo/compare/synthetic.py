@@ -58,9 +58,8 @@ from transformers import TrainerCallback
 from hargo.compare.layout import run_name
 from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
                                           SyntheticPlan, configuration, plan, read_split)
-from hargo.config import CHARS_PER_TOKEN_BOUND, Config, as_section, params_dict
+from hargo.config import CHARS_PER_TOKEN_BOUND, Config, as_section, params_dict, to_plain
 from hargo.config.loading import apply_overrides
-from hargo.config.synthetic import plain
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward
 from hargo.io import atomic_write_json
 from hargo.training.rl_logging import StepRecorder
@@ -267,7 +266,7 @@ def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, s
     # the method's block as params.yaml spells it (params_dict), like the checkpoints' run
     # fingerprint: a digest of the file's entries, not a read of a knob
     rl = params_dict(params)["rl"]
-    return _digest({"data": asdict(p.data), "rl": plain(p.rl),
+    return _digest({"data": asdict(p.data), "rl": to_plain(p.rl),
                     "eval": dict(p.evaluate.max_new_tokens),
                     "eval_samples": p.evaluate.samples, "eval_every": p.evaluate.every_steps,
                     "sft_examples": dict(p.sft.examples_per_task),   # the held-out pool's offset

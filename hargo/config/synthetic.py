@@ -26,7 +26,7 @@ from hargo.param_values import ParamsError, as_number
 
 __all__ = ["SYNTHETIC_TASKS", "YESNO_QUESTIONS", "POOLS", "SyntheticData", "SyntheticPolicy",
            "SyntheticSFT", "SyntheticRL", "SyntheticEvaluate", "SyntheticBootstrap",
-           "check_synthetic_keys", "check_synthetic", "plain"]
+           "check_synthetic_keys", "check_synthetic"]
 
 _block = dataclass(frozen=True, kw_only=True)
 
@@ -380,10 +380,3 @@ def check_synthetic(s) -> None:
                 f"synthetic.rl.prompts_per_task: {short} exceed the train records SFT did not see "
                 f"(synthetic.data.n_train {data.n_train} - synthetic.sft.examples_per_task "
                 f"{dict(sft.examples_per_task)}; synthetic.rl.pool is held_out)")
-
-
-def plain(block) -> dict:
-    """A synthetic block as a plain dict, fields in order, per-task maps as dicts (for JSON,
-    run fingerprints and MLflow): what ``dataclasses.asdict`` gives for a block without maps."""
-    return {f.name: dict(v) if isinstance(v := getattr(block, f.name), Mapping) else v
-            for f in dataclasses.fields(block)}
