@@ -5,17 +5,19 @@ Pure torch functions, no trainer inside. Every estimator takes the rewards of ``
 and returns, per response, the advantage to put into the clipped surrogate and the weight of
 that response's loss term, so one loss serves all of them (docs/method.md step 6)::
 
-    L = (1 / N) * sum_n sum_i w_ni * L_ni        (``hargo.losses.weighted_loss``)
+    L = (1 / N) * sum_n sum_i w_ni * L_ni        (``hargo.losses.group_weighted_aggregate``)
 
-Estimators (registry ``ESTIMATORS``, selected by name through ``estimate``):
+Estimators (registry ``ESTIMATORS``, filled by :func:`register_estimator`, selected by name
+through ``estimate``). Each computes the group advantage ``A = (r - mean) / (std + std_eps)`` by
+the std convention of its :class:`HargoConfig` (``std``: population / sample / none,
+``std_scope``: group / batch; from the method's ``rl.<method>`` block in training), so two
+methods differ only in what they declare:
 
-``grpo``
-    TRL 1.16's own group advantage, ``(r - mean) / (std + 1e-4)`` with the *sample* (unbiased,
-    ``G - 1``) std of the group, as ``GRPOTrainer`` computes it with ``scale_rewards="group"``.
-    Weights ``1/G``.
-``dr_grpo``
-    Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): ``r - mean`` (no std
-    scaling). Weights ``1/G``.
+``grpo``, ``dr_grpo``
+    one function, weights ``1/G``; standing alone (no config) ``grpo`` uses GRPO's std convention
+    and ``dr_grpo`` none. At ``rl.grpo``'s defaults (sample std, ``std_eps = 1e-4``) this is TRL 1.16
+    ``GRPOTrainer``'s group advantage (``scale_rewards="group"``); at ``rl.dr_grpo``'s (no std)
+    Dr. GRPO's ``r - mean`` (Liu et al. 2025, "Understanding R1-Zero-Like Training").
 ``hargo``
     docs/method.md steps 1-5: population-std advantage ``A``, reference-model confidence ``c``
     with an EMA baseline, modulated advantage ``M = A (1 + alpha c)``, discrimination ``d`` and
@@ -24,17 +26,22 @@ Estimators (registry ``ESTIMATORS``, selected by name through ``estimate``):
     Ablation B1, discrimination only: ``alpha = 0`` so ``M = A``; no reference model needed.
 ``hargo_b2``
     Ablation B2, confidence only: ``w`` proportional to ``alpha * c`` inside the group.
+``hargo_uniform``
+    the uniform-weight control: B1's computation with weights ``1/G``.
+``hargo_batch``, ``hargo_contrast``
+    hargo's own variants (not the paper's) whose weights are normalised over the batch, so they
+    move weight between groups (and so between tasks): :func:`batch_normalised_weights`.
 
-Adding an estimator: one function with the signature of ``_grpo``, its ``ESTIMATORS`` entry (and
-``_NEEDS_REFERENCE`` when it reads the reference model's log-probs). An estimator runs in
-training only through a method that names it: a :class:`hargo.methods.Method` with
-``estimator="<name>"`` and ``loss="weighted"`` (``needs_reference`` as here; the trainer checks
-the two agree). ``grpo`` and ``dr_grpo`` are named by methods whose ``loss="trl"``: in training
-TRL computes those advantages itself, and these estimators are their reference implementations
-(tested against TRL's formula). Adding a method: docs/development.md, "Add a method".
+Every GRPO-family method trains on one loss (``hargo.training.grpo``): these advantages and
+weights in the method's policy loss plus ``beta`` x its KL estimator, aggregated by
+:func:`hargo.losses.group_weighted_aggregate`. Adding an estimator: a function with the
+signature of ``_grpo`` under :func:`register_estimator` (``needs_reference=True`` when it reads
+the reference model's log-probs), named by a :class:`hargo.methods.Method`'s ``estimator``.
+Adding a method: docs/development.md, "Add a method".
 
 Numerics: estimators compute in float64 whatever the input dtype (float32, bfloat16, ...) and
-return float32, so no finite input can overflow (``|A| <= sqrt(G - 1)``, ``0 <= d, w <= 1``).
+return float32, so no finite input can overflow (``|A| <= sqrt(G - 1)`` with the std, ``0 <= d
+<= 1``; per-group weights lie in [0, 1], batch-normalised ones in [0, N]).
 """
 from __future__ import annotations
 
@@ -46,9 +53,14 @@ import torch
 
 __all__ = [
     "HargoConfig",
+    "STD_KINDS",
+    "STD_SCOPES",
     "EMABaseline",
     "EstimatorOutput",
     "ESTIMATORS",
+    "register_estimator",
+    "default_config",
+    "batch_normalised_weights",
     "estimate",
     "needs_reference",
     "group_rewards",
@@ -59,6 +71,10 @@ __all__ = [
 
 #: TRL 1.16 ``GRPOTrainer``: ``advantages = advantages / (std_rewards + 1e-4)``.
 TRL_STD_EPS = 1e-4
+#: The std conventions of the group advantage (:class:`HargoConfig` ``std``).
+STD_KINDS: tuple[str, ...] = ("population", "sample", "none")
+#: Over what the std is taken (:class:`HargoConfig` ``std_scope``).
+STD_SCOPES: tuple[str, ...] = ("group", "batch")
 
 
 @dataclass
@@ -70,32 +86,58 @@ class HargoConfig:
     Attributes:
         alpha: confidence modulation strength in ``M = A (1 + alpha c)`` (paper: 0.3).
         rho: EMA factor of the log-prob baseline, ``g <- rho g + (1 - rho) mean(l)`` (paper: 0.9).
-        eps: added to the group std in ``A`` and to ``max |M|`` in ``d`` (not given by the paper).
+        eps: added to ``max |M|`` in ``d`` (not given by the paper).
         eps_w: when ``sum d < eps_w`` the group's weights fall back to ``1/G`` (not in the paper).
+        std: the advantage's std convention (:data:`STD_KINDS`): ``"population"`` (divide by G;
+            docs/method.md's worked example, HARGO's default), ``"sample"`` (G - 1; TRL's
+            ``torch.std``, GRPO's default) or ``"none"`` (no scaling: Dr. GRPO).
+        std_eps: added to the std in ``A = (r - mean) / (std + std_eps)`` (TRL: 1e-4; HARGO:
+            1e-6, the paper gives none).
+        std_scope: ``"group"`` (each group's own std, GRPO) or ``"batch"`` (one std over every
+            reward of the gathered batch, still centred per group: Dr. GRPO's suggestion, TRL's
+            ``scale_rewards="batch"``).
     """
 
     alpha: float = 0.3
     rho: float = 0.9
     eps: float = 1e-6
     eps_w: float = 1e-6
+    std: str = "population"
+    std_eps: float = 1e-6
+    std_scope: str = "group"
 
     @classmethod
-    def of(cls, method_params) -> "HargoConfig":
-        """The constants of a method's params dataclass (``hargo.methods.method_params``): its
-        ``estimator_constants()`` (``rl.hargo``, ``rl.hargo_b1``, ``rl.hargo_b2``), or the
-        defaults for a method without any (GRPO, Dr. GRPO, PPO)."""
+    def of(cls, method_params, estimator: str | None = None) -> "HargoConfig":
+        """The constants of a method's params dataclass (``hargo.methods.method_params``): the
+        registered defaults of ``estimator`` (:func:`default_config`; none: ``HargoConfig()``'s)
+        updated by the block's ``estimator_constants()`` when it has them (every built-in
+        GRPO-family block: the std convention, and HARGO's alpha, rho, eps, eps_w). PPO's
+        block has none."""
+        base = dict(_DEFAULTS.get(estimator, {})) if estimator is not None else {}
         constants = getattr(method_params, "estimator_constants", None)
-        return cls(**constants()) if constants is not None else cls()
+        return cls(**{**base, **(constants() if constants is not None else {})})
 
     def __post_init__(self):
         if not (self.alpha >= 0 and math.isfinite(self.alpha)):
             raise ValueError(f"HargoConfig.alpha must be finite and >= 0, got {self.alpha!r}")
         if not 0.0 <= self.rho < 1.0:
             raise ValueError(f"HargoConfig.rho must lie in [0, 1), got {self.rho!r}")
-        for name in ("eps", "eps_w"):
+        for name in ("eps", "eps_w", "std_eps"):
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"HargoConfig.{name} must be finite and > 0, got {v!r}")
+        if self.std not in STD_KINDS:
+            raise ValueError(f"HargoConfig.std must be one of {', '.join(STD_KINDS)}, got "
+                             f"{self.std!r}")
+        if self.std_scope not in STD_SCOPES:
+            raise ValueError(f"HargoConfig.std_scope must be one of {', '.join(STD_SCOPES)}, "
+                             f"got {self.std_scope!r}")
+
+    def advantage(self, rewards: torch.Tensor) -> torch.Tensor:
+        """:func:`group_advantage` of ``rewards`` (N, G) with this config's std convention.
+        Returns (N, G) float64."""
+        return group_advantage(rewards, eps=self.std_eps, unbiased=self.std == "sample",
+                               scale=self.std != "none", scope=self.std_scope)
 
 
 class EMABaseline:
@@ -198,7 +240,7 @@ def group_rewards(flat: torch.Tensor, G: int) -> torch.Tensor:
 
 
 def group_advantage(rewards: torch.Tensor, eps: float = 1e-6, unbiased: bool = False,
-                    scale: bool = True) -> torch.Tensor:
+                    scale: bool = True, scope: str = "group") -> torch.Tensor:
     """Group-normalised advantage, docs/method.md step 1: ``A = (r - mean(r)) / (std(r) + eps)``.
 
     Args:
@@ -207,10 +249,18 @@ def group_advantage(rewards: torch.Tensor, eps: float = 1e-6, unbiased: bool = F
         unbiased: False (default): population std (divide by G), as docs/method.md's worked example;
             True: sample std (divide by G - 1), as TRL.
         scale: False: return ``r - mean`` only (Dr. GRPO).
+        scope: ``"group"``: each group's own std; ``"batch"``: one std over all ``N * G`` rewards
+            (the centring stays per group; TRL 1.16 ``scale_rewards="batch"``, Dr. GRPO sec. 3).
 
     Returns:
         (N, G) float64. A group whose rewards are all equal gives exactly 0.
+
+    Raises:
+        ValueError: an unknown ``scope``.
     """
+    if scope not in STD_SCOPES:
+        raise ValueError(f"group_advantage: scope must be one of {', '.join(STD_SCOPES)}, got "
+                         f"{scope!r}")
     r = rewards.to(torch.float64)
     centred = r - r.mean(dim=1, keepdim=True)
     # Equal rewards: force exact zeros (no rounding residue can turn into fake contrast).
@@ -218,7 +268,12 @@ def group_advantage(rewards: torch.Tensor, eps: float = 1e-6, unbiased: bool = F
     centred = torch.where(flat_group, torch.zeros_like(centred), centred)
     if not scale:
         return centred
-    std = r.std(dim=1, keepdim=True, correction=1 if unbiased else 0)
+    correction = 1 if unbiased else 0
+    if scope == "batch":
+        std = r.reshape(-1).std(correction=correction) if r.numel() > correction \
+            else r.new_zeros(())
+    else:
+        std = r.std(dim=1, keepdim=True, correction=correction)
     return centred / (std + eps)
 
 
@@ -261,26 +316,66 @@ def discrimination_weights(modulated: torch.Tensor, eps: float = 1e-6, eps_w: fl
 EstimatorFn = Callable[[torch.Tensor, "torch.Tensor | None", "EMABaseline | None", HargoConfig],
                        EstimatorOutput]
 
+#: name -> estimator function ``f(rewards, ref_logprob, baseline, config) -> EstimatorOutput``
+#: (filled by :func:`register_estimator`).
+ESTIMATORS: dict[str, EstimatorFn] = {}
+_NEEDS_REFERENCE: set[str] = set()
+#: name -> the :class:`HargoConfig` fields its stand-alone use defaults to (``estimate`` without
+#: a config): GRPO's TRL std convention for ``grpo``.
+_DEFAULTS: dict[str, dict] = {}
+
+
+def register_estimator(name: str, *, needs_reference: bool = False, **defaults):
+    """Decorator registering an estimator ``f(rewards, ref_logprob, baseline, config) ->
+    EstimatorOutput`` under ``name`` in :data:`ESTIMATORS`.
+
+    Args:
+        name: the registry key a :class:`hargo.methods.Method` names (``estimator=``).
+        needs_reference: it reads the reference model's log-probs ``l`` (the trainer runs its
+            own reference pass for it, and :func:`estimate` requires ``ref_logprob``).
+        **defaults: :class:`HargoConfig` fields used when :func:`estimate` gets no config (a
+            method's params block supplies its own in training).
+
+    Raises:
+        ValueError: the name is taken, or a default is not a HargoConfig field.
+    """
+    bad = sorted(set(defaults) - set(HargoConfig.__dataclass_fields__))
+    if bad:
+        raise ValueError(f"register_estimator({name!r}): unknown HargoConfig field(s) "
+                         f"{', '.join(bad)}")
+
+    def deco(fn: EstimatorFn) -> EstimatorFn:
+        if name in ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ESTIMATORS[name] = fn
+        if needs_reference:
+            _NEEDS_REFERENCE.add(name)
+        _DEFAULTS[name] = dict(defaults)
+        return fn
+    return deco
+
+
+def default_config(method: str) -> HargoConfig:
+    """The constants ``method``'s estimator uses when none are given (``HargoConfig()`` with
+    its registered defaults). Raises ValueError for an unknown estimator."""
+    _check_method(method)
+    return HargoConfig(**_DEFAULTS[method])
+
 
 def _uniform(rewards: torch.Tensor) -> torch.Tensor:
     return torch.full(rewards.shape, 1.0 / rewards.shape[1], dtype=torch.float32,
                       device=rewards.device)
 
 
+@register_estimator("dr_grpo", std="none")
+@register_estimator("grpo", std="sample", std_eps=TRL_STD_EPS)
 def _grpo(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
-    """TRL 1.16 ``GRPOTrainer`` (``scale_rewards="group"``): ``(r - mean) / (std + 1e-4)``,
-    sample std (``torch.std`` default, G - 1); weights 1/G. ``config.eps`` is not used: the
-    1e-4 is TRL's constant, kept so the stock loss is reproduced."""
-    r = rewards.to(torch.float64)
-    mean = r.mean(dim=1, keepdim=True)
-    std = r.std(dim=1, keepdim=True)
-    adv = (r - mean) / (std + TRL_STD_EPS)
-    return EstimatorOutput(adv.to(torch.float32), _uniform(rewards))
-
-
-def _dr_grpo(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
-    """Dr. GRPO: ``r - mean`` without std scaling; weights 1/G."""
-    adv = group_advantage(rewards, scale=False)
+    """GRPO / Dr. GRPO: the group advantage of ``config``'s std convention
+    (:meth:`HargoConfig.advantage`), weights ``1/G``. With ``std="sample"``, ``std_eps=1e-4``
+    (the defaults here, and ``rl.grpo``'s) it is TRL 1.16 ``GRPOTrainer``'s
+    ``(r - mean) / (std + 1e-4)`` (``scale_rewards="group"``); with ``std="none"`` it is Dr. GRPO's
+    ``r - mean`` (Liu et al. 2025; ``rl.dr_grpo``'s default)."""
+    adv = config.advantage(rewards)
     return EstimatorOutput(adv.to(torch.float32), _uniform(rewards))
 
 
@@ -292,9 +387,32 @@ def _confidence_with_baseline(ref_logprob: torch.Tensor, baseline: EMABaseline
     return confidence(ref_logprob, g), g
 
 
+def batch_normalised_weights(d: torch.Tensor, eps_w: float = 1e-6) -> torch.Tensor:
+    """Weights normalised over the whole batch instead of per group (hargo's own variants,
+    docs/method.md "Variants that move weight between tasks"): ``w_ni = N d_ni / sum_mj d_mj``.
+
+    The total weight stays ``N`` (one per group on average, as per-group weights), but a group's
+    share is now its ``sum_i d_ni``: a group with more contrast weighs more, an all-equal group
+    (``d = 0``) drops out. When the whole batch has ``sum d < eps_w``: ``1/G`` everywhere.
+
+    Args:
+        d: (N, G) non-negative discrimination values.
+        eps_w: the no-contrast threshold of the batch's ``sum d``.
+
+    Returns:
+        (N, G) float64, summing to ``N``.
+    """
+    d = d.to(torch.float64)
+    N, G = d.shape
+    total = d.sum()
+    if not total >= eps_w:
+        return torch.full_like(d, 1.0 / G)
+    return N * d / total
+
+
 def _hargo_family(rewards, ref_logprob, baseline, config, alpha: float, weights_from: str
                   ) -> EstimatorOutput:
-    A = group_advantage(rewards, eps=config.eps)
+    A = config.advantage(rewards)
     c = g = None
     if ref_logprob is not None:
         c, g = _confidence_with_baseline(ref_logprob, baseline)
@@ -302,29 +420,42 @@ def _hargo_family(rewards, ref_logprob, baseline, config, alpha: float, weights_
     else:
         M = A
     d, w, no_contrast = discrimination_weights(M, config.eps, config.eps_w)
+    G = rewards.shape[1]
     if weights_from == "confidence":
         # B2: w proportional to alpha * c inside the group; a group without contrast still gets
         # 1/G (as step 5), so every estimator weights an all-equal group uniformly.
         conf_w = alpha * c
         s = conf_w.sum(dim=1, keepdim=True)
         flat = no_contrast | (s < config.eps_w)
-        G = rewards.shape[1]
         w = torch.where(flat, torch.full_like(conf_w, 1.0 / G), conf_w / torch.where(flat, 1.0, s))
+    elif weights_from == "uniform":
+        w = torch.full_like(d, 1.0 / G)
+    elif weights_from == "batch":
+        m = M.abs()
+        d = m / (m.amax() + config.eps)
+        w = batch_normalised_weights(d, config.eps_w)
+    elif weights_from == "batch_contrast":
+        centred = group_advantage(rewards, scale=False).abs()
+        d = centred / (centred.amax() + config.eps)
+        w = batch_normalised_weights(d, config.eps_w)
     f32 = lambda t: None if t is None else t.to(torch.float32)  # noqa: E731
     return EstimatorOutput(f32(M), f32(w), f32(c), f32(d), g)
 
 
+@register_estimator("hargo", needs_reference=True)
 def _hargo(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
     """Full HARGO (paper's B3), docs/method.md steps 1-5."""
     return _hargo_family(rewards, ref_logprob, baseline, config, config.alpha, "discrimination")
 
 
+@register_estimator("hargo_b1")
 def _hargo_b1(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
     """B1, discrimination only: alpha = 0, so ``M = A``; the reference model is not used (and
     the EMA baseline is not touched)."""
     return _hargo_family(rewards, None, baseline, config, 0.0, "discrimination")
 
 
+@register_estimator("hargo_b2", needs_reference=True)
 def _hargo_b2(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
     """B2, confidence only: ``w_i = alpha c_i / sum_j alpha c_j``; the advantage is HARGO's
     ``M = A (1 + alpha c)`` (only the weighting changes between B2 and B3). Groups without
@@ -332,16 +463,30 @@ def _hargo_b2(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
     return _hargo_family(rewards, ref_logprob, baseline, config, config.alpha, "confidence")
 
 
-#: name -> estimator function ``f(rewards, ref_logprob, baseline, config) -> EstimatorOutput``.
-ESTIMATORS: dict[str, EstimatorFn] = {
-    "grpo": _grpo,
-    "dr_grpo": _dr_grpo,
-    "hargo": _hargo,
-    "hargo_b1": _hargo_b1,
-    "hargo_b2": _hargo_b2,
-}
+@register_estimator("hargo_uniform")
+def _hargo_uniform(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
+    """The uniform-weight control on HARGO's path: B1's computation (``alpha = 0``, ``M = A`` of
+    ``config``'s std convention, ``d`` recorded) with every weight ``1/G``. At GRPO's std
+    convention it is GRPO; at HARGO's, HARGO minus it is the weighting alone."""
+    return _hargo_family(rewards, None, baseline, config, 0.0, "uniform")
 
-_NEEDS_REFERENCE = frozenset({"hargo", "hargo_b2"})
+
+@register_estimator("hargo_batch", needs_reference=True)
+def _hargo_batch(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
+    """hargo's own variant (not the paper's): HARGO's modulated advantage ``M = A (1 + alpha c)``,
+    ``d = |M| / (max_batch |M| + eps)``, the weights normalised over the batch
+    (:func:`batch_normalised_weights`): ``w_ni = N |M_ni| / sum |M|``, so a group weighs by its
+    ``sum_i |M_ni|`` and all-equal groups drop out."""
+    return _hargo_family(rewards, ref_logprob, baseline, config, config.alpha, "batch")
+
+
+@register_estimator("hargo_contrast")
+def _hargo_contrast(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
+    """hargo's own variant (not the paper's): ``d`` from the raw contrast
+    ``|r - mean_group(r)| / (max_batch |r - mean| + eps)`` (no std), weights normalised over the
+    batch (:func:`batch_normalised_weights`): groups whose rewards barely differ get little
+    weight, whatever their std. The advantage is ``A`` of ``config``'s std convention."""
+    return _hargo_family(rewards, None, baseline, config, 0.0, "batch_contrast")
 
 
 def _check_method(method: str) -> None:
@@ -350,7 +495,8 @@ def _check_method(method: str) -> None:
 
 
 def needs_reference(method: str) -> bool:
-    """Whether ``method`` needs the reference model's log-probs (``hargo``, ``hargo_b2``).
+    """Whether ``method`` needs the reference model's log-probs (``hargo``, ``hargo_b2``,
+    ``hargo_batch``).
     Raises ValueError for an unknown method."""
     _check_method(method)
     return method in _NEEDS_REFERENCE
@@ -362,16 +508,19 @@ def estimate(method: str, rewards: torch.Tensor, ref_logprob: torch.Tensor | Non
     """Advantages and loss weights of one batch by the named estimator.
 
     Args:
-        method: a key of ``ESTIMATORS``: grpo, dr_grpo, hargo, hargo_b1, hargo_b2.
+        method: a key of ``ESTIMATORS`` (grpo, hargo, hargo_b1, hargo_b2, hargo_uniform,
+            hargo_batch, hargo_contrast, or a registered one).
         rewards: (N, G) rewards, N groups of G >= 2 responses, finite, any float dtype.
         ref_logprob: (N, G) length-normalised sequence log-prob ``l`` of each response under the
             reference model (mean over the response's tokens of log pi_ref, padding masked);
-            required by ``hargo``/``hargo_b2``, ignored by the others.
+            required by the estimators registered with ``needs_reference`` (hargo, hargo_b2,
+            hargo_batch), ignored by the others.
         baseline: the EMA baseline ``g`` (trainer state). It is updated in place with this
             batch's mean ``l`` BEFORE computing ``c``, so ``c = sigmoid(l - g_new)``; on the first
             batch ``g_new = mean(l)``. None: a fresh ``EMABaseline(config.rho)`` (stateless, for
             tests and one-off use; a trainer must pass its persistent one).
-        config: HARGO constants (default ``HargoConfig()``).
+        config: the estimator constants and std convention (default
+            :func:`default_config` of ``method``).
 
     Returns:
         EstimatorOutput with float32 (N, G) tensors on the rewards' device.
@@ -382,7 +531,7 @@ def estimate(method: str, rewards: torch.Tensor, ref_logprob: torch.Tensor | Non
             method needs it.
     """
     _check_method(method)
-    config = config or HargoConfig()
+    config = config or default_config(method)
     if not isinstance(rewards, torch.Tensor) or rewards.dim() != 2:
         raise ValueError(f"estimate({method}): rewards must be a (N, G) tensor, got "
                          f"{getattr(rewards, 'shape', type(rewards))}")

@@ -115,14 +115,17 @@ def known_reward(completions, task, **_) -> list[float]:
 def set_method_knobs(p: dict, **knobs) -> dict:
     """Set a knob in every ``rl.<method>`` block that has it (``beta`` also sets PPO's
     ``kl_coef``); returns ``p``."""
+    from dataclasses import fields
+
     from hargo.methods import methods
 
-    for m in (m.name for m in methods() if m.params_class is not None):
-        block = p["rl"][m] = dict(p["rl"][m])
+    for m in (m for m in methods() if m.params_class is not None):
+        names = {f.name for f in fields(m.params_class)}
+        block = p["rl"][m.name] = dict(p["rl"].get(m.name) or {})
         for k, v in knobs.items():
-            if k in block:
+            if k in names:
                 block[k] = v
-            if k == "beta" and m == "ppo":
+            if k == "beta" and "kl_coef" in names:
                 block["kl_coef"] = v
     return p
 

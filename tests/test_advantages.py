@@ -20,23 +20,27 @@ from hargo.methods import method_names, methods_of_family
 
 pytestmark = pytest.mark.fast
 
-METHODS = method_names("grpo_family")   # hargo.methods: the GRPO-family methods
+#: the estimators whose weights are normalised per group (each row sums to 1)
+METHODS = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "hargo_uniform")
+#: hargo's variants whose weights are normalised over the batch (they sum to N)
+BATCH_METHODS = ("hargo_batch", "hargo_contrast")
 
 
-def test_the_estimator_registry_holds_exactly_the_grpo_familys_estimators():
-    """Every estimator is some GRPO-family method's (none registered and never run), every
-    GRPO-family method names one, and the method's needs_reference is its estimator's."""
+def test_the_estimator_registry_holds_the_grpo_familys_estimators():
+    """The built-in estimators are registered (others may be), every GRPO-family method names
+    one, the method's needs_reference is its estimator's, and every method runs the one loss."""
     from hargo.advantages import ESTIMATORS
 
     family = methods_of_family("grpo_family")
-    assert METHODS == ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
-    assert sorted(m.estimator for m in family) == sorted(ESTIMATORS)
+    builtin = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "uniform_sample",
+               "uniform_pop", "hargo_batch", "hargo_contrast")
+    assert set(builtin) <= set(method_names("grpo_family"))
+    assert {m.estimator for m in family} <= set(ESTIMATORS)
+    assert {"grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "hargo_uniform", "hargo_batch",
+            "hargo_contrast"} <= set(ESTIMATORS)
     assert [(m.name, m.needs_reference) for m in family] == [
         (m.name, needs_reference(m.estimator)) for m in family]
-    # the weighted loss runs the estimator; grpo/dr_grpo run TRL's own advantages and loss
-    assert {m.name: m.loss for m in family} == {"grpo": "trl", "dr_grpo": "trl",
-                                               "hargo": "weighted", "hargo_b1": "weighted",
-                                               "hargo_b2": "weighted"}
+    assert {m.loss for m in family} == {"weighted"}
 
 
 def test_params_defaults_are_the_estimators_paper_constants():
@@ -49,7 +53,8 @@ def test_params_defaults_are_the_estimators_paper_constants():
 
     config = {f.name: f.default for f in fields(HargoConfig)}
     params = {f.name: f.default for f in fields(HargoParams) if f.name in config}
-    assert params == config == {"alpha": 0.3, "rho": 0.9, "eps": 1e-6, "eps_w": 1e-6}
+    assert params == config == {"alpha": 0.3, "rho": 0.9, "eps": 1e-6, "eps_w": 1e-6,
+                                "std": "population", "std_eps": 1e-6, "std_scope": "group"}
 
 
 def _sigmoid(x: float) -> float:
@@ -216,8 +221,8 @@ def test_dr_grpo_centres_only():
 # ------------------------------------------------------------------------------ registry/errors
 
 def test_registry_and_errors():
-    assert set(ESTIMATORS) == set(METHODS)
-    assert [needs_reference(m) for m in METHODS] == [False, False, True, False, True]
+    core = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
+    assert [needs_reference(m) for m in core] == [False, False, True, False, True]
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'.*dr_grpo.*hargo_b2"):
         estimate("ppo", torch.zeros(1, 4))
     with pytest.raises(ValueError, match="unknown"):
@@ -291,19 +296,19 @@ def test_flat_names_and_float32_outputs():
 
 
 def test_config_eps_and_eps_w_reach_the_estimator():
-    """HargoConfig's eps and eps_w are the ones used (not the functions' defaults). Rewards
-    (1, 0, 0, 0), eps = 1: std 0.4330, A = (0.5234, -0.1745 x3), d = |A| / (0.5234 + 1) =
+    """HargoConfig's std_eps, eps and eps_w are the ones used (not the functions' defaults).
+    Rewards (1, 0, 0, 0), std_eps = eps = 1: std 0.4330, A = (0.5234, -0.1745 x3), d = |A| / (0.5234 + 1) =
     (0.3436, 0.1145 x3), sum d = 0.6873: below eps_w = 0.9 -> 1/G; above eps_w = 0.5 -> d / sum d
     = (1/2, 1/6 x3)."""
     r = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
     std = math.sqrt(0.1875)
     A = [0.75 / (std + 1), -0.25 / (std + 1)]
     d = [A[0] / (A[0] + 1), -A[1] / (A[0] + 1)]
-    out = estimate("hargo_b1", r, config=HargoConfig(eps=1.0, eps_w=0.9))
+    out = estimate("hargo_b1", r, config=HargoConfig(eps=1.0, std_eps=1.0, eps_w=0.9))
     assert out.advantages[0].tolist() == pytest.approx([A[0]] + [A[1]] * 3, abs=1e-6)
     assert out.discrimination[0].tolist() == pytest.approx([d[0]] + [d[1]] * 3, abs=1e-6)
     assert out.weights[0].tolist() == [0.25] * 4
-    out = estimate("hargo_b1", r, config=HargoConfig(eps=1.0, eps_w=0.5))
+    out = estimate("hargo_b1", r, config=HargoConfig(eps=1.0, std_eps=1.0, eps_w=0.5))
     assert out.weights[0].tolist() == pytest.approx([0.5, 1 / 6, 1 / 6, 1 / 6], abs=1e-6)
 
 
@@ -399,7 +404,7 @@ def test_modulation_keeps_sign(batch, method):
 
 
 @settings(max_examples=100, deadline=None)
-@given(batches(), st.sampled_from(METHODS), st.randoms(use_true_random=False))
+@given(batches(), st.sampled_from(METHODS + BATCH_METHODS), st.randoms(use_true_random=False))
 def test_permutation_equivariance(batch, method, rnd):
     r, l = batch
     n, g = r.shape
@@ -518,7 +523,7 @@ def test_shift_and_scale_invariance(r, shift, scale, method):
 
 def test_extreme_finite_rewards_no_nan():
     big = torch.tensor([[3.4e38, -3.4e38, 1.0, 0.0], [1e-30, 0.0, 0.0, 0.0]])
-    for m in METHODS:
+    for m in METHODS + BATCH_METHODS:
         out = estimate(m, big, torch.tensor([[-1e4, 0.0, -5.0, -1.0]] * 2))
         assert torch.isfinite(out.advantages).all() and torch.isfinite(out.weights).all(), m
 
@@ -586,6 +591,8 @@ def test_benchmark_script_runs(capsys, monkeypatch):
     capsys.readouterr()
 
     base = {"grpo": 2.0, "dr_grpo": 1.0, "hargo": 5.0, "hargo_b1": 4.0, "hargo_b2": 6.0}
+    base.update({m: 3.0 + i for i, m in enumerate(ESTIMATORS) if m not in base})
+    base = {m: base[m] for m in ESTIMATORS}   # the registry's order, as the benchmark's rows
     now, calls = [0.0], {}
 
     def fake_estimate(method, rewards, ref, baseline, cfg):
@@ -610,5 +617,65 @@ def test_benchmark_script_runs(capsys, monkeypatch):
     for (m, ms, ratio, pct), (_, b) in zip(table, base.items()):
         assert (float(ms), float(ratio), float(pct.rstrip("%"))) == pytest.approx(
             (3 * b, b / base["grpo"], 3 * b / 1e3 / 100 * 100), abs=5e-3), m
-    assert out[-1] == "slowest estimator: 18.00 ms = 1.8e-04 of one ~100 s RL step on this CPU " \
-                      "(negligible)."
+    slowest = 3 * max(base.values())
+    assert out[-1] == f"slowest estimator: {slowest:.2f} ms = {slowest / 1e5:.1e} of one ~100 s " \
+                      "RL step on this CPU (negligible)."
+
+
+# ------------------------------------------------------------ std conventions, batch variants
+
+def test_std_conventions_by_hand():
+    """Rewards (1, 0, 0, 0): centred (0.75, -0.25 x3); population std sqrt(0.1875) = 0.4330,
+    sample std 0.5; batch scope over two groups (1,0,0,0), (1,1,0,0): the 8 rewards' population
+    std is sqrt(0.375 - 0.140625) = 0.4841 (mean 3/8)."""
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    pop = HargoConfig(std="population", std_eps=1e-6).advantage(r)
+    assert pop[0].tolist() == pytest.approx([0.75 / (math.sqrt(0.1875) + 1e-6)]
+                                            + [-0.25 / (math.sqrt(0.1875) + 1e-6)] * 3, abs=1e-9)
+    smp = HargoConfig(std="sample", std_eps=1e-4).advantage(r)
+    assert smp[0, 0].item() == pytest.approx(0.75 / 0.5001, abs=1e-9)
+    assert HargoConfig(std="none").advantage(r)[0].tolist() == [0.75, -0.25, -0.25, -0.25]
+    two = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    batch = HargoConfig(std="population", std_eps=1e-6, std_scope="batch").advantage(two)
+    s = math.sqrt(3 / 8 - (3 / 8) ** 2)
+    assert batch[1].tolist() == pytest.approx([0.5 / (s + 1e-6)] * 2 + [-0.5 / (s + 1e-6)] * 2,
+                                              abs=1e-9)
+    assert batch[0, 0].item() == pytest.approx(0.75 / (s + 1e-6), abs=1e-9)
+    with pytest.raises(ValueError, match="std must be one of population, sample, none"):
+        HargoConfig(std="unbiased")
+    with pytest.raises(ValueError, match="std_scope must be one of group, batch"):
+        HargoConfig(std_scope="prompt")
+
+
+def test_batch_variants_by_hand():
+    """Groups (1,0,0,0) and (1,1,0,0), population std. hargo_contrast: |r - mean| is
+    (.75, .25 x3) and (.5 x4), sums 1.5 and 2, so w = 2 x (.75, .25, .25, .25, .5 x4) / 3.5: the
+    second group gets 8/7 of the update, the first 6/7. hargo_batch at alpha 0 (B1's M = A):
+    |A| = (1.7320, 0.5773 x3) and (1 x4), sum 7.4641: w = 2 |A| / 7.4641. An all-equal group
+    gets weight 0; a batch with no contrast at all gets 1/G."""
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    out = estimate("hargo_contrast", r)
+    want = [2 * x / 3.5 for x in (0.75, 0.25, 0.25, 0.25, 0.5, 0.5, 0.5, 0.5)]
+    assert out.weights.reshape(-1).tolist() == pytest.approx(want, abs=1e-6)
+    assert out.weights[1].sum().item() == pytest.approx(8 / 7, abs=1e-6)
+    l = torch.zeros(2, 4)
+    b = estimate("hargo_batch", r, l, config=HargoConfig(alpha=0.0))
+    A = [math.sqrt(3), 1 / math.sqrt(3)]
+    total = A[0] + 3 * A[1] + 4
+    want = [2 * x / total for x in (A[0], A[1], A[1], A[1], 1, 1, 1, 1)]
+    assert b.weights.reshape(-1).tolist() == pytest.approx(want, abs=1e-5)
+    flat = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    for m in BATCH_METHODS:
+        w = estimate(m, flat, torch.zeros(2, 4)).weights
+        assert w[1].tolist() == [0.0] * 4 and w.sum().item() == pytest.approx(2.0, abs=1e-6), m
+        w = estimate(m, torch.ones(2, 4), torch.zeros(2, 4)).weights
+        assert w.tolist() == [[0.25] * 4] * 2, m
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches(), st.sampled_from(BATCH_METHODS))
+def test_batch_weights_sum_to_the_group_count(batch, method):
+    r, l = batch
+    out = estimate(method, r, l)
+    assert (out.weights >= 0).all() and torch.isfinite(out.weights).all()
+    assert out.weights.sum().item() == pytest.approx(r.shape[0], rel=1e-4)

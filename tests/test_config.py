@@ -71,7 +71,8 @@ def test_overrides_apply_before_the_build():
     ("train.divergence.max_gradnorm", r"^train\.divergence\.max_gradnorm: unknown key"),
     ("rewards.plp.lenght_budget", r"^rewards\.plp\.lenght_budget: unknown key"),
     ("compare.dpo.bta", r"^compare\.dpo\.bta: unknown key \(known: beta, learning_rate\)"),
-    ("rl.hargo.alpah", r"^rl\.hargo: unknown key\(s\) alpah; valid: beta, eps, eps_w, alpha, rho"),
+    ("rl.hargo.alpah", r"^rl\.hargo: unknown key\(s\) alpah; valid: beta, std, std_eps, std_scope, "
+                       r"aggregation, eps, eps_w, alpha, rho"),
     ("rl.max_new_tokens.race_cc", r"^rl\.max_new_tokens: needs one budget per task .*"
                                   r"unknown \['race_cc'\]"),
     ("validate.task_counts.mlpref", r"^validate\.task_counts\.mlpref: unknown task 'mlpref'"),

@@ -29,20 +29,25 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The methods and their order before the registry (hargo/vocab.py's tuples at 55ddbd3).
 BEFORE = ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "ppo", "dpo", "kto", "simpo",
           "hpcgpt")
+#: Added with the one loss path: the uniform-weight controls and hargo's batch variants.
+ADDED = ("uniform_sample", "uniform_pop", "hargo_batch", "hargo_contrast")
 
 
 # ------------------------------------------------------------------------------ registry
 
 @pytest.mark.fast
 def test_registry_lists_every_method_in_the_former_order_with_its_family():
-    assert method_names() == BEFORE
-    assert method_names(*RL_FAMILIES) == BEFORE[:6]
-    assert {f: method_names(f) for f in FAMILIES} == {
-        "grpo_family": BEFORE[:5], "value": ("ppo",), "preference": ("dpo", "kto", "simpo"),
-        "sft": ("hpcgpt",)}
+    """The built-ins are listed in their order (a plug-in may add more: it is not refused)."""
+    builtin = lambda names: tuple(n for n in names if n in BEFORE + ADDED)  # noqa: E731
+    assert builtin(method_names()) == BEFORE[:5] + ADDED + BEFORE[5:]
+    assert builtin(method_names(*RL_FAMILIES)) == BEFORE[:5] + ADDED + ("ppo",)
+    assert {f: builtin(method_names(f)) for f in FAMILIES} == {
+        "grpo_family": BEFORE[:5] + ADDED, "value": ("ppo",),
+        "preference": ("dpo", "kto", "simpo"), "sft": ("hpcgpt",)}
     assert methods_of_family("value") == (get_method("ppo"),)
-    assert [m.label for m in methods()] == ["GRPO", "Dr.GRPO", "HARGO", "HARGO-B1", "HARGO-B2",
-                                            "PPO", "DPO", "KTO", "SimPO", "HPC-GPT"]
+    labels = {m.name: m.label for m in methods()}
+    assert [labels[n] for n in BEFORE] == ["GRPO", "Dr.GRPO", "HARGO", "HARGO-B1", "HARGO-B2",
+                                           "PPO", "DPO", "KTO", "SimPO", "HPC-GPT"]
     assert all(m.description.strip() for m in methods())
 
 
@@ -67,19 +72,24 @@ def test_an_inconsistent_method_is_refused_when_built():
     from hargo.method_config import GRPOParams
 
     ok = dict(name="m", label="M", description="d", family="grpo_family", kl="k3",
-              trl_settings={"loss_type": "grpo"}, params_class=GRPOParams)
-    assert Method(**ok, loss="trl").is_rl
+              params_class=GRPOParams)
+    full = dict(ok, estimator="grpo", policy_loss="clipped_surrogate")
+    assert Method(**full, loss="weighted").is_rl
     with pytest.raises(ValueError, match="a weighted loss needs an estimator and a policy_loss"):
         Method(**ok, loss="weighted")
     with pytest.raises(ValueError, match=r"loss 'ppo' \(the grpo_family trainer implements "
-                                         r"trl, weighted\)"):
+                                         r"weighted\)"):
         Method(**ok, loss="ppo")
+    with pytest.raises(ValueError, match=r"loss 'trl' \(the grpo_family trainer implements "
+                                         r"weighted\)"):   # the one loss path: no TRL loss
+        Method(**full, loss="trl")
     with pytest.raises(ValueError, match="needs_reference is for a weighted loss"):
-        Method(**ok, loss="trl", estimator="hargo", needs_reference=True)
+        Method(name="p", label="P", description="d", family="value", kl="k1", loss="ppo",
+               params_class=GRPOParams, needs_reference=True)
     with pytest.raises(ValueError, match="no params_class"):
-        Method(**{**ok, "params_class": None}, loss="trl")
+        Method(**{**full, "params_class": None}, loss="weighted")
     with pytest.raises(ValueError, match="description must be a non-empty string"):
-        Method(**{**ok, "description": " "}, loss="trl")
+        Method(**{**full, "description": " "}, loss="weighted")
     with pytest.raises(ValueError, match="family 'rl'"):
         Method(name="m", label="M", description="d", family="rl")
 
@@ -95,10 +105,15 @@ def test_each_methods_estimator_policy_loss_and_kl_are_registered_by_name():
         if m.estimator is not None:
             assert m.estimator in ESTIMATORS and needs_reference(m.estimator) == \
                 m.needs_reference, m.name
-    assert {m.name: (m.loss, m.estimator, m.policy_loss, m.kl, m.needs_reference)
-            for m in methods_of_family(*RL_FAMILIES)} == {
-        "grpo": ("trl", "grpo", "clipped_surrogate", "k3", False),
-        "dr_grpo": ("trl", "dr_grpo", "clipped_surrogate", "k3", False),
+    got = {m.name: (m.loss, m.estimator, m.policy_loss, m.kl, m.needs_reference)
+           for m in methods_of_family(*RL_FAMILIES)}
+    assert {k: got[k] for k in BEFORE[:6] + ADDED} == {
+        "grpo": ("weighted", "grpo", "clipped_surrogate", "k3", False),
+        "dr_grpo": ("weighted", "dr_grpo", "clipped_surrogate", "k3", False),
+        "uniform_sample": ("weighted", "hargo_uniform", "clipped_surrogate", "k3", False),
+        "uniform_pop": ("weighted", "hargo_uniform", "clipped_surrogate", "k3", False),
+        "hargo_batch": ("weighted", "hargo_batch", "clipped_surrogate", "k3", True),
+        "hargo_contrast": ("weighted", "hargo_contrast", "clipped_surrogate", "k3", False),
         "hargo": ("weighted", "hargo", "clipped_surrogate", "k3", True),
         "hargo_b1": ("weighted", "hargo_b1", "clipped_surrogate", "k3", False),
         "hargo_b2": ("weighted", "hargo_b2", "clipped_surrogate", "k3", True),
@@ -107,12 +122,12 @@ def test_each_methods_estimator_policy_loss_and_kl_are_registered_by_name():
 
 @pytest.mark.fast
 def test_the_trl_settings_are_the_methods_own():
+    """hargo computes every RL method's loss, so every built-in keeps TRL's ``grpo`` settings
+    (which then only shape TRL's logging); the loss form is the method's ``aggregation``."""
     from hargo.training.trl_options import trl_loss_settings
 
-    assert {m: trl_loss_settings(m) for m in method_names(*RL_FAMILIES)} == {
-        **{m: {"loss_type": "grpo", "scale_rewards": "group"}
-           for m in ("grpo", "hargo", "hargo_b1", "hargo_b2", "ppo")},
-        "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"}}
+    assert {m: trl_loss_settings(m) for m in BEFORE[:6] + ADDED} == {
+        m: {"loss_type": "grpo", "scale_rewards": "group"} for m in BEFORE[:6] + ADDED}
     with pytest.raises(ValueError, match="'dpo' is of family preference"):
         trl_loss_settings("dpo")
 
@@ -210,19 +225,19 @@ def _hargo(args: list[str], pythonpath: Path, cwd: Path) -> subprocess.Completed
 
 def test_toy_method_module_appears_in_the_cli_and_the_params_check(toy_package, tmp_path):
     top = _hargo(["--help"], toy_package, tmp_path)
-    assert "hargo_b2 (grpo_family), toy (grpo_family), ppo (value)" in top.stdout
+    assert "hargo_b2 (grpo_family), toy (grpo_family), uniform_sample (grpo_family)" in top.stdout
     out = _hargo(["rl", "--help"], toy_package, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "toy: a toy: centred rewards, weighted loss, k2 KL" in out.stdout
     assert "hargo: HARGO: discrimination x confidence response weights; hargo_b1:" in out.stdout
-    assert "a method of compare.methods: grpo, dr_grpo, hargo, hargo_b1, hargo_b2, toy, ppo," \
+    assert "a method of compare.methods: grpo, dr_grpo, hargo, hargo_b1, hargo_b2, toy, uniform" \
         in _hargo(["compare-train", "--help"], toy_package, tmp_path).stdout
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    missing = _hargo(["check-params"], toy_package, tmp_path)   # no rl.toy block yet
-    assert missing.returncode != 0
-    assert "rl.toy: missing (a block with beta)" in missing.stderr
+    # an older params.yaml without rl.toy still validates: its knobs take their defaults
+    missing = _hargo(["check-params"], toy_package, tmp_path)
+    assert missing.returncode == 0, missing.stderr
     p = _toy_params(params)
     p["rl"]["methods"] = [*p["rl"]["methods"], "toy"]
     p["compare"]["methods"] = [*p["compare"]["methods"], "toy"]
@@ -247,8 +262,8 @@ def test_toy_method_is_checked_compared_and_trained_by_the_rl_stage(
     from hargo.training import rl
 
     toy = toy_registered
-    assert method_names("grpo_family") == ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2",
-                                           "toy")
+    assert method_names("grpo_family")[:6] == ("grpo", "dr_grpo", "hargo", "hargo_b1",
+                                               "hargo_b2", "toy")
     data = tmp_path / "prepared"
     write_jsonl(data / "train.jsonl", crafted_records(per_task=1))
     params = rl_params(_toy_params(committed_params), tiny_model_dir, data, steps=1,

@@ -212,12 +212,12 @@ def _compare_variant(ref: dict, dev: dict, precision: str) -> dict:
 
 
 def _estimate_check(params: Mapping, device: str) -> dict:
-    """``hargo.advantages.estimate`` of every estimator: CPU float32 vs ``device`` tensors, each
-    with its ``rl.<method>`` constants (``HargoConfig.of``; GRPO's: the defaults)."""
+    """``hargo.advantages.estimate`` of every GRPO-family method's estimator: CPU float32 vs
+    ``device`` tensors, each with its ``rl.<method>`` constants (``HargoConfig.of``)."""
     import torch
 
-    from hargo.advantages import ESTIMATORS, EMABaseline, HargoConfig, estimate
-    from hargo.methods import method_params
+    from hargo.advantages import EMABaseline, HargoConfig, estimate
+    from hargo.methods import method_params, methods_of_family
 
     gen = torch.Generator().manual_seed(0)
     rewards = torch.randint(0, 2, (64, 4), generator=gen).float()
@@ -225,11 +225,11 @@ def _estimate_check(params: Mapping, device: str) -> dict:
     rewards[8:12] = 1.0                                       # some groups with no contrast
     ref = -torch.rand((64, 4), generator=gen) * 3.0
     out = {}
-    for method in ESTIMATORS:
-        mp = method_params(params, method)
-        cfg = HargoConfig.of(mp)
-        a = estimate(method, rewards, ref, EMABaseline(cfg.rho), cfg)
-        b = estimate(method, rewards.to(device), ref.to(device), EMABaseline(cfg.rho), cfg)
+    for m in methods_of_family("grpo_family"):
+        method = m.name
+        cfg = HargoConfig.of(method_params(params, method), m.estimator)
+        a = estimate(m.estimator, rewards, ref, EMABaseline(cfg.rho), cfg)
+        b = estimate(m.estimator, rewards.to(device), ref.to(device), EMABaseline(cfg.rho), cfg)
         d = {"device": str(b.advantages.device)}
         for k in ("advantages", "weights", "confidence", "discrimination"):
             x, y = getattr(a, k), getattr(b, k)

@@ -15,10 +15,12 @@ Masked means
     :func:`masked_mean` (per response, ``(B, T) -> (B,)``) and :func:`masked_token_mean` (one
     scalar over all valid tokens, optionally summed over processes). Every masked mean in the
     package is one of these two.
-Aggregation (``AGGREGATIONS``, :func:`register_aggregation`, :func:`aggregate`)
-    ``response_mean`` (TRL's ``loss_type="grpo"``: mean over a response's own tokens, then over
-    responses) and ``token_mean`` (TRL's ``bnpo`` / old PPO: mean over all valid tokens);
-    :func:`weighted_loss` is the per-response weighted form HARGO uses (``docs/method.md`` step 6).
+Aggregation (``AGGREGATIONS``, :func:`register_aggregation`, :func:`group_weighted_aggregate`)
+    the one loss of every GRPO-family method: per-response weights ``w_i`` times the per-token
+    loss, reduced by ``response_mean`` (TRL's ``loss_type="grpo"``: mean over a response's own
+    tokens, then over responses), ``token_mean`` (DAPO / TRL's ``dapo``, ``bnpo``: mean over all
+    valid tokens) or ``constant_length`` (Dr. GRPO: a constant ``B * T_max`` denominator);
+    :func:`aggregate` is the unweighted form, :func:`weighted_loss` docs/method.md step 6.
 Policy losses (``POLICY_LOSSES``, :func:`register_policy_loss`, :func:`policy_loss`)
     ``clipped_surrogate`` (:func:`clipped_surrogate`: PPO's / TRL 1.16 GRPO's clipped objective)
     and :func:`clip_fraction` (the clip indicators TRL logs); :func:`advantage_weighted_logprob`
@@ -35,7 +37,8 @@ The group advantages and per-response weights of the GRPO family live in
 """
 from __future__ import annotations
 
-from hargo.losses.aggregation import AGGREGATIONS, aggregate, register_aggregation, weighted_loss
+from hargo.losses.aggregation import (AGGREGATIONS, aggregate, group_weighted_aggregate,
+                                      register_aggregation, weighted_loss)
 from hargo.losses.kl import KL_ESTIMATORS, kl_penalty, register_kl
 from hargo.losses.masked import Reduce, masked_mean, masked_token_mean
 from hargo.losses.policy import (POLICY_LOSSES, advantage_weighted_logprob, clip_fraction,
@@ -47,7 +50,8 @@ from hargo.losses.ppo import (WHITEN_EPS, clipped_policy_loss, clipped_value_los
 __all__ = [
     "Reduce",
     "masked_mean", "masked_token_mean",
-    "AGGREGATIONS", "register_aggregation", "aggregate", "weighted_loss",
+    "AGGREGATIONS", "register_aggregation", "aggregate", "group_weighted_aggregate",
+    "weighted_loss",
     "importance_ratio", "clipped_surrogate", "clip_fraction", "advantage_weighted_logprob",
     "POLICY_LOSSES", "register_policy_loss", "policy_loss",
     "KL_ESTIMATORS", "register_kl", "kl_penalty",

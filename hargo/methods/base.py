@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from hargo.method_config import read_block
 
-__all__ = ["Method", "FAMILIES", "RL_FAMILIES", "LOSSES"]
+__all__ = ["Method", "FAMILIES", "RL_FAMILIES", "LOSSES", "DEFAULT_TRL_SETTINGS"]
 
 #: Method families, in listing order; the family decides which trainer runs a method:
 #: ``grpo_family`` -> ``hargo.training.grpo.HargoGRPOTrainer``, ``value`` ->
@@ -22,15 +22,19 @@ __all__ = ["Method", "FAMILIES", "RL_FAMILIES", "LOSSES"]
 FAMILIES: tuple[str, ...] = ("grpo_family", "value", "preference", "sft")
 #: The families of online RL, which the ``rl`` stage runs (``rl@<method>``).
 RL_FAMILIES: tuple[str, ...] = ("grpo_family", "value")
-#: How an RL method's loss is computed: ``trl`` -- TRL 1.16's own advantages and loss, selected
-#: by :attr:`Method.trl_settings`; ``weighted`` -- hargo's per-response weighted loss
-#: (``hargo.losses.weighted_loss`` of the policy loss plus beta x the KL estimator, with the
-#: advantages and weights of :attr:`Method.estimator`; docs/method.md); ``ppo`` -- the value-head
-#: PPO loss of ``hargo.training.ppo`` (the KL estimator in the reward).
-LOSSES: tuple[str, ...] = ("trl", "weighted", "ppo")
+#: How an RL method's loss is computed: ``weighted`` -- the GRPO family's one loss, hargo's
+#: (``hargo.losses.group_weighted_aggregate`` of the policy loss plus beta x the KL estimator,
+#: with the advantages and weights of :attr:`Method.estimator` and the aggregation and std
+#: convention of the method's params block; docs/method.md); ``ppo`` -- the value-head PPO loss
+#: of ``hargo.training.ppo`` (the KL estimator in the reward).
+LOSSES: tuple[str, ...] = ("weighted", "ppo")
 #: The losses each RL family's trainer implements.
 FAMILY_LOSSES: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {"grpo_family": ("trl", "weighted"), "value": ("ppo",)})
+    {"grpo_family": ("weighted",), "value": ("ppo",)})
+#: The ``trl.GRPOConfig`` loss fields every RL method gets unless it names its own: hargo
+#: computes the advantages and the loss, so these only shape what TRL itself logs.
+DEFAULT_TRL_SETTINGS: Mapping[str, str] = MappingProxyType(
+    {"loss_type": "grpo", "scale_rewards": "group"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,19 +51,17 @@ class Method:
         needs_reference: its advantage estimator reads the reference model's length-normalised
             log-probs ``l`` (HARGO's confidence): the trainer runs its own reference pass, also
             at beta 0 (must agree with :func:`hargo.advantages.needs_reference`, checked when the
-            trainer is built; ``loss="weighted"`` only). PPO's and GRPO's KL terms use TRL's
-            reference pass instead.
+            trainer is built; ``loss="weighted"`` only). PPO's and the other methods' KL terms
+            use TRL's reference pass instead.
         estimator: key in :data:`hargo.advantages.ESTIMATORS` of its group advantages and
-            response weights (GRPO family). With ``loss="trl"`` TRL computes the same advantages
-            itself (the estimator is their reference implementation, tested against TRL's).
+            response weights (GRPO family).
         loss: how its loss is computed, one of :data:`LOSSES` (RL methods).
         policy_loss: key in :data:`hargo.losses.POLICY_LOSSES` of its per-token policy loss
-            (required by ``loss="weighted"``; with ``loss="trl"`` the one TRL's loss computes,
-            which ``tests/test_rl.py`` checks against TRL's).
+            (required by ``loss="weighted"``).
         kl: key in :data:`hargo.losses.KL_ESTIMATORS` of its KL(pi_theta || pi_ref) estimate
             (``k3`` in the GRPO family's loss, as TRL; ``k1`` in PPO's reward).
-        trl_settings: the ``trl.GRPOConfig`` fields that select its loss in TRL 1.16
-            (``loss_type``, ``scale_rewards``), for every RL method.
+        trl_settings: ``trl.GRPOConfig`` fields of its own over :data:`DEFAULT_TRL_SETTINGS`
+            (hargo computes every RL method's loss; these shape only what TRL logs).
         params_class: the frozen dataclass of its ``rl.<name>`` block (``hargo.method_config``
             style: each field a :func:`hargo.method_config.knob`), read by :meth:`read_params`;
             None for methods whose knobs are not an ``rl`` block.
@@ -102,8 +104,6 @@ class Method:
                                 f"{', '.join(FAMILY_LOSSES[self.family])})")
             if not self.kl:
                 problems.append("no KL estimator (kl)")
-            if "loss_type" not in self.trl_settings:
-                problems.append("no trl_settings['loss_type']")
             if self.params_class is None:
                 problems.append("no params_class (its rl.<name> block)")
             if self.loss == "weighted" and not (self.estimator and self.policy_loss):

@@ -1,19 +1,15 @@
 """``hargo`` and its ablations ``hargo_b1``, ``hargo_b2`` (docs/method.md): per-response weights
-from :mod:`hargo.advantages` (the estimator of the same name) in hargo's weighted loss,
-``(1/N) sum_i w_i L_i`` with ``L_i`` TRL's per-token ``clipped_surrogate`` of the modulated
-advantage plus ``beta`` x the k3 KL term, averaged over the completion's tokens
-(``hargo.losses.weighted_loss``). ``hargo`` and ``hargo_b2`` read the reference model's
-confidence (the trainer's own reference pass, also at beta 0); B1 does not.
-
-TRL settings: ``loss_type="grpo"``, ``scale_rewards="group"`` (hargo replaces TRL's advantages
-and loss; these only shape what TRL logs)."""
+from :mod:`hargo.advantages` (the estimator of the same name) in the GRPO family's one loss,
+``(1/N) sum_i w_i L_i`` with ``L_i`` the ``clipped_surrogate`` of the modulated advantage plus
+``beta`` x the k3 KL term, averaged over the completion's tokens (``response_mean``,
+``hargo.losses.group_weighted_aggregate``). ``hargo`` and ``hargo_b2`` read the reference
+model's confidence (the trainer's own reference pass, also at beta 0); B1 does not."""
 from __future__ import annotations
 
 from hargo.method_config import HargoB1Params, HargoParams
 from hargo.methods import Method, register_method
 
-_WEIGHTED = dict(family="grpo_family", loss="weighted", policy_loss="clipped_surrogate", kl="k3",
-                 trl_settings={"loss_type": "grpo", "scale_rewards": "group"})
+_WEIGHTED = dict(family="grpo_family", loss="weighted", policy_loss="clipped_surrogate", kl="k3")
 
 HARGO = register_method(Method(
     name="hargo", label="HARGO", description="HARGO: discrimination x confidence response weights",

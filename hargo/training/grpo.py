@@ -15,31 +15,37 @@ between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving t
     call TRL's; time the rollout and run transformers sampling under the bf16 autocast the
     policy forward uses (TRL samples in full precision otherwise).
 ``_generate_and_score_completions``
-    calls TRL's, then, for the HARGO methods, recomputes the group statistics over the *whole
-    gathered batch* and re-slices them to this process (see below); for every method it records
-    the per-task diagnostics and adds two per-response tensors, ``response_weights`` and
-    ``task_ids``, that TRL's shuffle/split of the generation batch carries along.
+    calls TRL's, then recomputes the group statistics of the method's estimator over the *whole
+    gathered batch* and re-slices them to this process (see below); records the per-task
+    diagnostics and adds two per-response tensors, ``response_weights`` and ``task_ids``, that
+    TRL's shuffle/split of the generation batch carries along.
 ``_get_per_token_logps_and_entropies``
     calls TRL's; keeps a detached copy of the policy log-probs of the loss forward for the per-task
     KL and clip-fraction diagnostics (no extra forward pass).
 ``_compute_loss``
-    a method with ``loss="trl"`` (``grpo``/``dr_grpo``): TRL's own loss, untouched;
-    ``loss="weighted"`` (the HARGO family): the weighted loss, ``_hargo_weighted_loss`` (below),
-    which calls :func:`hargo.losses.weighted_loss`.
+    every GRPO-family method: hargo's one loss, ``_group_weighted_loss`` (below), which calls
+    :func:`hargo.losses.group_weighted_aggregate`; TRL's own loss only for batches scored outside
+    training (TRL's eval path, no weights).
 ``_get_train_sampler`` / ``_run_epoch`` / ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
     exact resume (the prompt order of the right epoch, and ``method_state.json`` with the EMA
     baseline and the per-step history in every checkpoint): :class:`hargo.training.resume.
     ResumeMixin`, first among the bases.
 
 Methods: the trainer asks the method's :class:`hargo.methods.Method` (``family="grpo_family"``)
-what to do -- its ``loss`` (``trl`` or ``weighted``), its advantage ``estimator``, whether it
-``needs_reference``, its ``policy_loss`` and ``kl`` estimator (looked up by name in
-:mod:`hargo.losses`); nothing here branches on method names. Today's methods:
+what to do -- its advantage ``estimator``, whether it ``needs_reference``, its ``policy_loss``
+and ``kl`` estimator (looked up by name in :mod:`hargo.advantages` and :mod:`hargo.losses`) --
+and its params block for the std convention (``std``, ``std_eps``, ``std_scope``: the
+estimator's :class:`~hargo.advantages.HargoConfig`) and the ``aggregation``; nothing here
+branches on method names. Every GRPO-family method runs the same code: two methods differ only
+in what they declare. Today's methods:
 
 ``grpo``, ``dr_grpo``
-    TRL's own code path: ``loss_type="grpo"``/``scale_rewards="group"``, and
-    ``loss_type="dr_grpo"``/``scale_rewards="none"`` (Liu et al. 2025).
-``hargo``, ``hargo_b1``, ``hargo_b2``
+    uniform ``1/G`` weights; GRPO's sample std + 1e-4 and ``response_mean``, Dr. GRPO's no std
+    and ``constant_length``: with these, loss and gradients equal TRL 1.16's own
+    ``loss_type="grpo"`` / ``"dr_grpo"`` (tests/test_loss_path.py).
+``uniform_sample``, ``uniform_pop``
+    the uniform-weight controls on HARGO's estimator path, at GRPO's and HARGO's std convention.
+``hargo``, ``hargo_b1``, ``hargo_b2``, ``hargo_batch``, ``hargo_contrast``
     ``docs/method.md``. The group statistics -- rewards, the reference model's length-normalised
     log-prob ``l_i`` of each response and the EMA baseline ``g`` -- are computed over the whole
     batch gathered from all processes *before* it is split per process, so that 1 process and N
@@ -48,12 +54,9 @@ what to do -- its ``loss`` (``trl`` or ``weighted``), its advantage ``estimator`
     adapter off, or a separate reference copy for full fine-tuning; computed even when
     ``beta = 0``); the same reference pass gives the log-probs at the sampling temperature that
     the KL term uses, as TRL computes them (``HargoGRPOTrainer._reference_logps``, over
-    :mod:`hargo.training.reference`; TRL's own reference pass is skipped for these methods). The
-    loss is ``weighted_loss`` of TRL's per-token ``grpo`` loss (``clipped_surrogate`` with the
-    modulated advantage ``M_i``, plus ``beta`` x ``kl_penalty(kind="k3")``): the weight
-    multiplies the whole term (the policy loss and the KL estimator are the method's
-    ``policy_loss`` and ``kl``, ``clipped_surrogate`` and ``k3`` for all three). Supported TRL
-    options on this path:
+    :mod:`hargo.training.reference`; TRL's own reference pass is skipped for the methods that
+    need the reference). The weight multiplies the whole per-response term (the policy loss
+    and the KL estimator). Supported TRL options on this path:
     token-level importance sampling, TRL's clipping (``epsilon``, ``epsilon_high``, ``delta``),
     ``use_bias_correction_kl``, the vLLM importance-sampling correction; anything else raises
     ``ValueError`` at construction.
@@ -87,8 +90,8 @@ from hargo.methods._check import check_method_names
 from hargo.training.dynamic_sampling import (DynamicSamplingConfig, draw_refill_indices,
                                              informative_groups, join_rows, refill_prompt_count,
                                              select_groups)
-from hargo.losses import (clip_fraction, kl_penalty, masked_mean, masked_token_mean, policy_loss,
-                          weighted_loss)
+from hargo.losses import (clip_fraction, group_weighted_aggregate, kl_penalty, masked_mean,
+                          masked_token_mean, policy_loss)
 from hargo.training.reference import (build_reference_model, check_temperatures, lm_head_scaling,
                                       logps_at_temperatures, reference_lm)
 from hargo.training.resume import ResumeMixin
@@ -139,7 +142,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
     def __init__(self, *args, method: str, hargo_config: HargoConfig | None = None,
                  recorder: Any = None, task_column: str = "task",
                  dynamic_sampling: DynamicSamplingConfig | None = None,
-                 task_budgets: dict[str, int] | None = None, **kwargs):
+                 task_budgets: dict[str, int] | None = None,
+                 aggregation: str = "response_mean", **kwargs):
         spec = get_method(method, self.family)
         self._check_method_names(spec)
         import trl
@@ -161,6 +165,7 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         self._row_budgets: list[int] | None = None
         self.timing = {"generation_s": 0.0, "scoring_s": 0.0}
         self._hargo_loss = spec.loss == "weighted"
+        self.aggregation = aggregation
         self._needs_ref = spec.needs_reference
         self._capture_logps = False
         self._captured_logps: torch.Tensor | None = None
@@ -168,6 +173,10 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         super().__init__(*args, **kwargs)
         if self._hargo_loss:
             self._check_weighted_loss_supported()
+            from hargo.losses.aggregation import AGGREGATIONS
+            from hargo.losses._registry import lookup
+
+            lookup(AGGREGATIONS, "aggregation", aggregation)
         if self.dynamic_sampling.enabled:
             self._check_dynamic_sampling_supported()
         if self._needs_ref and self.ref_model is None and not self._is_peft():
@@ -191,8 +200,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
     def _check_weighted_loss_supported(self) -> None:
         problems = unsupported_trl_options(self)
         if self.loss_type != "grpo":
-            problems.append(f"loss_type={self.loss_type!r} (HARGO uses its own weighted loss; "
-                            "set 'grpo')")
+            problems.append(f"loss_type={self.loss_type!r} (hargo computes the GRPO family's "
+                            "loss itself; the method's aggregation knob chooses its form)")
         if problems:
             raise ValueError(f"method {self.method}: the weighted HARGO loss does not implement "
                              f"these TRL options: {', '.join(problems)}")
@@ -582,20 +591,38 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         this; the diagnostics around it stay in ``_compute_loss``)."""
         # Batches scored outside training (TRL's eval path) carry no group weights: TRL's loss.
         if self._hargo_loss and "response_weights" in inputs:
-            return self._hargo_weighted_loss(model, inputs)
+            return self._group_weighted_loss(model, inputs)
         return super()._compute_loss(model, inputs)
 
-    def _hargo_weighted_loss(self, model, inputs) -> torch.Tensor:
-        """``docs/method.md`` step 6 on this process's micro-batch: ``(1/N_local) sum_i w_i L_i``.
+    def _aggregation_kwargs(self, inputs, mode: str) -> dict:
+        """What the aggregation needs beyond the batch: ``max_completion_length`` (Dr. GRPO's
+        constant) and, for ``token_mean``, the token count of this process's share of the
+        optimiser step, as TRL 1.16's ``dapo`` normaliser: the generation batch's tokens over all
+        processes (``num_items_in_batch``) / processes x accumulation steps / steps per
+        generation. (Returns the count already divided for accumulation: the caller does not
+        divide ``token_mean`` again.)"""
+        kw: dict[str, Any] = {"max_completion_length": self.max_completion_length}
+        if self.aggregation == "token_mean":
+            n = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                n = n * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            kw["num_tokens"] = n
+        return kw
 
-        ``L_i`` is TRL 1.16's per-token loss for ``loss_type="grpo"`` (the method's
-        ``policy_loss``, ``clipped_surrogate``, with the HARGO advantage ``M_i``, times the vLLM
-        importance-sampling ratio when on, plus ``beta`` times the method's ``kl`` estimator,
-        k3, by ``kl_penalty``), averaged over response i's own tokens by
-        ``weighted_loss``. ``N_local = B_local / G`` groups' worth of responses: with the gradient
-        averaging across processes this is exactly the global ``(1/N) sum w_i L_i`` (the sum is
-        linear, so groups split across processes or micro-batches still add up). With uniform
-        weights 1/G it equals TRL's ``grpo`` loss.
+    def _group_weighted_loss(self, model, inputs) -> torch.Tensor:
+        """The GRPO family's one loss on this process's micro-batch (docs/method.md step 6):
+        ``hargo.losses.group_weighted_aggregate`` of the per-token loss with the batch's
+        ``response_weights`` in the method's ``aggregation`` mode.
+
+        The per-token loss is the method's ``policy_loss`` (``clipped_surrogate``, written
+        operation for operation as TRL 1.16's) with the estimator's advantages, times the vLLM
+        importance-sampling ratio when on, plus ``beta`` x the method's ``kl`` estimator (k3,
+        times the ratio under ``use_bias_correction_kl``). ``response_mean`` and
+        ``constant_length`` are divided by the accumulation steps, as TRL does; ``token_mean``'s
+        token count already spans the optimiser step. With the gradient averaging across
+        processes this is the global ``(1/N) sum w_i L_i`` (the sum is linear, so groups split
+        across processes or micro-batches add up). With weights ``1/G`` it is TRL 1.16's
+        ``grpo`` / ``dr_grpo`` / ``dapo`` loss, value and gradients (tests/test_loss_path.py).
         """
         mask = self._loss_mask(inputs)
         logps, entropies, _ = self._completion_logps(model, inputs, compute_entropy=True)
@@ -613,11 +640,11 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
                 per_token_kl = per_token_kl * ratio
             per_token_loss = per_token_loss + self.beta * per_token_kl
 
-        loss = weighted_loss(per_token_loss, mask, inputs["response_weights"], num_groups=1)
-        # / N_local (may be fractional: a group split over processes)
-        loss = loss * (self.num_generations / per_token_loss.size(0))
         mode = "train" if self.model.training else "eval"
-        if mode == "train":
+        loss = group_weighted_aggregate(per_token_loss, mask, inputs["response_weights"],
+                                        self.num_generations, self.aggregation,
+                                        **self._aggregation_kwargs(inputs, mode))
+        if mode == "train" and self.aggregation != "token_mean":
             loss = loss / self.current_gradient_accumulation_steps
         # The metrics TRL's own loss logs (same names), so its log lines stay comparable.
         metrics = self._metrics[mode]

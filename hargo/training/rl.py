@@ -80,7 +80,7 @@ def _hargo_config(cfg: Config, method: str):
     (its advantages are GAE's)."""
     from hargo.advantages import HargoConfig
 
-    return HargoConfig.of(cfg.rl.method(method))
+    return HargoConfig.of(cfg.rl.method(method), get_method(method).estimator)
 
 
 def _check_method(method: str):
@@ -304,7 +304,9 @@ def build_trainer(params: "Config | Mapping", method: str, model_dir: str | os.P
     tokenizer.padding_side = "left"
     if reward_funcs is None:
         reward_funcs = [_task_reward(cfg)]
-    trainer_cls, extra = HargoGRPOTrainer, {"dynamic_sampling": rl.dynamic_sampling}
+    trainer_cls, extra = HargoGRPOTrainer, {"dynamic_sampling": rl.dynamic_sampling,
+                                            "aggregation": getattr(rl.method(method),
+                                                                   "aggregation", "response_mean")}
     if isinstance(rl.max_new_tokens, Mapping):   # per-task completion budgets
         trainer_kwargs = {"task_budgets": _plain(rl.max_new_tokens),
                           **dict(trainer_kwargs or {})}

@@ -17,16 +17,17 @@ __all__ = ["trl_loss_settings", "unsupported_trl_options"]
 def trl_loss_settings(method: str) -> dict[str, str]:
     """The ``GRPOConfig`` fields that select a method's loss in TRL 1.16.
 
-    The method's :attr:`~hargo.methods.Method.trl_settings`: ``grpo`` and the HARGO family
-    ``loss_type="grpo"``, ``scale_rewards="group"`` (the HARGO family replaces TRL's advantages
-    and loss, so these only affect what TRL logs); ``dr_grpo``: ``loss_type="dr_grpo"``,
-    ``scale_rewards="none"`` (TRL's Dr. GRPO); ``ppo``: as ``grpo`` (``HargoPPOTrainer`` replaces
-    TRL's advantages and loss too).
+    :data:`hargo.methods.base.DEFAULT_TRL_SETTINGS` (``loss_type="grpo"``,
+    ``scale_rewards="group"``) updated by the method's own
+    :attr:`~hargo.methods.Method.trl_settings`. hargo computes every RL method's advantages and
+    loss (the GRPO family's one loss, PPO's), so these only shape what TRL logs.
 
     Raises:
         ValueError: not a registered RL method (the message lists them).
     """
-    return dict(get_method(method, *RL_FAMILIES).trl_settings)
+    from hargo.methods.base import DEFAULT_TRL_SETTINGS
+
+    return {**DEFAULT_TRL_SETTINGS, **get_method(method, *RL_FAMILIES).trl_settings}
 
 
 def unsupported_trl_options(trainer: GRPOTrainer) -> list[str]:
