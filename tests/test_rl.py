@@ -430,7 +430,7 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
 
     # The weighted (HARGO) loss with uniform weights 1/G is TRL's grpo loss.
     in_e["response_weights"] = torch.full_like(in_e["response_weights"], 1 / G_FIXED)
-    loss_w = ext._hargo_weighted_loss(ext.model, in_e)
+    loss_w = ext._group_weighted_loss(ext.model, in_e)
     assert abs(loss_w.item() - loss_s.item()) < 1e-6
 
     # The weight multiplies the KL term too: zero advantages leave beta * KL, weighted.
@@ -438,7 +438,7 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
     in_e["advantages"] = torch.zeros_like(in_e["advantages"])
     in_e["response_weights"] = w
     ext._capture_logps = True
-    loss_kl = ext._hargo_weighted_loss(ext.model, in_e)
+    loss_kl = ext._group_weighted_loss(ext.model, in_e)
     ext._capture_logps = False
     logp = ext._captured_logps
     d = in_e["ref_per_token_logps"] - logp
@@ -450,14 +450,24 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
     assert abs(loss_kl.item() - expected.item()) < 1e-7
 
 
-def test_dr_grpo_uses_trl_dr_grpo_settings(fixed_params, tmp_path):
+def test_every_grpo_family_method_gets_trls_grpo_settings_and_its_own_aggregation(
+        fixed_params, tmp_path):
+    """hargo computes every GRPO-family loss, so TRL is configured alike for all of them; Dr.
+    GRPO's form is its own block's std and aggregation (rl.dr_grpo's defaults)."""
+    from hargo.methods import method_params
     from hargo.training.rl import build_grpo_config
 
-    c = build_grpo_config(fixed_params, "dr_grpo", tmp_path)
-    assert (c.loss_type, c.scale_rewards) == ("dr_grpo", "none")
+    for method in ("grpo", "dr_grpo", "hargo"):
+        c = build_grpo_config(fixed_params, method, tmp_path)
+        assert (c.loss_type, c.scale_rewards) == ("grpo", "group"), method
     c = build_grpo_config(fixed_params, "hargo", tmp_path)
     assert (c.loss_type, c.num_generations, c.per_device_train_batch_size) == ("grpo", 4, 12)
     assert (c.max_completion_length, c.epsilon, c.beta) == (8, 0.2, 0.02)
+    dr = method_params(fixed_params, "dr_grpo")
+    assert (dr.std, dr.aggregation) == ("none", "constant_length")
+    g = method_params(fixed_params, "grpo")
+    assert (g.std, g.std_eps, g.std_scope, g.aggregation) == ("sample", 1e-4, "group",
+                                                              "response_mean")
 
 
 # ------------------------------------------------------------------------------- resume
