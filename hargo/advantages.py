@@ -46,10 +46,13 @@ return float32, so no finite input can overflow (``|A| <= sqrt(G - 1)`` with the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
+
+from hargo.estimators import (ESTIMATORS, estimator_defaults, get_estimator, needs_reference,
+                              register_estimator)
 
 __all__ = [
     "HargoConfig",
@@ -96,6 +99,9 @@ class HargoConfig:
         std_scope: ``"group"`` (each group's own std, GRPO) or ``"batch"`` (one std over every
             reward of the gathered batch, still centred per group: Dr. GRPO's suggestion, TRL's
             ``scale_rewards="batch"``).
+        params: the method's params block (its dataclass, ``hargo.methods.method_params``) that
+            :meth:`of` built this from, for an estimator with knobs of its own; None standing
+            alone.
     """
 
     alpha: float = 0.3
@@ -105,6 +111,7 @@ class HargoConfig:
     std: str = "population"
     std_eps: float = 1e-6
     std_scope: str = "group"
+    params: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, method_params, estimator: str | None = None) -> "HargoConfig":
@@ -113,9 +120,10 @@ class HargoConfig:
         updated by the block's ``estimator_constants()`` when it has them (every built-in
         GRPO-family block: the std convention, and HARGO's alpha, rho, eps, eps_w). PPO's
         block has none."""
-        base = dict(_DEFAULTS.get(estimator, {})) if estimator is not None else {}
+        base = estimator_defaults(estimator) if estimator is not None else {}
         constants = getattr(method_params, "estimator_constants", None)
-        return cls(**{**base, **(constants() if constants is not None else {})})
+        return cls(**{**base, **(constants() if constants is not None else {})},
+                   params=method_params)
 
     def __post_init__(self):
         if not (self.alpha >= 0 and math.isfinite(self.alpha)):
@@ -316,50 +324,11 @@ def discrimination_weights(modulated: torch.Tensor, eps: float = 1e-6, eps_w: fl
 EstimatorFn = Callable[[torch.Tensor, "torch.Tensor | None", "EMABaseline | None", HargoConfig],
                        EstimatorOutput]
 
-#: name -> estimator function ``f(rewards, ref_logprob, baseline, config) -> EstimatorOutput``
-#: (filled by :func:`register_estimator`).
-ESTIMATORS: dict[str, EstimatorFn] = {}
-_NEEDS_REFERENCE: set[str] = set()
-#: name -> the :class:`HargoConfig` fields its stand-alone use defaults to (``estimate`` without
-#: a config): GRPO's TRL std convention for ``grpo``.
-_DEFAULTS: dict[str, dict] = {}
-
-
-def register_estimator(name: str, *, needs_reference: bool = False, **defaults):
-    """Decorator registering an estimator ``f(rewards, ref_logprob, baseline, config) ->
-    EstimatorOutput`` under ``name`` in :data:`ESTIMATORS`.
-
-    Args:
-        name: the registry key a :class:`hargo.methods.Method` names (``estimator=``).
-        needs_reference: it reads the reference model's log-probs ``l`` (the trainer runs its
-            own reference pass for it, and :func:`estimate` requires ``ref_logprob``).
-        **defaults: :class:`HargoConfig` fields used when :func:`estimate` gets no config (a
-            method's params block supplies its own in training).
-
-    Raises:
-        ValueError: the name is taken, or a default is not a HargoConfig field.
-    """
-    bad = sorted(set(defaults) - set(HargoConfig.__dataclass_fields__))
-    if bad:
-        raise ValueError(f"register_estimator({name!r}): unknown HargoConfig field(s) "
-                         f"{', '.join(bad)}")
-
-    def deco(fn: EstimatorFn) -> EstimatorFn:
-        if name in ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
-        if needs_reference:
-            _NEEDS_REFERENCE.add(name)
-        _DEFAULTS[name] = dict(defaults)
-        return fn
-    return deco
-
 
 def default_config(method: str) -> HargoConfig:
     """The constants ``method``'s estimator uses when none are given (``HargoConfig()`` with
     its registered defaults). Raises ValueError for an unknown estimator."""
-    _check_method(method)
-    return HargoConfig(**_DEFAULTS[method])
+    return HargoConfig(**estimator_defaults(method))
 
 
 def _uniform(rewards: torch.Tensor) -> torch.Tensor:
@@ -489,19 +458,6 @@ def _hargo_contrast(rewards, ref_logprob, baseline, config) -> EstimatorOutput:
     return _hargo_family(rewards, None, baseline, config, 0.0, "batch_contrast")
 
 
-def _check_method(method: str) -> None:
-    if method not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {method!r}; valid: {sorted(ESTIMATORS)}")
-
-
-def needs_reference(method: str) -> bool:
-    """Whether ``method`` needs the reference model's log-probs (``hargo``, ``hargo_b2``,
-    ``hargo_batch``).
-    Raises ValueError for an unknown method."""
-    _check_method(method)
-    return method in _NEEDS_REFERENCE
-
-
 def estimate(method: str, rewards: torch.Tensor, ref_logprob: torch.Tensor | None = None,
              baseline: EMABaseline | None = None, config: HargoConfig | None = None
              ) -> EstimatorOutput:
@@ -530,7 +486,7 @@ def estimate(method: str, rewards: torch.Tensor, ref_logprob: torch.Tensor | Non
             non-finite rewards or log-probs, ``ref_logprob`` missing or of another shape when the
             method needs it.
     """
-    _check_method(method)
+    fn = get_estimator(method)
     config = config or default_config(method)
     if not isinstance(rewards, torch.Tensor) or rewards.dim() != 2:
         raise ValueError(f"estimate({method}): rewards must be a (N, G) tensor, got "
@@ -539,7 +495,7 @@ def estimate(method: str, rewards: torch.Tensor, ref_logprob: torch.Tensor | Non
         raise ValueError(f"estimate({method}): groups need G >= 2 responses, got G={rewards.shape[1]}")
     if not torch.isfinite(rewards).all():
         raise ValueError(f"estimate({method}): rewards contain NaN or inf")
-    if method in _NEEDS_REFERENCE:
+    if needs_reference(method):
         if ref_logprob is None:
             raise ValueError(f"estimate({method}): needs ref_logprob (N, G) from the reference model")
         if tuple(ref_logprob.shape) != tuple(rewards.shape):
@@ -549,4 +505,4 @@ def estimate(method: str, rewards: torch.Tensor, ref_logprob: torch.Tensor | Non
             raise ValueError(f"estimate({method}): ref_logprob contains NaN or inf")
         if baseline is None:
             baseline = EMABaseline(config.rho)
-    return ESTIMATORS[method](rewards, ref_logprob, baseline, config)
+    return fn(rewards, ref_logprob, baseline, config)

@@ -165,29 +165,40 @@ def test_importing_the_registry_and_the_cli_loads_no_torch():
 # ------------------------------------------------------------------ a toy method, one module
 
 TOY_MODULE = textwrap.dedent('''\
-    """``toy``: Dr. GRPO's advantages (r - mean) in hargo's weighted loss, with the k2 KL."""
+    """``toy``: its own estimator (the group advantage times a knob, ``rl.toy.shrink``) in the
+    GRPO family's one loss, with the k2 KL."""
     from dataclasses import dataclass
 
-    from hargo.method_config import knob
+    from hargo.estimators import register_estimator
+    from hargo.method_config import GRPOParams, knob
     from hargo.methods import Method, register_method
 
 
     @dataclass(frozen=True)
-    class ToyParams:
-        """``rl.toy``."""
+    class ToyParams(GRPOParams):
+        """``rl.toy``: GRPO's knobs (beta, std, std_eps, std_scope, aggregation) and one more."""
 
         beta: float = knob(0.05, "coefficient of the k2 KL term", lo=0.0)
+        shrink: float = knob(0.5, "the advantage is multiplied by this", lo=0.0)
 
-        @property
-        def kl_coef(self) -> float:
-            return self.beta
+
+    @register_estimator("toy_shrunk")
+    def toy_shrunk(rewards, ref_logprob, baseline, config):
+        """(N, G) rewards -> the group advantage of the block's std convention x shrink,
+        uniform 1/G weights."""
+        import torch
+
+        from hargo.advantages import EstimatorOutput
+
+        adv = config.advantage(rewards) * config.params.shrink
+        weights = torch.full(rewards.shape, 1.0 / rewards.shape[1])
+        return EstimatorOutput(adv.to(torch.float32), weights)
 
 
     register_method(Method(
-        name="toy", label="TOY", description="a toy: centred rewards, weighted loss, k2 KL",
-        family="grpo_family", rank=35, estimator="dr_grpo", loss="weighted",
-        policy_loss="clipped_surrogate", kl="k2",
-        trl_settings={"loss_type": "grpo", "scale_rewards": "none"}, params_class=ToyParams))
+        name="toy", label="TOY", description="a toy: shrunk group advantages, k2 KL",
+        family="grpo_family", rank=35, estimator="toy_shrunk", loss="weighted",
+        policy_loss="clipped_surrogate", kl="k2", params_class=ToyParams))
 ''')
 
 
@@ -204,7 +215,10 @@ def toy_registered(toy_package, monkeypatch):
     path (so ``toy.py`` is found as a module of the package); restored afterwards."""
     import hargo.methods as registry
 
+    from hargo import estimators
+
     rediscover(monkeypatch, registry, toy_package)
+    monkeypatch.setattr(estimators, "ESTIMATORS", dict(estimators.ESTIMATORS))
     try:
         yield get_method("toy")
     finally:
@@ -228,7 +242,7 @@ def test_toy_method_module_appears_in_the_cli_and_the_params_check(toy_package, 
     assert "hargo_b2 (grpo_family), toy (grpo_family), uniform_sample (grpo_family)" in top.stdout
     out = _hargo(["rl", "--help"], toy_package, tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "toy: a toy: centred rewards, weighted loss, k2 KL" in out.stdout
+    assert "toy: a toy: shrunk group advantages, k2 KL" in out.stdout
     assert "hargo: HARGO: discrimination x confidence response weights; hargo_b1:" in out.stdout
     assert "a method of compare.methods: grpo, dr_grpo, hargo, hargo_b1, hargo_b2, toy, uniform" \
         in _hargo(["compare-train", "--help"], toy_package, tmp_path).stdout
@@ -253,8 +267,8 @@ def test_toy_method_module_appears_in_the_cli_and_the_params_check(toy_package, 
 
 def test_toy_method_is_checked_compared_and_trained_by_the_rl_stage(
         toy_registered, committed_params, tiny_model_dir, mlflow_uri, tmp_path):
-    """One optimizer step of the toy through ``rl.run``: the trainer runs the method's
-    estimator (Dr. GRPO's, which TRL's path never runs) in the weighted loss, its k2 KL by name,
+    """One optimizer step of the toy through ``rl.run``: the trainer runs the method's own
+    estimator (registered in its module) with its own knob, in the one loss, its k2 KL by name,
     and the comparison lists and labels it."""
     from hargo.compare import render
     from hargo.compare.train import family, run_params
@@ -284,7 +298,23 @@ def test_toy_method_is_checked_compared_and_trained_by_the_rl_stage(
     assert (tmp_path / "models" / "rl" / "toy" / "model.safetensors").is_file()
     on_disk = json.loads((tmp_path / "metrics" / "rl" / "toy.json").read_text())
     assert on_disk["steps"] == 1 and set(on_disk["rewards"]) == set(TASKS) | {"all"}
-    # uniform 1/G weights and r - mean advantages (ESTIMATORS["dr_grpo"]) in every group
+    # the toy's estimator with its knob: (r - mean) / (sample std + 1e-4) x shrink, by hand:
+    # rewards (1, 0): 0.5 / (0.70711 + 1e-4) x 0.5 = 0.35350; (0.5, 0.5): 0
+    import torch
+
+    from hargo.advantages import HargoConfig, estimate
+    from hargo.methods import method_params
+
+    mp = method_params(params, "toy")
+    assert mp.shrink == 0.5 and mp.std == "sample"     # defaults: the block names beta only
+    cfg = HargoConfig.of(mp, toy.estimator)
+    out = estimate(toy.estimator, torch.tensor([[1.0, 0.0], [0.5, 0.5]]), config=cfg)
+    assert out.advantages.reshape(-1).tolist() == pytest.approx([0.35350, -0.35350, 0.0, 0.0],
+                                                                abs=1e-5)
+    cfg2 = HargoConfig.of(method_params({"rl": {"toy": {"shrink": 2.0}}}, "toy"), toy.estimator)
+    assert estimate(toy.estimator, torch.tensor([[1.0, 0.0]]), config=cfg2).advantages[0, 0] \
+        == pytest.approx(1.41401, abs=1e-5)
+    # uniform 1/G weights in every group, advantages of mean 0
     (step,) = res["history"]
     assert step["step"] == 1
     assert step["all/weight_mean"] == pytest.approx(0.5)
