@@ -58,11 +58,20 @@ def register_estimator(name: str, *, needs_reference: bool = False, **defaults):
     return deco
 
 
+#: The modules that register the built-in estimators, by name: the registry imports them when
+#: asked (as the method registry imports its modules), so it imports no torch itself and no
+#: import circle runs through it.
+BUILTIN_MODULES: tuple[str, ...] = ("hargo.advantages",)
+
+
 def _load() -> None:
-    """Register the built-ins (:mod:`hargo.advantages`) and every method module's own."""
-    import hargo.advantages  # noqa: F401  (registers the built-in estimators)
+    """Register the built-ins (:data:`BUILTIN_MODULES`) and every method module's own."""
+    import importlib
+
     from hargo.methods import methods
 
+    for name in BUILTIN_MODULES:
+        importlib.import_module(name)
     methods()
 
 

@@ -24,8 +24,9 @@ CHECKED_TEXT = ("params.yaml passed hargo.params.validate_params; every stage of
 
 
 def write_checked_stamp(params_path: str | Path = "params.yaml", root: str | Path = ".") -> Path:
-    """The ``params`` stage: validate ``params_path`` (:func:`load_params`), then write
-    :data:`CHECKED_STAMP` under ``root``. Returns the stamp's path.
+    """The ``params`` stage: validate ``params_path`` (:func:`load_params`), then write each RL
+    method's resolved knobs (:func:`hargo.resolved_params.write_method_blocks`, what the RL
+    stages depend on) and :data:`CHECKED_STAMP` under ``root``. Returns the stamp's path.
 
     Every other stage depends on the stamp, so ``dvc repro`` and ``dvc exp run -S key=value``
     run this stage first: DVC deletes a stage's outputs just before running it, so a value that
@@ -37,8 +38,10 @@ def write_checked_stamp(params_path: str | Path = "params.yaml", root: str | Pat
         ParamsError: the first invalid key, by name (:func:`validate_params`).
     """
     from hargo.io import atomic_write_text
+    from hargo.resolved_params import write_method_blocks
 
-    load_params(Path(root) / params_path)
+    params = load_params(Path(root) / params_path)
+    write_method_blocks(params, root)       # reports/method-params/<method>.json
     return atomic_write_text(Path(root) / CHECKED_STAMP, CHECKED_TEXT)
 
 

@@ -1,5 +1,6 @@
 """What DVC re-runs when a knob changes: each ``rl@<method>`` stage depends on the shared RL
-knobs and on its own ``rl.<method>`` block only, read from the project's real dvc.yaml and
+knobs and on its own method's resolved knobs only (``reports/method-params/<method>.json``, which
+the ``params`` stage writes with the defaults applied), read from the project's real dvc.yaml and
 params.yaml (outputs are placeholders committed with ``dvc commit``; nothing trains). And a bad
 value stops ``dvc exp run -S`` at the ``params`` stage, before DVC deletes any output."""
 from __future__ import annotations
@@ -62,20 +63,32 @@ def project(tmp_path_factory) -> Path:
     return d
 
 
+def _resolve(project: Path) -> None:
+    """What the ``params`` stage writes besides its stamp: the resolved method blocks."""
+    from hargo.params import load_params
+    from hargo.resolved_params import write_method_blocks
+
+    write_method_blocks(load_params(project / "params.yaml"), project)
+
+
 def _changed(project: Path, key_path: list[str], value) -> set[str]:
-    """The rl stages ``dvc status`` reports after setting ``params[key_path] = value``."""
+    """The rl stages ``dvc status`` reports after setting ``params[key_path] = value`` and
+    writing the resolved method blocks as the ``params`` stage does (``dvc repro`` runs it
+    first; called in-process here, which saves two DVC runs a case)."""
     path = project / "params.yaml"
     original = path.read_text()
     params = yaml.safe_load(original)
     cur = params
     for k in key_path[:-1]:
-        cur = cur[k]
+        cur = cur.setdefault(k, {})
     cur[key_path[-1]] = value
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     try:
+        _resolve(project)
         out = _dvc(project, "status", *[f"rl@{m}" for m in METHODS])
     finally:
         path.write_text(original)
+        _resolve(project)
     return {line.strip().rstrip(":") for line in out.splitlines()
             if line.strip().startswith("rl@")}
 
@@ -89,6 +102,9 @@ def test_all_rl_stages_up_to_date_after_commit(project):
     (["rl", "hargo_b2", "alpha"], 0.5, {"rl@hargo_b2"}),
     (["rl", "hargo_b1", "eps_w"], 1e-5, {"rl@hargo_b1"}),
     (["rl", "grpo", "beta"], 0.04, {"rl@grpo"}),
+    (["rl", "dr_grpo", "aggregation"], "token_mean", {"rl@dr_grpo"}),
+    (["rl", "hargo", "std"], "sample", {"rl@hargo"}),
+    (["rl", "hargo", "alpha"], 0.3, set()),           # the committed value: nothing changes
     (["rl", "ppo", "kl_coef"], 0.05, {"rl@ppo"}),
     (["rl", "ppo", "vf_coef"], 0.5, {"rl@ppo"}),
     (["rl", "learning_rate"], 1e-4, {f"rl@{m}" for m in METHODS}),   # a shared knob
@@ -96,6 +112,35 @@ def test_all_rl_stages_up_to_date_after_commit(project):
 ])
 def test_a_method_knob_reruns_only_its_method(project, key_path, value, expected):
     assert _changed(project, key_path, value) == expected
+
+
+def test_a_params_file_without_method_blocks_runs(project):
+    """An older params.yaml, written before a method existed, has no block for it: the params
+    stage still passes (the method's knobs take their defaults), DVC raises no
+    MissingParamsError, and a method whose block is absent can be staged: its resolved knobs
+    are the defaults."""
+    import json
+
+    path = project / "params.yaml"
+    original = path.read_text()
+    params = yaml.safe_load(original)
+    for m in ("hargo_b2", "dr_grpo", "ppo"):
+        del params["rl"][m]
+    params["rl"]["methods"] = METHODS + ["uniform_pop"]
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        _dvc(project, "repro", "-q", "params")
+        out = _dvc(project, "status", "rl@hargo_b2", "rl@uniform_pop")
+        assert "rl@hargo_b2" not in out and "rl@uniform_pop" in out   # not trained yet
+        resolved = json.loads((project / "reports" / "method-params" / "uniform_pop.json")
+                              .read_text())
+        assert resolved == {"aggregation": "response_mean", "beta": 0.02, "std": "population",
+                            "std_eps": 1e-6, "std_scope": "group"}
+        b2 = json.loads((project / "reports" / "method-params" / "hargo_b2.json").read_text())
+        assert (b2["alpha"], b2["rho"], b2["std"]) == (0.3, 0.9, "population")
+    finally:
+        path.write_text(original)
+        _dvc(project, "repro", "-q", "params")
 
 
 def test_a_valid_change_reruns_the_params_check_and_nothing_through_it(project):

@@ -133,25 +133,27 @@ def test_the_trl_settings_are_the_methods_own():
 
 
 @pytest.mark.fast
-def test_the_hand_written_dvc_params_lists_name_the_compared_rl_methods_blocks(committed_params):
-    """compare/dvc.yaml's compare_train and synthetic/dvc.yaml's synthetic_rl list RL methods'
-    ``rl.<method>`` blocks by name (DVC cannot attach a block to one matrix item, and the
-    preference methods have none): every block listed is a registered RL method's, and every RL
-    method the committed comparisons run is listed (else it would not re-train when its block
-    changed). Today every RL method is listed."""
-    compare = yaml.safe_load((ROOT / "compare" / "dvc.yaml").read_text())["stages"]
-    synthetic = yaml.safe_load((ROOT / "synthetic" / "dvc.yaml").read_text())["stages"]
-    shared = set(committed_params["rl"]) - set(method_names())   # rl.steps, rl.lora, ...
-    blocks = lambda spec: [p[3:] for p in spec["params"]  # noqa: E731
-                           if isinstance(p, str) and p.startswith("rl.") and p[3:] not in shared]
-    rl_stage = synthetic["synthetic_rl"].get("do", synthetic["synthetic_rl"])
-    for listed, family, run in (
-            (blocks(compare["compare_train"]), RL_FAMILIES, committed_params["compare"]["methods"]),
-            (blocks(rl_stage), ("grpo_family",), committed_params["synthetic"]["methods"])):
-        assert all(m in method_names(*family) for m in listed), listed
-        assert {m for m in run if m in method_names(*family)} <= set(listed), (run, listed)
-    assert blocks(compare["compare_train"]) == list(BEFORE[:6])
-    assert blocks(rl_stage) == list(BEFORE[:5])
+def test_no_dvc_yaml_lists_a_methods_block_as_params():
+    """DVC's ``params:`` refuses a key params.yaml lacks (MissingParamsError), so no stage may
+    list a method's block (``rl.<method>``, ``compare.<method>``): a params.yaml without a new
+    method's block must run. The RL stages depend on the resolved knobs the params stage writes
+    instead: ``rl@<method>`` and each ``compare_train`` item on their own method's file, the
+    test bed's RL stage on the folder."""
+    stages = {}
+    for f in ("dvc.yaml", "compare/dvc.yaml", "synthetic/dvc.yaml"):
+        for name, spec in yaml.safe_load((ROOT / f).read_text())["stages"].items():
+            stages[name] = spec.get("do", spec)
+    names = set(method_names())
+    for name, spec in stages.items():
+        listed = [p for p in spec.get("params", []) if isinstance(p, str)]
+        blocks = [p for p in listed if p.split(".")[0] in ("rl", "compare")
+                  and len(p.split(".")) > 1 and p.split(".")[1] in names]
+        assert not blocks, (name, blocks)
+    deps = lambda name: [d if isinstance(d, str) else next(iter(d))  # noqa: E731
+                         for d in stages[name].get("deps", [])]
+    assert "reports/method-params/${item}.json" in deps("rl")
+    assert "reports/method-params/${item.method}.json" in deps("compare_train")
+    assert "reports/method-params" in deps("synthetic_rl")
 
 
 def test_importing_the_registry_and_the_cli_loads_no_torch():

@@ -159,10 +159,12 @@ def test_stage_runs_after_the_params_check(dvc_yaml, name, spec):
     """Every stage but ``params`` itself depends on its stamp, so DVC validates params.yaml
     before it deletes any stage's outputs (tests/test_dvc_stages.py shows why)."""
     from hargo.params import CHECKED_STAMP
+    from hargo.resolved_params import METHOD_PARAMS_DIR
 
     deps = [d if isinstance(d, str) else next(iter(d)) for d in spec.get("deps", [])]
     if name == "params":
-        assert spec["outs"] == [{CHECKED_STAMP: {"cache": False, "persist": True}}]
+        assert spec["outs"] == [{CHECKED_STAMP: {"cache": False, "persist": True}},
+                                {str(METHOD_PARAMS_DIR): {"cache": False, "persist": True}}]
     else:
         assert CHECKED_STAMP in deps, f"{dvc_yaml}:{name} can run before params.yaml is checked"
 
