@@ -116,3 +116,18 @@ def test_a_knob_left_out_of_params_is_checked_at_its_default(project):
                                           r"where dvc\.yaml stage 'validate' writes it "
                                           r"\(reports/gx\)"):
         check_pipeline_paths(params, root)
+
+
+@pytest.mark.fast
+def test_a_path_the_pipeline_templates_from_the_knob_flows(project):
+    """The other way to agree: a pipeline file that takes the path from params.yaml
+    (``${data.out_dir}``) follows any value."""
+    root, params = project
+    text = (root / "dvc.yaml").read_text()
+    (root / "dvc.yaml").write_text(text.replace("- data/prepared/train.jsonl\n      - data/prepared"
+                                                "/eval.jsonl", "- ${data.out_dir}/train.jsonl\n"
+                                                "      - ${data.out_dir}/eval.jsonl", 1))
+    assert "${data.out_dir}/train.jsonl" in (root / "dvc.yaml").read_text()
+    check_pipeline_paths(_set(params, "data.out_dir", "data/prepared_v2"), root)
+    with pytest.raises(ParamsError, match=r"^sft\.out_dir: "):    # the others still checked
+        check_pipeline_paths(_set(params, "sft.out_dir", "models/sft_v2"), root)

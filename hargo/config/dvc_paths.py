@@ -106,7 +106,8 @@ def _normal(value: str, root: Path) -> str:
 
 def check_pipeline_paths(params: "Config | Mapping", root: str | os.PathLike = ".") -> None:
     """Refuse a path knob (:data:`PATH_KNOBS`) whose value is not the path its pipeline file
-    under ``root`` declares. A pipeline file that is absent (not a DVC project, or no
+    under ``root`` declares, unless that file templates the path from the knob itself
+(``${data.out_dir}/train.jsonl``: DVC then follows the value). A pipeline file that is absent (not a DVC project, or no
     comparison pipeline) or a stage it does not have is not checked; nor is a knob whose
     section ``params`` does not have (``compare`` is optional).
 
@@ -139,6 +140,8 @@ def check_pipeline_paths(params: "Config | Mapping", root: str | os.PathLike = "
         if stage is None:
             continue
         declared = _declared(stage, knob.field)
+        if any("${" + knob.key + "}" in d for d in declared):
+            continue          # templated from params.yaml: the knob flows into the pipeline
         want = posixpath.normpath(knob.form.replace("{}", _normal(value, root)))
         if want in declared:
             continue
