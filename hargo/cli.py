@@ -131,6 +131,14 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
         except ValueError as e:
             typer.secho(f"error: method {name!r}: {e}", fg="red", err=True)
             raise typer.Exit(2)
+    from hargo.config.dvc_paths import check_pipeline_paths
+    from hargo.params import ParamsError
+
+    try:     # a path knob where dvc.yaml does not declare it: refused before any stage runs
+        check_pipeline_paths(checked)
+    except ParamsError as e:
+        typer.secho(f"error: {e}", fg="red", err=True)
+        raise typer.Exit(2)
     for w in implausible_learning_rates(checked):
         typer.secho(f"warning: {w}", fg="yellow", err=True)
     if set_:

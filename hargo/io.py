@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -75,7 +76,33 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Pat
 
 
 def _json_text(obj: Any, indent: int) -> str:
-    return json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False) + "\n"
+    return _escape_breaks(json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False)) + "\n"
+
+
+# Characters json.dumps(ensure_ascii=False) leaves raw that some line readers break at (NEL, the
+# Unicode line and paragraph separators: str.splitlines, JavaScript before ES2019) and the lone
+# UTF-16 surrogates a Python str may hold but UTF-8 cannot encode. JSON allows each one as a
+# \uXXXX escape, and in json.dumps output they can only stand inside a string.
+_BREAKS = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
+
+
+def _escape_breaks(text: str) -> str:
+    return _BREAKS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def jsonl_line(record: Any) -> str:
+    """One JSONL line for ``record`` (no newline): ``json.dumps`` with non-ASCII characters kept
+    as they are, except NEL (U+0085), U+2028, U+2029 and lone surrogates, written as ``\\uXXXX``
+    escapes. The line then holds no character any line splitter breaks at, is valid UTF-8, and
+    :func:`read_jsonl` gives back ``record`` for any strings in it."""
+    return _escape_breaks(json.dumps(record, ensure_ascii=False))
+
+
+def jsonl_lines(text: str) -> Iterator[str]:
+    """The non-blank lines of a JSONL text: split at ``\\n`` only (the JSON Lines separator; a
+    ``\\r`` before it is JSON whitespace), never at the other breaks ``str.splitlines`` knows
+    (U+2028, U+2029, U+0085, form feed...), which may stand raw inside a JSON string."""
+    return (line for line in text.split("\n") if line.strip(" \t\r"))
 
 
 def atomic_write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
@@ -96,7 +123,7 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
     path = Path(path)
     with path.open("w", encoding="utf-8") as f:
         for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.write(jsonl_line(r) + "\n")
     return path
 
 
@@ -173,7 +200,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     except UnicodeDecodeError as e:
         raise HargoInputError(path, f"not valid UTF-8 at byte {e.start}") from e
     out = []
-    for i, line in enumerate(l for l in text.splitlines() if l.strip()):
+    for i, line in enumerate(jsonl_lines(text)):
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:

@@ -40,6 +40,7 @@ from hargo.io import HargoInputError, atomic_dir
 from hargo.models.loading import ADAPTER_BASE_FILE, ADAPTER_DIR, model_digest
 
 __all__ = ["BASE_SUFFIX", "BASE_TAG", "BASE_DIGEST_TAG", "adapter_dir", "check_adapter_base",
+           "check_adapter_agrees",
            "base_model_name", "find_base_version", "local_model_folder", "base_model_path",
            "log_adapter_model", "adapter_weights_dtype", "pip_requirements", "ensure_registered_model",
            "store_base_version", "base_cache_dir", "cached_base"]
@@ -84,6 +85,47 @@ def check_adapter_base(adapter: Path, base_dir: Path, base_digest: str) -> None:
         raise HargoInputError(f, f"the adapter was trained on another base model (sha256 "
                               f"{str(recorded)[:12]}...) than {base_dir} ({base_digest[:12]}...); "
                               "re-run the rl stage on this SFT model (`dvc repro`)")
+
+
+#: largest |logit| difference allowed between an RL folder's merged weights and its base +
+#: adapter on :data:`AGREEMENT_PROBE` (float32; LoRA on the projections: ~1e-6 on the tiny
+#: model, 1.5e-4 on SmolLM2; a LoRA on the tied embedding: up to 1.53)
+AGREEMENT_ATOL = 1e-3
+#: the probe both forms of an RL model are compared on: code and prose, as the tasks' prompts
+AGREEMENT_PROBE = ("Is there a data race? #pragma omp parallel for\nfor (i = 0; i < n; i++) "
+                   "a[i] = a[i + 1];\nWhat does MLPerf measure? Answer in one sentence.")
+
+
+def check_adapter_agrees(model_dir: Path, adapter: Path, base_dir: Path,
+                         atol: float = AGREEMENT_ATOL, trust_remote_code: bool = False) -> float:
+    """Check that an RL folder's two forms are one model: its merged weights (what ``evaluate``
+    scored) and ``adapter`` on ``base_dir`` (what is registered), by their logits on
+    :data:`AGREEMENT_PROBE` in float32. They part when the merge is not base + adapter, e.g. a
+    LoRA on a weight the model ties to another (``embed_tokens`` = ``lm_head``; refused at the
+    params stage, :mod:`hargo.config.lora_targets`). Returns the largest difference.
+
+    Raises:
+        HargoInputError: the logits differ by more than ``atol`` (names the folder, the
+            difference and the fix).
+    """
+    import torch
+    from peft import PeftModel
+
+    from hargo.models.loading import load_model, load_tokenizer
+
+    ids = load_tokenizer(model_dir)(AGREEMENT_PROBE, return_tensors="pt")
+    with torch.no_grad():
+        merged = load_model(model_dir, "float32", trust_remote_code)(**ids).logits
+        on_base = PeftModel.from_pretrained(load_model(base_dir, "float32", trust_remote_code),
+                                            str(adapter))(**ids).logits
+    diff = (merged - on_base).abs().max().item()
+    if not diff <= atol:     # NaN too
+        raise HargoInputError(model_dir, f"the merged weights and the adapter on its base "
+                              f"({adapter.name}/ on {base_dir}) are two models: their logits "
+                              f"differ by up to {diff:.3g} (> {atol:g}), so the evaluated model "
+                              "is not the one that would be registered (a LoRA on a tied "
+                              "weight?); check rl.lora.target_modules and re-run the rl stage")
+    return diff
 
 
 def find_base_version(client, name: str, digest: str):

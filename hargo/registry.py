@@ -29,7 +29,8 @@ on the run and in ``metrics/register.json``.
 Failure handling: every check (metrics present for SFT and each method, gate metrics known and
 numeric, model folders complete, each with a training record that says it did not diverge
 (:func:`hargo.training.divergence.check_training_record`, against ``train.divergence``), adapters
-trained on the SFT model there, per-prompt rows
+trained on the SFT model there and giving the merged folder's logits on it
+(:func:`hargo.registered_models.check_adapter_agrees`), per-prompt rows
 matching the metrics, the store usable)
 runs before anything is registered. If logging, registering or moving an alias fails midway,
 the champion and candidate aliases are put back and the versions created by this run are
@@ -49,7 +50,8 @@ from hargo.evaluation.identity import read_eval_identity, read_eval_rows
 from hargo.config import Config, as_config, params_dict
 from hargo.gate import check_rows_match_metrics, gate
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
-from hargo.registered_models import (BASE_TAG, adapter_dir, base_model_path, check_adapter_base,
+from hargo.registered_models import (BASE_TAG, adapter_dir, base_model_path, check_adapter_agrees,
+                                     check_adapter_base,
                                      ensure_registered_model, log_adapter_model, pip_requirements,
                                      store_base_version)
 
@@ -171,9 +173,11 @@ def _register(params: "Config | Mapping", root: str | Path) -> dict:
 
         base_dir = require_complete_dir(root / cfg.sft.out_dir, "SFT model folder")
         digest = model_digest(base_dir)
-        for a in adapters.values():
+        for m, a in adapters.items():
             if a is not None:
                 check_adapter_base(a, base_dir, digest)
+                check_adapter_agrees(dirs[m], a, base_dir,  # merged == base + adapter
+                                     trust_remote_code=bool(cfg.model.trust_remote_code))
     uri = tracking.tracking_uri(root)
     try:
         tracking.setup(pd, root)

@@ -430,16 +430,17 @@ def split_dataset(split: str, params: Config | Mapping, root: str | Path = "."):
     )
     from mlflow.data.meta_dataset import MetaDataset
 
+    from hargo.io import jsonl_lines
+
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     out_dir = as_section(params, "data").out_dir
     path = Path(root) / out_dir / f"{split}.jsonl"
     digest = split_digest(path, root)
     counts: dict[str, int] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            task = str(json.loads(line).get("task"))
-            counts[task] = counts.get(task, 0) + 1
+    for line in jsonl_lines(path.read_text(encoding="utf-8")):
+        task = str(json.loads(line).get("task"))
+        counts[task] = counts.get(task, 0) + 1
     profile = {"num_rows": sum(counts.values()), "tasks": dict(sorted(counts.items()))}
 
     class _SplitDataset(MetaDataset):

@@ -49,7 +49,8 @@ def leaves(x, prefix: str = ""):
 
 def _load(path: Path):
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+        # "\n" only: str.splitlines also breaks at U+2028/U+2029/U+0085 inside a JSON string
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n")
                 if line.strip()]
     return json.loads(path.read_text(encoding="utf-8"))
 

@@ -233,3 +233,28 @@ def test_a_bad_value_in_dvc_exp_run_touches_no_output(tmp_path, override, key):
     from hargo.params import CHECKED_STAMP, CHECKED_TEXT
 
     assert (d / CHECKED_STAMP).read_text() == CHECKED_TEXT
+
+
+def test_a_path_knob_dvc_yaml_does_not_declare_stops_dvc_exp_run_at_the_params_stage(tmp_path):
+    """Issue 42 item 7: ``dvc exp run -S data.out_dir=data/prepared_v2`` passed ``check-params``,
+    ran ``prepare`` into the new folder and then failed on dvc.yaml's ``data/prepared/...``,
+    leaving an emptied data/prepared, lost uncached outputs, a stray folder and a changed
+    dvc.lock. Now the ``params`` stage refuses it: nothing of the workspace but DVC's own edit of
+    params.yaml changes."""
+    d = tmp_path / "proj"
+    files = _locked_project(d, ["prepare"])
+    assert "data/prepared/stats.json" in files and "data/prepared/train.jsonl" in files
+    lock = (d / "dvc.lock").read_text()
+    proc = _dvc_run(d, "exp", "run", "-S", "data.out_dir=data/prepared_v2", "prepare")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "error: data.out_dir: 'data/prepared_v2' is not where dvc.yaml stage 'prepare' " \
+           "writes it (data/prepared)" in out, out
+    assert "hargo prepare" not in out, out                    # stopped at `params`
+    for rel, text in files.items():
+        assert (d / rel).read_text() == text, f"{rel} was touched: {out}"
+    assert not (d / "data" / "prepared_v2").exists()
+    assert (d / "dvc.lock").read_text() == lock
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=d, capture_output=True,
+                            text=True, timeout=60).stdout.split("\n")
+    assert [s for s in status if s and "params.yaml" not in s] == [], status

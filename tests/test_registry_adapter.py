@@ -18,10 +18,11 @@ pytestmark = pytest.mark.timeout(600)
 PROMPT = "Is there a data race? #pragma omp parallel for\nfor(i=0;i<n;i++) a[i]=a[i+1];"
 
 
-def make_lora_rl(sft_dir: Path, out_dir: Path, seed: int, adapter_dtype: str = "bfloat16") -> None:
+def make_lora_rl(sft_dir: Path, out_dir: Path, seed: int, adapter_dtype: str = "bfloat16",
+                 target_modules="all-linear") -> None:
     """An RL model folder as the rl stage writes it with LoRA: a random (non-zero) LoRA adapter
-    on ``sft_dir``, merged, and kept in ``adapter/`` (in ``adapter_dtype``, params.yaml's
-    ``rl.lora.adapter_dtype`` by default)."""
+    on ``sft_dir``'s ``target_modules``, merged, and kept in ``adapter/`` (in ``adapter_dtype``,
+    params.yaml's ``rl.lora.adapter_dtype`` by default)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -29,7 +30,7 @@ def make_lora_rl(sft_dir: Path, out_dir: Path, seed: int, adapter_dtype: str = "
 
     torch.manual_seed(seed)
     model = get_peft_model(load_model(sft_dir), LoraConfig(
-        r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+        r=4, lora_alpha=8, target_modules=target_modules, init_lora_weights=False))
     save_merged(model, load_tokenizer(sft_dir), out_dir, dtype="float32", adapter_base=sft_dir,
                 adapter_dtype=adapter_dtype, training_record=HEALTHY_RECORD)
 
@@ -188,6 +189,30 @@ def test_an_adapter_trained_on_another_sft_model_is_refused_before_anything_is_r
                                               r"base model.*re-run the rl stage"):
         run(reg_params(committed_params), root=lora_root)
     from mlflow.tracking import MlflowClient
+    assert MlflowClient(mlflow_uri).search_registered_models() == []
+
+
+@pytest.mark.parametrize("tied", ["embed_tokens", "lm_head"])
+def test_a_model_whose_merge_is_not_base_plus_adapter_is_refused_before_anything_is_registered(
+        lora_root, committed_params, mlflow_uri, tied):
+    """Issue 42 item 4: a LoRA on a tied weight (the params stage refuses it now; a folder from
+    before, or made by hand) merges into both embedding and head, so the evaluated folder and
+    the adapter on its base are two models. ``register`` compares their logits and refuses."""
+    import warnings
+
+    from mlflow.tracking import MlflowClient
+
+    from hargo.registry import run
+
+    write_eval(lora_root, {"grpo": model_rows(plp=0.45)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # PEFT's tied-weights warning: the case under test
+        make_lora_rl(lora_root / "models" / "sft", lora_root / "models" / "rl" / "grpo", 1,
+                     adapter_dtype="float32", target_modules=[tied, "q_proj"])
+    with pytest.raises(HargoInputError, match=r"rl/grpo: the merged weights and the adapter on "
+                                              r"its base .* differ by up to .*rl\.lora\."
+                                              r"target_modules"):
+        run(reg_params(committed_params), root=lora_root)
     assert MlflowClient(mlflow_uri).search_registered_models() == []
 
 

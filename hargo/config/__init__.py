@@ -205,7 +205,16 @@ class Lora:
                         lo_open=True)
     dropout: float = knob(REQUIRED, "LoRA dropout", 0, 1)
     target_modules: str | tuple[str, ...] = knob("all-linear", "modules given an adapter "
-                                                 "(PEFT's target_modules)", kind="any")
+                                                 "(PEFT's target_modules): all-linear or a "
+                                                 "subset of the attention and MLP projections",
+                                                 kind="any")
+
+    @staticmethod
+    def _check(raw: Mapping, key: str, root: Mapping) -> None:
+        from hargo.config.lora_targets import check_target_modules
+
+        if "target_modules" in raw:      # no tied weight (embed_tokens, lm_head), no regex
+            check_target_modules(f"{key}.target_modules", raw["target_modules"])
 
 
 @section

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hargo.gpu_check.common import _clean, _json_default
+from hargo.io import jsonl_lines
 
 
 class Tracker:
@@ -62,8 +63,8 @@ def import_mlflow(src: Path, tracking_uri: str | None = None,
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment(experiment)
-    recs = [json.loads(line) for line in (src / "tracking.jsonl").read_text(
-        encoding="utf-8").splitlines() if line.strip()]
+    recs = [json.loads(line) for line in jsonl_lines((src / "tracking.jsonl").read_text(
+        encoding="utf-8"))]
     by_run: dict[str, list[dict]] = {}
     for r in recs:
         by_run.setdefault(r["run"], []).append(r)

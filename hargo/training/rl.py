@@ -415,13 +415,22 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
     if launch.is_main:
         # an unusable MLflow store fails here, before the checkpoint folder (an output) changes
         tracking_store.check_store(tracking.tracking_uri(root))
+    recorder = StepRecorder(max_table_rows=TABLE_ROWS)
+    callback = RLLoggingCallback(recorder, name, int(rl.log_completions_steps or 0))
+    # The trainer is built before the checkpoint folder is prepared (which clears a finished or
+    # stale run): what PEFT, TRL and the trainer refuse (a target module the model lacks, a
+    # batch that does not split over the processes...) then fails with the checkpoints intact.
+    t0 = time.perf_counter()
+    trainer = build_trainer(cfg, method, model_dir, records, ckpt_dir, recorder=recorder,
+                            callbacks=[callback], tokenizer=tok,
+                            world_size=launch.num_processes)
+    load_s = time.perf_counter() - t0
+    if launch.is_main:
         resume = prepare_checkpoint_dir(ckpt_dir, fingerprint)
     launch.wait_for_everyone()    # the others read the folder the main process prepared
     if not launch.is_main:
         resume = resumable_checkpoint(ckpt_dir, fingerprint)
 
-    recorder = StepRecorder(max_table_rows=TABLE_ROWS)
-    callback = RLLoggingCallback(recorder, name, int(rl.log_completions_steps or 0))
     stage = tracking.stage_run("rl" if run_name is None else "compare", pd, root=root,
                                extra_tags={"hargo.method": method,
                                            **({"hargo.run": run_name} if run_name else {})},
@@ -431,11 +440,6 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
         if launch.is_main:
             mlflow.log_params({"rl.method": method, "rl.prompts_used": len(records)})
             tracking.log_split("train", "training", pd, root)
-        t0 = time.perf_counter()
-        trainer = build_trainer(cfg, method, model_dir, records, ckpt_dir, recorder=recorder,
-                                callbacks=[callback], tokenizer=tok,
-                                world_size=launch.num_processes)
-        load_s = time.perf_counter() - t0
         resumed_step = checkpoint_step(resume) if resume is not None else 0
         if launch.is_main:
             print(f"[rl {name}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
