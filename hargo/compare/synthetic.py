@@ -17,7 +17,8 @@ Two configurations share the data and the SFT policy:
     (the report shows whether it does).
 
 The pipeline (``synthetic/dvc.yaml``, ``scripts/compare.sh synthetic``), one function per stage
-(the plan and paths: :mod:`hargo.compare.synthetic_plan`):
+(the plan and paths: :mod:`hargo.compare.synthetic_plan`; a stage's config, the RL pool, the
+SFT examples, a run's reward and per-step task quota: :mod:`hargo.compare.synthetic_inputs`):
 
 ``synthetic_data``    :func:`hargo.compare.synthetic_data.prepare_data`:
                       ``data/synthetic/{train,eval}.jsonl`` and ``stats.json``

@@ -18,7 +18,8 @@ syn_long       plp                    a list of words reversed or      the words
                                       sorted alphabetically            (``long_answer_words``)
 =============  =====================  ==============================  ===========================
 
-Rewards (``synthetic_reward``; every reward is then multiplied by the task's ``scale_*``):
+Rewards (``synthetic_reward``; every reward is then multiplied by the task's ``scale_*``; the
+test bed's training rewards may add noise, ``noise_*``: :mod:`hargo.data.synthetic_noise`):
 
 syn_yesno, range {0, 1}
     ``1.0`` when ``hargo.rewards.race.extract_yes_no(completion) == label`` else ``0.0``: the race
