@@ -235,7 +235,8 @@ def test_shared_surface_asks_syn_short_in_syn_yesnos_question():
                                              "the sum of the numbers only.")
     assert first["answer"] == "68"
     yesno = next(r for r in conflict[0] if r["task"] == "syn_yesno")
-    assert yesno["prompt"][0]["content"] == "Is the last number of 4 5 9 2 7 even? Answer yes or no."
+    assert yesno["prompt"][0]["content"] == ("Is the last number of 4 5 9 2 7 even? Answer yes "
+                                             "or no.")
     # the reward still pays for the sum, and nothing for yes/no
     assert synthetic_reward("syn_short", "68", "68", None) == 1.0
     assert synthetic_reward("syn_short", "yes", "68", None) == 0.0

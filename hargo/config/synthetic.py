@@ -26,8 +26,9 @@ from hargo.config.fields import REQUIRED, check_value, knob, node
 from hargo.config.synthetic_rules import check_synthetic, check_synthetic_keys
 from hargo.param_values import ParamsError, as_number
 
-__all__ = ["SYNTHETIC_TASKS", "YESNO_QUESTIONS", "POOLS", "CONFLICTS", "HEDGE_STYLES", "SyntheticData", "SyntheticPolicy",
-           "SyntheticSFT", "SyntheticDynamicSampling", "SyntheticRL", "SyntheticEvaluate", "SyntheticBootstrap",
+__all__ = ["SYNTHETIC_TASKS", "YESNO_QUESTIONS", "POOLS", "CONFLICTS", "HEDGE_STYLES",
+           "SyntheticData", "SyntheticPolicy", "SyntheticSFT", "SyntheticDynamicSampling",
+           "SyntheticRL", "SyntheticEvaluate", "SyntheticBootstrap",
            "check_synthetic_keys", "check_synthetic"]
 
 _block = dataclass(frozen=True, kw_only=True)
@@ -259,7 +260,8 @@ class SyntheticSFT(_Checked):
         hedge_style: ``"shared"`` (default: every task's hedge joins its candidates with
             ``" or "``, one habit shared by all tasks) or ``"task_specific"`` (each task its own
             marker, no character shared: ``"yes/no"``, ``"23|21"``, ``"<answer> vs
-            <reversed>"``; each pays what the shared hedge pays, :mod:`hargo.data.synthetic_hedges`).
+            <reversed>"``; each pays what the shared hedge pays:
+            :mod:`hargo.data.synthetic_hedges`).
     """
 
     _where = "synthetic.sft"
