@@ -99,10 +99,10 @@ def main(argv=None) -> int:
 
     import torch
 
-    from hargo.compare.synthetic import rl_prompts, stage_params
+    from hargo.compare.synthetic import prompt_quota, rl_prompts, stage_params, train_reward
     from hargo.compare.synthetic_data import read_split
     from hargo.compare.synthetic_plan import MODEL_DIR, configuration, plan
-    from hargo.data.synthetic import SyntheticReward, generate
+    from hargo.data.synthetic import generate
     from hargo.hardware import setup_torch, use_bf16
     from hargo.models.loading import load_model
     from hargo.models.tiny import build_tiny_policy
@@ -137,7 +137,8 @@ def main(argv=None) -> int:
     del m
 
     trainer = build_trainer(q, a.method, model_dir, rl_prompts(train, p, 1), work / "trainer",
-                            reward_funcs=[SyntheticReward(configuration(p, a.config))])
+                            reward_funcs=[train_reward(configuration(p, a.config), 1)])
+    trainer.prompt_quota = prompt_quota(p)   # the bed's run: its reward and per-step task quota
     ref_s = [0.0]
     shapes: list[dict] = []
     if trainer.ref_model is not None:

@@ -17,7 +17,8 @@ Two configurations share the data and the SFT policy:
     (the report shows whether it does).
 
 The pipeline (``synthetic/dvc.yaml``, ``scripts/compare.sh synthetic``), one function per stage
-(the plan and paths: :mod:`hargo.compare.synthetic_plan`):
+(the plan and paths: :mod:`hargo.compare.synthetic_plan`; a stage's config, the RL pool, the
+SFT examples, a run's reward and per-step task quota: :mod:`hargo.compare.synthetic_inputs`):
 
 ``synthetic_data``    :func:`hargo.compare.synthetic_data.prepare_data`:
                       ``data/synthetic/{train,eval}.jsonl`` and ``stats.json``
@@ -44,7 +45,6 @@ whose rewards discriminate (docs/method.md); the report draws both. The trainers
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import tempfile
@@ -56,11 +56,13 @@ from typing import Any, Mapping, Sequence
 from transformers import TrainerCallback
 
 from hargo.compare.layout import run_name
+from hargo.compare.synthetic_inputs import (prompt_quota, rl_prompts,  # noqa: F401
+                                            sft_records, stage_params, train_reward)
 from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
                                           SyntheticPlan, configuration, plan, read_split)
-from hargo.config import CHARS_PER_TOKEN_BOUND, Config, as_section, params_dict, to_plain
+from hargo.config import as_section, params_dict, to_plain
 from hargo.config.loading import apply_overrides
-from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward
+from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig
 from hargo.io import atomic_write_json
 from hargo.training.rl_logging import StepRecorder
 
@@ -68,93 +70,6 @@ __all__ = ["stage_params", "rl_prompts", "sft_records", "score", "evaluate_polic
            "code_digest", "run_fingerprint", "train_run", "train_sft",
            "train_configuration"]
 
-
-
-def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> "Config":
-    """The typed config (:class:`hargo.config.Config` of the synthetic tasks:
-    ``Config.from_params(..., synthetic=True)``) for :func:`hargo.training.sft.train` and
-    :func:`hargo.training.rl.build_trainer` on the tiny policy: ``params`` with ``seed``, full
-    fine-tuning (no LoRA: the policy is tiny), fp32 weights (with the main pipeline's
-    ``train.bf16`` autocast where the hardware has native bf16, so results depend on the CPU:
-    the report names it), no gradient checkpointing, transformers generation, dynamic sampling
-    off, and ``synthetic.sft`` / ``synthetic.rl`` in place of ``sft`` / ``rl``'s shared keys.
-    Each method's own knobs (``rl.hargo.alpha``, ``rho``, ``beta``, ...) and ``rl.clip_range``
-    stay the main pipeline's.
-
-    Its per-task maps name the synthetic tasks, not the HPC-GPT ones: ``rl.max_new_tokens`` and
-    ``evaluate.max_new_tokens`` are ``synthetic.rl`` / ``synthetic.evaluate``'s, no raw-file
-    bounds (``validate.task_counts`` empty), ``rl.max_prompt_tokens`` null (the test bed
-    selects no prompts by length: ``train.max_prompt_tokens``), ``rewards.answer.max_chars``
-    :data:`hargo.config.CHARS_PER_TOKEN_BOUND` times a task's largest budget (the test bed's
-    rewards are :class:`hargo.data.synthetic.SyntheticReward`, which do not read it), and no
-    ``compare`` section (the test bed runs no comparison).
-
-    Raises:
-        ParamsError: a bad key of ``params`` or of the plan's values (named)."""
-    q = copy.deepcopy(dict(params))
-    q["seed"] = int(seed)
-    q["model"] = {**q["model"], "dtype": "float32", "trust_remote_code": False}
-    q["train"] = {**q["train"], "gradient_checkpointing": False}
-    q["sft"] = {**q["sft"], "samples_per_task": None, "max_steps": -1, "grad_accum": 1,
-                "epochs": p.sft.epochs, "learning_rate": p.sft.learning_rate,
-                "batch_size": p.sft.batch_size, "max_length": p.sft.max_length,
-                "lora": {**q["sft"]["lora"], "enabled": False}}
-    rl = p.rl
-    rl_budgets = {t: n for t, n in rl.max_new_tokens.items()}
-    eval_budgets = {t: n for t, n in p.evaluate.max_new_tokens.items()}
-    q["rl"] = {**q["rl"], "steps": rl.steps, "prompts_per_step": rl.prompts_per_step,
-               "num_generations": rl.num_generations,
-               "max_new_tokens": rl_budgets, "max_prompt_tokens": None,
-               "temperature": rl.temperature, "learning_rate": rl.learning_rate,
-               "lora": {**q["rl"]["lora"], "enabled": False}, "generation_backend": "transformers",
-               "dynamic_sampling": {**(q["rl"].get("dynamic_sampling") or {}), "enabled": False},
-               "save_steps": rl.steps + 1, "log_completions_steps": 0}
-    q["validate"] = {**q["validate"], "task_counts": {}}
-    q["evaluate"] = {**q["evaluate"], "max_new_tokens": eval_budgets}
-    answer = q["rewards"]["answer"]
-    q["rewards"] = {**q["rewards"], "answer": {**answer, "max_chars": {
-        t: CHARS_PER_TOKEN_BOUND * max(rl_budgets.get(t, 1), eval_budgets.get(t, 1))
-        for t in SYNTHETIC_TASKS}}}
-    q["compare"] = None
-    return Config.from_params(q, synthetic=True)
-
-
-def rl_prompts(train: Sequence[Mapping], p: SyntheticPlan, seed: int) -> list[dict]:
-    """The RL prompt pool of one seed: ``synthetic.rl.prompts_per_task[t]`` train records of
-    each task ``t``, drawn without replacement with ``seed`` (in task order, then drawn order)
-    from the records SFT did not see (``synthetic.rl.pool: held_out``: those past
-    ``synthetic.sft.examples_per_task[t]``) or from all of them (``all``)."""
-    import random
-
-    out = []
-    for t in SYNTHETIC_TASKS:
-        recs = [dict(r) for r in train if r["task"] == t]
-        if p.rl.pool == "held_out":
-            recs = recs[p.sft.examples_per_task[t]:]
-        rng = random.Random(f"hargo.synthetic.rl:{seed}:{t}")
-        out += rng.sample(recs, p.rl.prompts_per_task[t])
-    return out
-
-
-def sft_records(train: Sequence[Mapping], p: SyntheticPlan) -> list[dict]:
-    """The SFT examples: the first ``synthetic.sft.examples_per_task[t]`` train records of each
-    task ``t`` (in split order), ``round(hedge_share * n)`` of them (drawn per task, the same
-    for every seed of RL) with their answer replaced by :func:`hargo.data.synthetic.hedge`.
-    The tokenizer is still trained on the whole train split; RL and evaluation score against
-    the true answers."""
-    import random
-
-    from hargo.data.synthetic import hedge
-
-    out = []
-    for t in SYNTHETIC_TASKS:
-        recs = [dict(r) for r in train if r["task"] == t][:p.sft.examples_per_task[t]]
-        rng = random.Random(f"hargo.synthetic.hedge:{t}")
-        k = round(p.sft.hedge_share * len(recs))
-        for i in sorted(rng.sample(range(len(recs)), k)):
-            recs[i]["answer"] = hedge(t, recs[i]["answer"], rng)
-        out += recs
-    return out
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -331,7 +246,8 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
         every = _EvalEvery(p.evaluate.every_steps, evaluate, tokenizer, work)
         trainer = build_trainer(q, method, model_dir, rl_prompts(train, p, seed), work / "trainer",
                                 recorder=recorder, callbacks=[callback, every],
-                                reward_funcs=[SyntheticReward(config)])
+                                reward_funcs=[train_reward(config, seed)])
+        trainer.prompt_quota = prompt_quota(p)   # None: a step draws from the pool's mix
         if p.evaluate.every_steps:
             every.curve.append({"step": 0, **eval_summary(evaluate(model_dir))})
         tt = time.perf_counter()

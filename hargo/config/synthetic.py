@@ -10,7 +10,8 @@ So the rules (ranges, choices, per-task maps, the pool's size) live here once; a
 constructed in code (``SyntheticData(difficulty=1)``) is checked by the same knobs as one read
 from params.yaml. Every key is named ``synthetic.<block>.<key>`` in an error.
 
-Imports: :mod:`hargo.param_values`, :mod:`hargo.config.fields` and, lazily, :mod:`hargo.config`
+Imports: :mod:`hargo.param_values`, :mod:`hargo.config.fields`, :mod:`hargo.config.synthetic_rules`
+(the rules relating the blocks) and, lazily, :mod:`hargo.config`
 (to build a block from a mapping) and :mod:`hargo.config.registries` (the method registry's
 look-ups, for ``synthetic.methods``). Nothing of
 the generator, the tiny model, training or comparison.
@@ -21,11 +22,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from hargo.config.fields import REQUIRED, check_value, knob
+from hargo.config.fields import REQUIRED, check_value, knob, node
+from hargo.config.synthetic_rules import check_synthetic, check_synthetic_keys
 from hargo.param_values import ParamsError, as_number
 
-__all__ = ["SYNTHETIC_TASKS", "YESNO_QUESTIONS", "POOLS", "SyntheticData", "SyntheticPolicy",
-           "SyntheticSFT", "SyntheticRL", "SyntheticEvaluate", "SyntheticBootstrap",
+__all__ = ["SYNTHETIC_TASKS", "YESNO_QUESTIONS", "POOLS", "CONFLICTS", "HEDGE_STYLES",
+           "SyntheticData", "SyntheticPolicy", "SyntheticSFT", "SyntheticDynamicSampling",
+           "SyntheticRL", "SyntheticEvaluate", "SyntheticBootstrap",
            "check_synthetic_keys", "check_synthetic"]
 
 _block = dataclass(frozen=True, kw_only=True)
@@ -36,6 +39,10 @@ SYNTHETIC_TASKS: tuple[str, ...] = ("syn_yesno", "syn_short", "syn_long")
 YESNO_QUESTIONS: tuple[str, ...] = ("last_even", "mixed")
 #: ``synthetic.rl.pool``: the RL pool from the train records SFT did not see, or from all.
 POOLS: tuple[str, ...] = ("held_out", "all")
+#: ``synthetic.data.conflict``: none, or syn_short asked in syn_yesno's question surface.
+CONFLICTS: tuple[str, ...] = ("none", "shared_surface")
+#: ``synthetic.sft.hedge_style``: one " or " hedge for every task, or a marker of each task's own.
+HEDGE_STYLES: tuple[str, ...] = ("shared", "task_specific")
 
 _DATA_SRC = "params.yaml synthetic.data (defaults: hargo/config/synthetic.py)"
 _POLICY_SRC = "params.yaml synthetic.policy (defaults: hargo/config/synthetic.py)"
@@ -127,6 +134,16 @@ class SyntheticData(_Checked):
         long_budget_ratio: syn_long's length budget, in multiples of the reference's characters.
         long_length_penalty: syn_long's penalty per character past the budget.
         long_min_reward: floor of syn_long's reward (before the scale).
+        noise_yesno, noise_short, noise_long: std (>= 0, in the task's unscaled reward units) of
+            the Gaussian noise added to every *training* reward of the task, then multiplied by
+            its scale (:class:`hargo.data.synthetic_noise.NoisyReward`: seeded by the RL seed, one
+            stream per task; not clipped, so a reward may leave the task's range). 0 (default):
+            no noise. Evaluation scores the clean reward.
+        conflict: ``"none"`` (default) or ``"shared_surface"``: syn_short's prompt asks its sum
+            in syn_yesno's ``last_even`` question ("Is the last number of 12 7 25 even? Answer
+            with the sum of the numbers only."), so the two tasks' rewards pay for different
+            first tokens (yes/no against a number) after the same question words: their
+            gradients conflict by construction. Same numbers and answers as ``"none"``.
 
     Raises:
         ParamsError: (a ValueError) a field out of its range, named ``synthetic.data.<key>``.
@@ -157,6 +174,15 @@ class SyntheticData(_Checked):
                                       0, source=_DATA_SRC)
     long_min_reward: float = knob(0.0, "floor of syn_long's reward (before the scale)",
                                   hi=1, source=_DATA_SRC)
+    noise_yesno: float = knob(0.0, "std of Gaussian noise on syn_yesno's training reward", 0,
+                              source=_DATA_SRC)
+    noise_short: float = knob(0.0, "std of Gaussian noise on syn_short's training reward", 0,
+                              source=_DATA_SRC)
+    noise_long: float = knob(0.0, "std of Gaussian noise on syn_long's training reward", 0,
+                             source=_DATA_SRC)
+    conflict: str = knob("none", "shared_surface: syn_short asked in syn_yesno's question "
+                                 "surface (the two tasks' gradients conflict)", kind=str,
+                         choices=CONFLICTS, source=_DATA_SRC)
 
     def _rules(self) -> None:
         if self.short_terms == 1:
@@ -171,6 +197,15 @@ class SyntheticData(_Checked):
             raise ValueError(f"unknown synthetic task {task!r}; valid: {list(SYNTHETIC_TASKS)}")
         return {"syn_yesno": self.scale_yesno, "syn_short": self.scale_short,
                 "syn_long": self.scale_long}[task]
+
+    def noise(self, task: str) -> float:
+        """The std of the Gaussian noise on ``task``'s training reward (unscaled units).
+
+        Raises:
+            ValueError: ``task`` is not a synthetic task."""
+        self.scale(task)
+        return {"syn_yesno": self.noise_yesno, "syn_short": self.noise_short,
+                "syn_long": self.noise_long}[task]
 
 
 # ----------------------------------------------------------------------------------- policy
@@ -222,6 +257,11 @@ class SyntheticSFT(_Checked):
         hedge_share: the share of each task's SFT targets written as a hedge
             (:func:`hargo.data.synthetic.hedge`), a habit every reward pays less for, so RL has
             a behaviour to unlearn.
+        hedge_style: ``"shared"`` (default: every task's hedge joins its candidates with
+            ``" or "``, one habit shared by all tasks) or ``"task_specific"`` (each task its own
+            marker, no character shared: ``"yes/no"``, ``"23|21"``, ``"<answer> vs
+            <reversed>"``; each pays what the shared hedge pays:
+            :mod:`hargo.data.synthetic_hedges`).
     """
 
     _where = "synthetic.sft"
@@ -233,6 +273,9 @@ class SyntheticSFT(_Checked):
     examples_per_task: Mapping[str, int] = _per_task_map("the first n train records per task "
                                                          "SFT sees", 0)
     hedge_share: float = knob(REQUIRED, "share of SFT targets written as a hedge", 0, 1)
+    hedge_style: str = knob("shared", "shared (' or ' in every task's hedge) | task_specific "
+                                      "(a marker of each task's own)", kind=str,
+                            choices=HEDGE_STYLES)
 
     @staticmethod
     def _check(raw: Mapping, key: str, root: Mapping) -> None:
@@ -244,6 +287,20 @@ class SyntheticSFT(_Checked):
 
 
 # --------------------------------------------------------------------------------------- rl
+@_block
+class SyntheticDynamicSampling(_Checked):
+    """``synthetic.rl.dynamic_sampling``: DAPO's dynamic sampling in the test bed, the keys of
+    the main pipeline's ``rl.dynamic_sampling`` (:class:`hargo.config.DynamicSampling`,
+    :mod:`hargo.training.dynamic_sampling`), the bed's own so that the main block never reaches
+    it. Missing: off."""
+
+    _where = "synthetic.rl.dynamic_sampling"
+
+    enabled: bool = knob(False, "drop zero-variance groups and refill the step", kind=bool)
+    refill_factor: float = knob(2.0, "prompts drawn per missing group in a refill round", 1)
+    max_refills: int = _int(1, "refill rounds per step", 0)
+
+
 @_block
 class SyntheticRL(_Checked):
     """``synthetic.rl``: the RL shared by every method and seed (each method's own knobs are
@@ -257,6 +314,12 @@ class SyntheticRL(_Checked):
         max_new_tokens: task -> the completion budget in tokens.
         temperature: the rollout sampling temperature.
         learning_rate: the peak learning rate.
+        prompts_per_step_per_task: None (default: a step draws its ``prompts_per_step`` prompts
+            from the shuffled pool, so the task mix of a step varies) or task -> the prompts of
+            that task in every step, summing to ``prompts_per_step``, the pool unchanged
+            (:class:`hargo.training.sampling.TaskQuotaSampler`; a dynamic-sampling refill still
+            draws from the whole pool).
+        dynamic_sampling: :class:`SyntheticDynamicSampling` (default off).
     """
 
     _where = "synthetic.rl"
@@ -271,6 +334,12 @@ class SyntheticRL(_Checked):
     max_new_tokens: Mapping[str, int] = _per_task_map("completion budget per task", 1)
     temperature: float = knob(REQUIRED, "rollout sampling temperature", 0, lo_open=True)
     learning_rate: float = knob(REQUIRED, "peak learning rate", 0, lo_open=True)
+    prompts_per_step_per_task: Mapping[str, int] | None = knob(
+        None, "task -> prompts of that task in every step (summing to prompts_per_step); "
+              "null: drawn from the pool's mix", kind="any", item={"lo": 0}, nullable=True)
+    dynamic_sampling: SyntheticDynamicSampling = node(
+        SyntheticDynamicSampling, "DAPO's dynamic sampling in the bed (default off)",
+        default=SyntheticDynamicSampling())
 
     @staticmethod
     def _check(raw: Mapping, key: str, root: Mapping) -> None:
@@ -281,6 +350,17 @@ class SyntheticRL(_Checked):
         if pool < self.prompts_per_step:
             raise ParamsError(f"{self._where}.prompts_per_task: {pool} prompts in the pool, "
                               f"fewer than prompts_per_step {self.prompts_per_step}")
+        quota, key = self.prompts_per_step_per_task, f"{self._where}.prompts_per_step_per_task"
+        if quota is None:
+            return
+        quota = _per_task(quota, key, 0)
+        if sum(quota.values()) != self.prompts_per_step:
+            raise ParamsError(f"{key}: {quota} sums to {sum(quota.values())}, not "
+                              f"prompts_per_step {self.prompts_per_step}")
+        short = {t: n for t, n in quota.items() if n > self.prompts_per_task[t]}
+        if short:
+            raise ParamsError(f"{key}: {short} exceed the task's pool "
+                              f"(synthetic.rl.prompts_per_task {dict(self.prompts_per_task)})")
 
 
 # --------------------------------------------------------------------------------- evaluate
@@ -321,62 +401,8 @@ class SyntheticBootstrap(_Checked):
 def _check_maps(cls, raw: Mapping, key: str) -> None:
     """The per-task maps of block ``cls`` in ``raw``, checked and normalised in place."""
     for f in dataclasses.fields(cls):
-        if f.metadata.get("item") is not None and f.name in raw:
+        if f.metadata.get("item") is not None and f.name in raw \
+                and not (raw[f.name] is None and f.metadata.get("nullable")):
             v = _per_task(raw[f.name], f"{key}.{f.name}", f.metadata["item"]["lo"])
             if isinstance(raw, dict):
                 raw[f.name] = v
-
-
-# ------------------------------------------------------------------------ the whole block
-def check_synthetic_keys(raw: Mapping) -> None:
-    """``synthetic.methods`` and ``synthetic.seeds`` of the raw block (when given).
-
-    Raises:
-        ParamsError: a method outside the GRPO family or listed twice; seeds not a non-empty
-            list of distinct integers."""
-    from hargo.config import registries           # the method registry's look-ups
-
-    if "methods" in raw:
-        methods = list(raw["methods"] or ())
-        grpo_family = tuple(n for n, m in registries.rl_methods().items()
-                            if m.family == "grpo_family")
-        if len(set(methods)) != len(methods):
-            raise ParamsError(f"synthetic.methods: a method is listed twice: {methods}")
-        if not methods or any(m not in grpo_family for m in methods):
-            raise ParamsError(f"synthetic.methods: GRPO-family methods {list(grpo_family)} "
-                              f"only, got {methods}")
-    if "seeds" in raw:
-        seeds = raw["seeds"]
-        if not isinstance(seeds, (list, tuple)) or not seeds or len(set(seeds)) != len(seeds) \
-                or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in seeds):
-            raise ParamsError(f"synthetic.seeds: a non-empty list of distinct integers >= 0 "
-                              f"(the pipeline's seed's range), got {seeds!r}")
-
-
-def check_synthetic(s) -> None:
-    """The rules of the built ``synthetic`` block ``s`` (:class:`hargo.config.Synthetic`) that
-    relate its blocks: train splits of >= 1 record, ``homogeneous`` false, and every RL pool and
-    SFT subset within the train records (the held-out pool within those SFT did not see).
-
-    Raises:
-        ParamsError: the broken rule, naming its keys."""
-    data, sft, rl = s.data, s.sft, s.rl
-    if data.n_train < 1 or data.n_eval < 1:
-        raise ParamsError(f"synthetic.data: n_train and n_eval must be >= 1, got {data.n_train} "
-                          f"and {data.n_eval}")
-    if data.homogeneous:
-        raise ParamsError("synthetic.data.homogeneous: leave it false; the homogeneous control "
-                          "is the second configuration of every run")
-    for where, counts in (("synthetic.rl.prompts_per_task", rl.prompts_per_task),
-                          ("synthetic.sft.examples_per_task", sft.examples_per_task)):
-        short = {t: n for t, n in counts.items() if n > data.n_train}
-        if short:
-            raise ParamsError(f"{where}: {short} exceed synthetic.data.n_train {data.n_train}")
-    if rl.pool == "held_out":
-        short = {t: n for t, n in rl.prompts_per_task.items()
-                 if n > data.n_train - sft.examples_per_task[t]}
-        if short:
-            raise ParamsError(
-                f"synthetic.rl.prompts_per_task: {short} exceed the train records SFT did not see "
-                f"(synthetic.data.n_train {data.n_train} - synthetic.sft.examples_per_task "
-                f"{dict(sft.examples_per_task)}; synthetic.rl.pool is held_out)")

@@ -12,11 +12,14 @@ syn_yesno      race_c / race_fortran  yes/no about a short list of     ``"yes"``
                                       or sum parity, a repeat, sorted  balanced per split
                                       order: ``yesno_question``)
 syn_short      mlperf                 the sum of a list of integers    the sum, e.g. ``"23"``
+                                      (``conflict: shared_surface``:
+                                      asked in syn_yesno's question)
 syn_long       plp                    a list of words reversed or      the words, space-separated
                                       sorted alphabetically            (``long_answer_words``)
 =============  =====================  ==============================  ===========================
 
-Rewards (``synthetic_reward``; every reward is then multiplied by the task's ``scale_*``):
+Rewards (``synthetic_reward``; every reward is then multiplied by the task's ``scale_*``; the
+test bed's training rewards may add noise, ``noise_*``: :mod:`hargo.data.synthetic_noise`):
 
 syn_yesno, range {0, 1}
     ``1.0`` when ``hargo.rewards.race.extract_yes_no(completion) == label`` else ``0.0``: the race
@@ -85,6 +88,7 @@ from fractions import Fraction
 from typing import Mapping, Sequence
 
 from hargo.config.synthetic import SYNTHETIC_TASKS, SyntheticData
+from hargo.data.synthetic_hedges import hedge
 from hargo.rewards.race import canonical_label, extract_yes_no
 from hargo.rewards.text import read_answer
 
@@ -160,8 +164,13 @@ def _yesno_example(rng: random.Random, label: str, n: int, question: str = "mixe
     return q + " Answer yes or no.", label
 
 
-def _short_example(rng: random.Random, n: int) -> tuple[str, str]:
+def _short_example(rng: random.Random, n: int, conflict: str = "none") -> tuple[str, str]:
+    """(question, sum) of ``n`` integers in 1..10n; ``conflict="shared_surface"`` asks it in
+    syn_yesno's ``last_even`` question (the same draws, so the same numbers and answer)."""
     xs = [rng.randint(1, 10 * n) for _ in range(n)]
+    if conflict == "shared_surface":
+        return (f"Is the last number of {_join(xs)} even? Answer with the sum of the numbers "
+                "only.", str(sum(xs)))
     return (f"What is the sum of {_join(xs)}? Answer with the number only.", str(sum(xs)))
 
 
@@ -195,7 +204,8 @@ def _split_records(task: str, split: str, n: int, config: SyntheticConfig, seed:
                 q, answer = _yesno_example(rng, labels[i], config.difficulty,
                                                config.yesno_question)
             elif task == "syn_short":
-                q, answer = _short_example(rng, config.short_terms or config.difficulty)
+                q, answer = _short_example(rng, config.short_terms or config.difficulty,
+                                           config.conflict)
             else:
                 q, answer = _long_example(rng, config.long_answer_words)
             if q not in seen:
@@ -237,35 +247,6 @@ def generate(config: SyntheticConfig, seed: int) -> tuple[list[dict], list[dict]
         eval_ += _split_records(task, "eval", config.n_eval, config, seed, seen)
         train += _split_records(task, "train", config.n_train, config, seed, seen)
     return train, eval_
-
-
-def hedge(task: str, answer: str, rng: random.Random) -> str:
-    """A hedged version of the reference ``answer`` of ``task``: the answer offered together
-    with a wrong candidate of its own kind, the habit the reward pays less for (as SFT answers
-    MLPerf verbosely, method.md). ``rng`` draws the candidate and the order.
-
-    - syn_yesno: ``"yes or no"`` / ``"no or yes"`` (the label first): names both, scores 0;
-    - syn_short: the sum and a number 1-3 away from it (``"23 or 21"``, either order): tier 1
-      shared by 2 numbers, 0.5;
-    - syn_long: the answer, ``" or "``, then its words reversed: unigram and bigram precision
-      halved and past the 1.5x length budget, ~0.5 at the defaults.
-
-    Under the homogeneous (exact-match) rewards every hedge scores 0.
-
-    Raises:
-        ValueError: an unknown task.
-    """
-    _check_task(task)
-    if task == "syn_yesno":
-        other = "no" if canonical_label(answer) == "yes" else "yes"
-        return f"{answer} or {other}"
-    if task == "syn_short":
-        y = int(answer)
-        other = y + rng.choice((-3, -2, -1, 1, 2, 3))
-        pair = [str(y), str(other)]
-        rng.shuffle(pair)
-        return " or ".join(pair)
-    return f"{answer} or {' '.join(answer.split()[::-1])}"
 
 
 def check_synthetic(records: Sequence[Mapping], where: str = "synthetic") -> None:

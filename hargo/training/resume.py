@@ -8,13 +8,16 @@ HargoGRPOTrainer`'s bases. It overrides these *private* methods of TRL 1.16 / tr
     TRL's prompt order from :class:`hargo.training.sampling.EpochRepeatSampler`, whose epoch is
     set at the start of every epoch (``_run_epoch``'s ``epoch`` argument), so a run resumed at or
     after an epoch boundary continues the uninterrupted run's order instead of repeating the
-    first epoch's (see that module).
+    first epoch's (see that module). With ``prompt_quota`` set (before ``train()``), a
+    :class:`hargo.training.sampling.TaskQuotaSampler`: every step that many prompts of each
+    task.
 ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
     also write/read ``method_state.json`` (EMA baseline, per-step history) in every checkpoint,
     the same hooks TRL 1.16 uses for its adaptive-entropy state.
 
 The class it is mixed into provides ``method`` (str), ``ema`` (an object with ``state_dict`` /
-``load_state_dict``) and ``recorder`` (None or such an object). Which checkpoint a stage resumes
+``load_state_dict``), ``recorder`` (None or such an object) and ``task_column`` (the dataset column
+naming a row's task, read with ``prompt_quota``). Which checkpoint a stage resumes
 from is decided in :mod:`hargo.training.checkpoints`. Tested in ``tests/test_rl.py``
 (resume after any checkpoint equals the uninterrupted run) and ``tests/test_rl_distributed.py``.
 """
@@ -26,7 +29,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hargo.io import atomic_write_json
 from hargo.training.checkpoints import METHOD_STATE_NAME, read_method_state
-from hargo.training.sampling import EpochRepeatSampler
+from hargo.training.sampling import EpochRepeatSampler, TaskQuotaSampler
 
 __all__ = ["ResumeMixin"]
 
@@ -36,6 +39,10 @@ class ResumeMixin:
 
     #: the sampler of the current run, set by :meth:`_get_train_sampler`
     _train_sampler: EpochRepeatSampler | None = None
+    #: None, or task -> prompts of that task in every step (summing to the step's prompts),
+    #: read from the dataset's ``task_column``; set it before ``train()`` (the synthetic test
+    #: bed's ``synthetic.rl.prompts_per_step_per_task``)
+    prompt_quota: dict[str, int] | None = None
 
     # ------------------------------------------------------------------ data order
 
@@ -44,11 +51,15 @@ class ResumeMixin:
         order in an uninterrupted run; the right epoch's order after a resume)."""
         if dataset is None:
             dataset = self.train_dataset
-        sampler = EpochRepeatSampler(
-            data_source=dataset, mini_repeat_count=self.num_generations,
-            batch_size=self.args.generation_batch_size // self.num_generations,
-            repeat_count=self.num_iterations * self.args.steps_per_generation,
-            shuffle=self.shuffle_dataset, seed=self.args.seed)
+        kw = dict(data_source=dataset, mini_repeat_count=self.num_generations,
+                  batch_size=self.args.generation_batch_size // self.num_generations,
+                  repeat_count=self.num_iterations * self.args.steps_per_generation,
+                  shuffle=self.shuffle_dataset, seed=self.args.seed)
+        if self.prompt_quota:
+            sampler = TaskQuotaSampler(**kw, tasks=list(dataset[self.task_column]),
+                                       quota=self.prompt_quota)
+        else:
+            sampler = EpochRepeatSampler(**kw)
         self._train_sampler = sampler
         return sampler
 

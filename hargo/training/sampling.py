@@ -16,15 +16,20 @@ first), so a fresh sampler told its epoch (``set_epoch``, transformers' and acce
 which :class:`hargo.training.grpo.HargoGRPOTrainer` also calls itself at the start of every
 epoch) continues where the interrupted run's left off. An uninterrupted run's order is unchanged
 (tested against TRL's sampler in ``tests/test_rl.py``).
+
+:class:`TaskQuotaSampler` is the same sampler with a fixed number of prompts of each task in
+every chunk (a step's prompts): the synthetic test bed's ``synthetic.rl.prompts_per_step_per_task``,
+installed through the trainer's ``prompt_quota`` hook (:class:`hargo.training.resume.ResumeMixin`).
 """
 from __future__ import annotations
 
-from typing import Iterator, Sized
+import random
+from typing import Iterator, Mapping, Sequence, Sized
 
 import torch
 from trl.trainer.utils import RepeatSampler
 
-__all__ = ["EpochRepeatSampler"]
+__all__ = ["EpochRepeatSampler", "TaskQuotaSampler"]
 
 
 class EpochRepeatSampler(RepeatSampler):
@@ -85,3 +90,60 @@ class EpochRepeatSampler(RepeatSampler):
                     for _ in range(self.mini_repeat_count):
                         yield index
         self.epoch += 1
+
+
+class TaskQuotaSampler(EpochRepeatSampler):
+    """:class:`EpochRepeatSampler` whose every chunk of ``batch_size`` prompts holds exactly
+    ``quota[t]`` prompts of each task ``t``, the pool unchanged.
+
+    Epoch ``e``: each task's rows (in dataset order) are shuffled by
+    ``random.Random(f"hargo.quota:{seed}:{e}:{t}")`` (kept in order without ``shuffle``); chunk
+    ``c`` is rows ``c*quota[t] .. (c+1)*quota[t]-1`` of each task's order, the tasks in
+    ``quota``'s order. An epoch has ``min_t n_t // quota[t]`` chunks (over tasks with a quota
+    > 0; ``n_t`` the task's rows); the rest of a task's rows wait for a later epoch's order.
+    Repeats and chunking are the parent's (each index ``mini_repeat_count`` times in a row,
+    each chunk ``repeat_count`` times).
+
+    Args:
+        tasks: the task of every dataset row (``len(data_source)`` names).
+        quota: task -> prompts per chunk (0: none of the task), summing to ``batch_size``.
+        (the rest): :class:`EpochRepeatSampler`'s.
+
+    Raises:
+        ValueError: ``tasks`` of another length than the dataset; a quota that does not sum
+            to ``batch_size``, names a task the dataset lacks, or exceeds a task's rows.
+    """
+
+    def __init__(self, data_source: Sized, mini_repeat_count: int, batch_size: int = 1,
+                 repeat_count: int = 1, shuffle: bool = True, seed: int | None = None, *,
+                 tasks: Sequence[str], quota: Mapping[str, int]):
+        super().__init__(data_source, mini_repeat_count, batch_size=batch_size,
+                         repeat_count=repeat_count, shuffle=shuffle, seed=seed)
+        if len(tasks) != self.num_samples:
+            raise ValueError(f"TaskQuotaSampler: {len(tasks)} task names for "
+                             f"{self.num_samples} rows")
+        self.quota = {t: int(n) for t, n in quota.items() if int(n) > 0}
+        if sum(self.quota.values()) != batch_size:
+            raise ValueError(f"TaskQuotaSampler: the quota {dict(quota)} sums to "
+                             f"{sum(self.quota.values())}, not the {batch_size} prompts a step")
+        self.rows = {t: [i for i, x in enumerate(tasks) if x == t] for t in self.quota}
+        short = {t: n for t, n in self.quota.items() if n > len(self.rows[t])}
+        if short:
+            raise ValueError(f"TaskQuotaSampler: the quota {short} exceeds the task's rows "
+                             f"{ {t: len(self.rows[t]) for t in short} }")
+        self.chunks = min(len(self.rows[t]) // n for t, n in self.quota.items())
+
+    def permutation(self, epoch: int) -> list[int]:
+        """Epoch ``epoch``'s order: ``chunks * batch_size`` indices, each consecutive
+        ``batch_size`` of them one chunk with the quota of every task (class docstring)."""
+        order = {}
+        for t, rows in self.rows.items():
+            rows = list(rows)
+            if self.shuffle:
+                random.Random(f"hargo.quota:{self.base_seed}:{int(epoch)}:{t}").shuffle(rows)
+            order[t] = rows
+        return [i for c in range(self.chunks) for t, n in self.quota.items()
+                for i in order[t][c * n:(c + 1) * n]]
+
+    def __len__(self) -> int:
+        return self.chunks * self.batch_size * self.mini_repeat_count * self.repeat_count
