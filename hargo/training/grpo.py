@@ -7,7 +7,10 @@ surrogate, the KL estimators, the clip fractions, the masked means and the weigh
 
 Pinned to **TRL 1.16.0** (``pyproject.toml``: ``trl==1.16.0``). The extension overrides these
 *private* methods of TRL 1.16's ``trl.trainer.grpo_trainer.GRPOTrainer``, whose layout changes
-between TRL minors; re-read them and re-run ``tests/test_rl.py`` before moving the pin:
+between TRL minors; each is declared, with why no public API serves and the signature it was
+written against, in :mod:`hargo.training.trl_seam`, which the trainer checks when it is built
+(``tests/test_trl_seam.py``). Re-read them and re-run ``tests/test_rl.py`` and
+``tests/test_loss_path.py`` before moving the pin:
 
 ``_calculate_rewards``
     calls TRL's and keeps the rewards it returns, already gathered from every process.
@@ -153,6 +156,9 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
                                f"TRL {trl.__version__} is installed. Re-check the overrides "
                                "(hargo/training/grpo.py) and tests/test_rl.py before moving "
                                "the pin")
+        from hargo.training.trl_seam import check_seam
+
+        check_seam()     # each overridden private method as written against (readable error)
         self.method = method
         self.spec = spec
         self.hargo_config = hargo_config or HargoConfig()
