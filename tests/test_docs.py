@@ -2,10 +2,13 @@
 
 - ``mkdocs build --strict`` (mkdocs.yml: every link problem is a warning, so a link to a missing
   docs page or image, a broken ``#anchor`` or a page left out of the nav fails the build);
+- the site has the tutorial, the how-to guides, the reference and the results log, and
+  docs/method.md no dated heading (issue 41 item 6: dated measurements live in docs/results.md);
 - README.md has at most 250 lines (issue 28: measurements, operations and the rest live in docs/);
 - every relative link in README.md and docs/**/*.md points at an existing file, and a link from
   the README into a Markdown file with an ``#anchor`` names a heading of that file (GitHub's
-  anchors; MkDocs checks the docs pages' own anchors).
+  anchors; MkDocs checks the docs pages' own anchors);
+- docs/reference/cli.md names every ``hargo`` command and option (it is written from ``--help``).
 """
 from __future__ import annotations
 
@@ -102,8 +105,18 @@ def test_docs_site_builds_strict(tmp_path):
          str(ROOT / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}{proc.stderr}"
-    assert (tmp_path / "site" / "index.html").is_file()
-    assert (tmp_path / "site" / "results" / "index.html").is_file()
+    for page in ("index.html", "results/index.html", "tutorial/index.html",
+                 "howto/index.html", "reference/cli/index.html",
+                 "reference/registries/index.html"):   # issue 41 item 6: the four kinds + the log
+        assert (tmp_path / "site" / page).is_file(), page
+
+
+def test_the_explanation_carries_no_dated_log():
+    """Issue 41 item 6: docs/method.md explains; what was measured, and when, is the results log
+    (docs/results.md). A heading with a date in method.md is a log entry in the wrong page."""
+    dated = [h for _, h in _HEADING.findall(_FENCE.sub("", (DOCS / "method.md").read_text()))
+             if re.search(r"\b20\d\d-\d\d-\d\d\b", h)]
+    assert not dated, f"dated headings in docs/method.md (move them to docs/results.md): {dated}"
 
 
 def test_the_readmes_dvc_exp_show_line_fits_120_columns():
@@ -125,3 +138,31 @@ def test_the_readmes_dvc_exp_show_line_fits_120_columns():
     header = next(ln for ln in lines if "Experiment" in ln).split()
     assert header == ["Experiment", "hargo.avg_score", "hargo.dr_f1", "hargo.dr_mcc",
                       "sft.avg_score", "rl.learning_rate"]
+
+
+def test_the_cli_reference_names_every_command_and_option():
+    """docs/reference/cli.md is written from `hargo <command> --help`: every command of the Typer
+    app has its section (`### hargo <command>`) and every option of it appears there (the
+    common `--params`/`--set` once, at the top), so a new command or option fails here until
+    the reference has it."""
+    import typer
+
+    from hargo.cli import app
+
+    page = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
+    sections = dict(re.findall(r"^### hargo (\S+)\n(.*?)(?=^### |\Z)", page, re.S | re.M))
+    cli = typer.main.get_command(app)
+    missing = []
+    for name in cli.list_commands(None):
+        if name not in sections:
+            missing.append(f"hargo {name} (no '### hargo {name}' section)")
+            continue
+        for param in cli.get_command(None, name).params:
+            opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")]
+            where = page if param.name in ("params", "set_") else sections[name]
+            if param.name != "help" and not any(f"`{o}`" in where for o in opts):
+                missing.append(f"hargo {name} {'/'.join(opts) or param.name}")
+    stale = sorted(set(sections) - set(cli.list_commands(None)))
+    assert not missing and not stale, (
+        "docs/reference/cli.md is out of date with `hargo --help`:\n  missing: "
+        + ", ".join(missing) + "\n  no such command: " + ", ".join(stale))
