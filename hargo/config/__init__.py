@@ -42,6 +42,7 @@ from typing import Any, Iterable, Mapping
 
 from hargo.config.loading import apply_overrides, read_params_file
 from hargo.config.fields import REQUIRED, check_value, describe_range, field_info, knob, node
+from hargo.config import names
 from hargo.config.gate_rule import check_gate_params
 from hargo.config.synthetic import (SyntheticBootstrap, SyntheticData, SyntheticEvaluate,
                                     SyntheticPolicy, SyntheticRL, SyntheticSFT, check_synthetic,
@@ -342,6 +343,7 @@ class RL(_MethodBlocks):
             registries.check_method("rl.methods", m, rl_only=True)
         if len(set(methods)) != len(methods):
             raise ParamsError(f"rl.methods: duplicate method in {methods}")
+        names.check_stage_keys("rl.methods", "rl", methods)         # dvc.yaml's foreach
         ds = raw.get("dynamic_sampling")
         if ds is not None and not isinstance(ds, Mapping):
             raise ParamsError(f"rl.dynamic_sampling: expected a mapping, got {ds!r}")
@@ -560,6 +562,8 @@ class Compare(_MethodBlocks):
                     registries.check_method(key, x)
                 elif not isinstance(x, int) or isinstance(x, bool) or x < 0:
                     raise ParamsError(f"{key}: seeds must be integers >= 0, got {x!r}")
+            if k == "methods":                       # compare/dvc.yaml's matrix
+                names.check_stage_keys(key, "compare_train", v)
 
 
 # ----------------------------------------------------------------------------------- synthetic
@@ -568,6 +572,10 @@ class Mlflow:
     """``mlflow``: experiment tracking."""
 
     experiment: str = _str("hargo", "MLflow experiment name")
+
+    @staticmethod
+    def _after(value: "Mlflow", key: str, root: Mapping) -> None:
+        names.check_experiment_name("mlflow.experiment", value.experiment)   # MLflow's rule
 
 
 @section
@@ -845,6 +853,7 @@ def _build_root(params: dict, synthetic: bool = False) -> Config:
                               f"'rewards.answer.max_chars.{t}')")
     if cfg.compare is not None:
         _answer_budgets(cfg, params)
+    names.check_param_keys(params)          # every key as MLflow logs it (hargo.tracking)
     object.__setattr__(cfg, "_params", MappingProxyType(copy.deepcopy(params)))
     return cfg
 
