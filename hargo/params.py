@@ -17,16 +17,37 @@ from hargo.param_values import ParamsError, as_number  # noqa: F401  (public her
 
 #: The output of the ``params`` stage (dvc.yaml's first stage; ``hargo check-params``).
 CHECKED_STAMP = "reports/params-valid.txt"
-#: Its content, the same for every valid params.yaml: a valid change re-runs only the stages
-#: that read the changed keys, never the stages downstream of the stamp as such.
-CHECKED_TEXT = ("params.yaml passed hargo.params.validate_params; every stage of dvc.yaml and "
-                "compare/dvc.yaml depends on this file\n")
+
+
+def checked_text(params_path: str | Path = "params.yaml") -> str:
+    """The stamp's content for ``params_path``: the same for every valid file at that path, so
+    a valid change re-runs only the stages that read the changed keys, never the stages
+    downstream of the stamp as such."""
+    return (f"{Path(params_path).as_posix()} passed hargo.params.validate_params; every stage "
+            "of dvc.yaml and compare/dvc.yaml depends on this file\n")
+
+
+#: The stamp's content for the pipeline's params.yaml (what dvc.lock records).
+CHECKED_TEXT = checked_text("params.yaml")
+
+
+def drop_checked_stamp(root: str | Path = ".") -> bool:
+    """Remove :data:`CHECKED_STAMP` under ``root`` (a check by hand that failed: the stamp would
+    still say an earlier params.yaml passed). Returns whether there was one. Under DVC
+    (``$DVC_STAGE`` set) the CLI keeps it instead: the stage's output is ``persist``, DVC
+    records nothing for a failed stage, and the other stages stay up to date."""
+    stamp = Path(root) / CHECKED_STAMP
+    if stamp.is_file():
+        stamp.unlink()
+        return True
+    return False
 
 
 def write_checked_stamp(params_path: str | Path = "params.yaml", root: str | Path = ".") -> Path:
     """The ``params`` stage: validate ``params_path`` (:func:`load_params`), then write each RL
     method's resolved knobs (:func:`hargo.resolved_params.write_method_blocks`, what the RL
-    stages depend on) and :data:`CHECKED_STAMP` under ``root``. Returns the stamp's path.
+    stages depend on) and :data:`CHECKED_STAMP` under ``root`` (its text: :func:`checked_text`
+    of ``params_path``). Returns the stamp's path.
 
     Every other stage depends on the stamp, so ``dvc repro`` and ``dvc exp run -S key=value``
     run this stage first: DVC deletes a stage's outputs just before running it, so a value that
@@ -42,7 +63,7 @@ def write_checked_stamp(params_path: str | Path = "params.yaml", root: str | Pat
 
     params = load_params(Path(root) / params_path)
     write_method_blocks(params, root)       # reports/method-params/<method>.json
-    return atomic_write_text(Path(root) / CHECKED_STAMP, CHECKED_TEXT)
+    return atomic_write_text(Path(root) / CHECKED_STAMP, checked_text(params_path))
 
 
 #: The range a learning rate is plausible in, for full fine-tuning and LoRA alike (the paper's

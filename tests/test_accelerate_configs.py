@@ -279,6 +279,9 @@ def _fake_cluster(tmp_path: Path, nodes: list[str]) -> tuple[Path, dict]:
                 'echo "srun ${opts[*]}" >> "$CALLS"\n'
                 'for ((i = 0; i < n; i++)); do SLURM_PROCID=$i "$@"; done',
         "accelerate": 'echo "accelerate rank=$SLURM_PROCID $*" >> "$CALLS"',
+        # the nodes' cluster addresses: gpu-<n> -> 10.0.0.<n>, three lines as getent prints
+        "getent": '[[ $1 == ahostsv4 && $2 == gpu-* ]] || exit 2\n'
+                  'for kind in STREAM DGRAM RAW; do echo "10.0.0.${2#gpu-}  $kind $2"; done',
         "hargo": 'echo "hargo $*" >> "$CALLS"',
     }
     for name, body in scripts.items():
@@ -325,7 +328,7 @@ def test_sbatch_recipe_launches_n_training_nodes_and_one_vllm_server(tmp_path):
     calls = log.read_text().splitlines()
     # the server step runs in the background: its lines may come before or among the others
     server = ["srun --nodes=1 --ntasks=1 --nodelist=gpu-3",
-              "hargo vllm-serve --tensor-parallel-size 1 --data-parallel-size 1 "
+              "hargo vllm-serve --host 10.0.0.3 --tensor-parallel-size 1 --data-parallel-size 1 "
               f"--params {env['PARAMS']} -S rl.vllm_server.port={port}"]
     assert [c for c in calls if c in server] == server
     calls = [c for c in calls if c not in server]
@@ -344,7 +347,44 @@ def test_sbatch_recipe_launches_n_training_nodes_and_one_vllm_server(tmp_path):
         i = words.index("-m")
         assert words[i:] == ["-m", "hargo.cli", "rl", "--method", "hargo",
                              "--params", env["PARAMS"],
-                             "-S", "rl.vllm_server.host=gpu-3", "-S", f"rl.vllm_server.port={port}"]
+                             "-S", "rl.vllm_server.host=10.0.0.3",
+                             "-S", f"rl.vllm_server.port={port}"]
+
+
+def test_sbatch_recipe_binds_the_server_to_one_cluster_address(tmp_path):
+    """The server's command names exactly one address to bind, the server node's cluster
+    address (not a wildcard, not loopback), and the trainers reach it at that same address;
+    ``VLLM_HOST`` picks another (an InfiniBand address); a node whose name resolves to nothing
+    or to loopback is refused before anything starts."""
+    import ipaddress
+
+    log, env = _fake_cluster(tmp_path, ["gpu-1", "gpu-2", "gpu-3"])
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["rl"]["generation_backend"] = "vllm-server"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))
+    env["PARAMS"] = str(tmp_path / "p.yaml")
+    sbatch = ["bash", str(ROOT / "scripts" / "slurm" / "hargo.sbatch"), "rl", "--method", "hargo"]
+    for extra, want in (({}, "10.0.0.3"), ({"VLLM_HOST": "192.168.7.3"}, "192.168.7.3")):
+        log.unlink(missing_ok=True)
+        r = subprocess.run(sbatch, cwd=ROOT, env={**env, **extra}, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        calls = log.read_text().splitlines()
+        serve = shlex.split(next(c for c in calls if c.startswith("hargo vllm-serve")))
+        hosts = [serve[i + 1] for i, w in enumerate(serve) if w == "--host"]
+        assert hosts == [want]
+        addr = ipaddress.ip_address(hosts[0])
+        assert not (addr.is_unspecified or addr.is_loopback)
+        for c in calls:
+            if c.startswith("accelerate"):
+                assert f"rl.vllm_server.host={want}" in shlex.split(c)
+    (Path(env["HARGO_VENV"]) / "bin" / "getent").write_text(
+        '#!/bin/bash\necho "127.0.1.1  STREAM $2"\n')
+    log.unlink(missing_ok=True)
+    r = subprocess.run(sbatch, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and not log.exists()
+    assert "server node gpu-3: no cluster address to bind ('127.0.1.1'); set VLLM_HOST" \
+        in r.stderr
 
 
 def test_sbatch_recipe_without_a_server_node(tmp_path):

@@ -107,7 +107,8 @@ def test_an_unknown_key_at_any_depth_is_refused_by_name(raw, dotted, match):
     ("synthetic.rl.num_generations", 1, r"^synthetic\.rl\.num_generations: must be >= 2, got 1"),
     ("synthetic.seeds", [-1, 2], r"^synthetic\.seeds: a non-empty list of distinct integers >= 0"),
     ("synthetic.evaluate.max_new_tokens", {"syn_yesno": 4},
-     r"^synthetic\.evaluate\.max_new_tokens: expected one integer per task"),
+     r"^synthetic\.evaluate\.max_new_tokens\.syn_short: missing \(no key "
+     r"'synthetic\.evaluate\.max_new_tokens\.syn_short'"),
     ("register.gate_metrics", ["dr_f1", "loss"],
      r"^register\.gate_metrics: unknown gate metric 'loss'"),
 ])

@@ -301,7 +301,8 @@ def test_vllm_serve_serves_the_sft_model_at_the_configured_port(tmp_path):
     assert cmd[0] == "VLLM_SERVER_DEV_MODE=1"
     assert cmd[2:6] == ["-m", "vllm.entrypoints.cli.main", "serve", params["sft"]["out_dir"]]
     flags = dict(zip(cmd[6::1], cmd[7::1]))
-    assert flags["--port"] == "8123" and flags["--host"] == "0.0.0.0"
+    assert flags["--port"] == "8123" and flags["--host"] == "127.0.0.1"   # loopback by default
+    assert cmd.count("--host") == 1
     assert flags["--tensor-parallel-size"] == "2"
     assert flags["--max-model-len"] == str(vllm_max_len(params)) == "432"
     assert flags["--weight-transfer-config"] == '{"backend": "nccl"}'
@@ -311,6 +312,27 @@ def test_vllm_serve_serves_the_sft_model_at_the_configured_port(tmp_path):
         assert r.returncode == 1
         assert "vllm-server (TRL's vLLM server mode) cannot run here" in r.stderr
         assert "no CUDA device" in r.stderr
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]", "0", "0x0", " "])
+def test_vllm_serve_refuses_to_bind_every_interface(tmp_path, host):
+    """The server runs with VLLM_SERVER_DEV_MODE=1, whose weight-update and engine-control
+    endpoints take no key: ``--host`` a wildcard address is refused (exit 2, naming what to bind
+    instead) before anything is read or started; one address (loopback, a node's) is taken."""
+    from typer.testing import CliRunner
+
+    from hargo.cli import app
+    from hargo.training.vllm_rollout import check_serve_host, serve_command
+
+    r = CliRunner().invoke(app, ["vllm-serve", "--dry-run", "--host", host,
+                                 "--params", str(tmp_path / "absent.yaml")])
+    assert r.exit_code == 2, r.output
+    assert f"--host {host!r} binds every interface" in r.output
+    assert "bind 127.0.0.1" in r.output and "cluster address" in r.output
+    with pytest.raises(ValueError, match="binds every interface"):
+        serve_command("models/sft", 8000, host=host)
+    for ok in ("127.0.0.1", "10.0.0.3", "gpu-node-07", "::1"):
+        assert check_serve_host(ok) == ok
 
 
 def test_vllm_serve_without_a_server_block_names_the_key(tmp_path):

@@ -24,9 +24,16 @@ own dataclasses: its generator, tiny policy and plan read them), and ``register`
 the promotion gate's rule, :mod:`hargo.config.gate_rule` (:mod:`hargo.gate` imports it from
 there).
 
+The rules that relate a section to others (the answer budgets, ``rewards.answer.max_chars``
+naming every tuned task) are :mod:`hargo.config.cross`'s, run for the whole config and for a
+section built alone (:func:`as_section`); the names MLflow and DVC constrain
+(``register.model_name``, ``mlflow.experiment``, the params keys, the stage names made from
+``rl.methods`` / ``compare.methods``) are checked against those libraries' rules by
+:mod:`hargo.config.names`.
+
 Imports: :mod:`hargo.param_values`, the config's own modules (:mod:`~hargo.config.fields`,
-:mod:`~hargo.config.loading`, :mod:`~hargo.config.synthetic`, :mod:`~hargo.config.gate_rule`)
-and (lazily, when a config is built) the method and task registries and
+:mod:`~hargo.config.loading`, :mod:`~hargo.config.synthetic`, :mod:`~hargo.config.gate_rule`,
+:mod:`~hargo.config.cross`, :mod:`~hargo.config.names`) and (lazily, when a config is built) the method and task registries and
 :mod:`hargo.generation_budget`. Nothing of training, evaluation, comparison, data, models or
 the gate is imported, and no torch (``python -X importtime -c "import hargo.config"``;
 tests/test_config_layers.py).
@@ -42,6 +49,8 @@ from typing import Any, Iterable, Mapping
 
 from hargo.config.loading import apply_overrides, read_params_file
 from hargo.config.fields import REQUIRED, check_value, describe_range, field_info, knob, node
+from hargo.config import cross, names
+from hargo.config.cross import CHARS_PER_TOKEN_BOUND
 from hargo.config.gate_rule import check_gate_params
 from hargo.config.synthetic import (SyntheticBootstrap, SyntheticData, SyntheticEvaluate,
                                     SyntheticPolicy, SyntheticRL, SyntheticSFT, check_synthetic,
@@ -57,9 +66,6 @@ section = dataclass(frozen=True, kw_only=True)
 #: ``rl.generation_backend``: TRL's transformers generation, its colocated vLLM engine, or a vLLM
 #: server started apart (``rl.vllm_server``; hargo/training/vllm_rollout.py).
 GENERATION_BACKENDS = ("transformers", "vllm", "vllm-server")
-#: characters a generated token may take, at most, for the degenerate-answer budget check
-#: (SmolLM2's BPE averages ~4 characters a token on the HPC-GPT answers).
-CHARS_PER_TOKEN_BOUND = 8
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -351,6 +357,7 @@ class RL(_MethodBlocks):
             registries.check_method("rl.methods", m, rl_only=True)
         if len(set(methods)) != len(methods):
             raise ParamsError(f"rl.methods: duplicate method in {methods}")
+        names.check_stage_keys("rl.methods", "rl", methods)         # dvc.yaml's foreach
         ds = raw.get("dynamic_sampling")
         if ds is not None and not isinstance(ds, Mapping):
             raise ParamsError(f"rl.dynamic_sampling: expected a mapping, got {ds!r}")
@@ -521,7 +528,8 @@ class CompareReport:
     """``compare.report``: the comparison's bootstrap."""
 
     bootstrap_resamples: int = _int(REQUIRED, "bootstrap resamples", 100)
-    confidence: float = knob(REQUIRED, "interval confidence", 0, 1, lo_open=True)
+    confidence: float = knob(REQUIRED, "interval confidence", 0, 1, lo_open=True,
+                             hi_open=True)    # as every confidence: 1.0 is no interval
 
 
 @section
@@ -569,6 +577,8 @@ class Compare(_MethodBlocks):
                     registries.check_method(key, x)
                 elif not isinstance(x, int) or isinstance(x, bool) or x < 0:
                     raise ParamsError(f"{key}: seeds must be integers >= 0, got {x!r}")
+            if k == "methods":                       # compare/dvc.yaml's matrix
+                names.check_stage_keys(key, "compare_train", v)
 
 
 # ----------------------------------------------------------------------------------- synthetic
@@ -577,6 +587,10 @@ class Mlflow:
     """``mlflow``: experiment tracking."""
 
     experiment: str = _str("hargo", "MLflow experiment name")
+
+    @staticmethod
+    def _after(value: "Mlflow", key: str, root: Mapping) -> None:
+        names.check_experiment_name("mlflow.experiment", value.experiment)   # MLflow's rule
 
 
 @section
@@ -659,10 +673,12 @@ class Config:
         :func:`hargo.compare.synthetic.stage_params`); recorded as :attr:`synthetic_tasks`.
 
         Raises:
-            ParamsError: the first unknown, missing, mistyped or out-of-range key, named by its
-                dotted path (``rl.num_generations: must be >= 2, got 1``), or a per-task map
-                naming a task outside the universe (``rl.max_new_tokens.race_c: unknown
-                task``)."""
+            ParamsError: ``params`` is not a mapping (None included); the first unknown,
+                missing, mistyped or out-of-range key, named by its dotted path
+                (``rl.num_generations: must be >= 2, got 1``), or a per-task map naming a task
+                outside the universe (``rl.max_new_tokens.race_c: unknown task``)."""
+        if not isinstance(params, Mapping):             # None, a list, a path: not a TypeError
+            raise ParamsError(f"params: expected a mapping of sections, got {params!r}")
         return _build_root(copy.deepcopy(dict(params)), synthetic=bool(synthetic))
 
     def to_dict(self) -> dict:
@@ -805,40 +821,10 @@ def _method_block(method, root: Mapping):
     return MappingProxyType(out)
 
 
-def _answer_budgets(cfg: Config, params: Mapping) -> None:
-    """Each task's ``rewards.answer.max_chars`` must leave room for what its generation budgets
-    can produce (:data:`CHARS_PER_TOKEN_BOUND` characters a token), so that no honest completion
-    is degenerate by length (``hargo.rewards.text``). ``cfg``: the config built from the
-    normalised ``params`` (its task universe, its typed ``max_chars``); the budgets are read by
-    their dotted keys from ``params``, the keys the message names."""
-    from hargo.config.registries import task_budget, task_names, tuned_tasks
-
-    synthetic = cfg.synthetic_tasks
-    tuned = tuned_tasks(synthetic)
-    named = cfg.rewards.answer.max_chars
-    for task in (t for t in task_names(synthetic) if t in tuned or t in named):
-        have = named[task]
-        for key in ("rl.max_new_tokens", "evaluate.max_new_tokens",
-                    "compare.evaluate.max_new_tokens"):
-            sec, *rest = key.split(".")
-            raw = params.get(sec)
-            for r in rest:
-                raw = raw.get(r) if isinstance(raw, Mapping) else None
-            if raw is None:
-                continue
-            tokens = task_budget(raw, task, key)
-            need = CHARS_PER_TOKEN_BOUND * tokens
-            if have < need:
-                raise ParamsError(
-                    f"rewards.answer.max_chars.{task}: {have} characters is less than {key} "
-                    f"allows ({tokens} tokens x {CHARS_PER_TOKEN_BOUND}); "
-                    f"raise it to >= {need}, or an honest long answer would count as degenerate")
-
-
 def _build_root(params: dict, synthetic: bool = False) -> Config:
     """:class:`Config` of ``params``, whose values are normalised in place; its per-task maps
     checked against the task universe ``synthetic`` (:meth:`Config.from_params`)."""
-    from hargo.config.registries import raw_file_tasks, tuned_tasks
+    from hargo.config.registries import raw_file_tasks
 
     if not isinstance(params, Mapping):
         raise ParamsError(f"params: expected a mapping of sections, got {params!r}")
@@ -848,12 +834,7 @@ def _build_root(params: dict, synthetic: bool = False) -> Config:
         if t not in cfg.validate.task_counts:     # section built alone may bound fewer)
             raise ParamsError(f"validate.task_counts.{t}: missing (no key "
                               f"'validate.task_counts.{t}')")
-    for t in tuned_tasks(synthetic):                               # tuned in params.yaml
-        if t not in cfg.rewards.answer.max_chars:
-            raise ParamsError(f"rewards.answer.max_chars.{t}: missing (no key "
-                              f"'rewards.answer.max_chars.{t}')")
-    if cfg.compare is not None:
-        _answer_budgets(cfg, params)
+    cross.whole(cfg, params)              # the answer budgets, max_chars, MLflow's key rule
     object.__setattr__(cfg, "_params", MappingProxyType(copy.deepcopy(params)))
     return cfg
 
@@ -886,11 +867,15 @@ def as_section(params: "Config | Mapping", name: str, synthetic: bool | None = N
     :class:`Config`'s own node, or that section of a params mapping built and checked alone (for
     public functions that tests call with only the sections they read); ``synthetic``: the task
     universe of its per-task maps, as :func:`as_config`'s; ``required``: an optional section
-    (``compare``, ``synthetic``) that the caller needs is refused when absent or null.
+    (``compare``, ``synthetic``) that the caller needs is refused when absent or null. A
+    section built alone gets the rules that relate it to the sections the mapping has
+    (:func:`hargo.config.cross.section_alone`: the answer budgets of ``rewards``, ``rl``,
+    ``evaluate``, ``compare``), as the whole config does.
 
     Raises:
-        ParamsError: no such section, the section's first bad key (by its dotted name), a
-            Config of the other universe, or (``required``) ``<name>: missing (no key ...)``."""
+        ParamsError: ``params`` neither a Config nor a mapping, no such section, the section's
+            first bad key (by its dotted name) or cross-section rule, a Config of the other
+            universe, or (``required``) ``<name>: missing (no key ...)``."""
     value = _section(params, name, synthetic)
     if required and value is None:
         raise ParamsError(f"{name}: missing (no key '{name}')")
@@ -900,6 +885,8 @@ def as_section(params: "Config | Mapping", name: str, synthetic: bool | None = N
 def _section(params: "Config | Mapping", name: str, synthetic: bool | None):
     if isinstance(params, Config):
         return getattr(_check_universe(params, synthetic), name)
+    if not isinstance(params, Mapping):
+        raise ParamsError(f"params: expected a Config or a mapping of sections, got {params!r}")
     f = _SECTION_FIELDS.get(name)
     if f is None:
         raise ParamsError(f"{name}: unknown section (known: {', '.join(SECTIONS)})")
@@ -911,7 +898,9 @@ def _section(params: "Config | Mapping", name: str, synthetic: bool | None):
     if f.metadata.get("kind") == "node":
         if raw is None and f.metadata["nullable"]:
             return None
-        return _build(f.metadata["node"], raw, name, params, bool(synthetic))
+        value = _build(f.metadata["node"], raw, name, params, bool(synthetic))
+        cross.section_alone(name, value, raw, params, bool(synthetic))   # the rules it shares
+        return value
     return check_value(name, raw, f.metadata)
 
 

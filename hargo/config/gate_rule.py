@@ -2,13 +2,15 @@
 accepts. It lives in the config package, below the gate, so that checking params.yaml (the
 ``params`` stage, :class:`hargo.config.Register`) imports no gate, statistics or numpy;
 :mod:`hargo.gate` imports :data:`GATE_METRICS`, :class:`GateParams` and
-:func:`check_gate_params` from here. Imports only :mod:`hargo.param_values`.
+:func:`check_gate_params` from here. Imports only :mod:`hargo.param_values` and
+:mod:`hargo.config.names`.
 """
 from __future__ import annotations
 
 import math
 from typing import Mapping, NamedTuple
 
+from hargo.config.names import check_model_name
 from hargo.param_values import ParamsError
 
 __all__ = ["GATE_METRICS", "GateParams", "check_gate_params"]
@@ -34,13 +36,15 @@ def check_gate_params(params_register: Mapping) -> GateParams:
     ``resamples`` to 2000, ``confidence`` to 0.95).
 
     Raises:
-        ParamsError: (a ValueError) empty model name, unknown gate metric (names it and the
+        ParamsError: (a ValueError) empty model name or one MLflow's registry refuses
+            (:func:`hargo.config.names.check_model_name`), unknown gate metric (names it and the
             valid ones), a negative or non-numeric tolerance, ``resamples`` not an integer
             >= 100, ``confidence`` outside (0, 1); each message names its ``register.<key>``.
     """
     name = params_register.get("model_name")
     if not isinstance(name, str) or not name.strip():
         raise ParamsError(f"register.model_name: expected a non-empty name, got {name!r}")
+    check_model_name("register.model_name", name)      # MLflow's rule (hargo/config/names.py)
     gates = params_register.get("gate_metrics")
     if not isinstance(gates, list) or not gates:
         raise ParamsError(f"register.gate_metrics: expected a non-empty list, got {gates!r}")

@@ -15,11 +15,55 @@ from hargo.param_values import ParamsError
 __all__ = ["ParamsLoader", "get", "apply_overrides", "read_params_file"]
 
 
-class ParamsLoader(yaml.SafeLoader):
+class _UniqueKeys:
+    """A loader mixin: a key given twice in one mapping is a :class:`ParamsError`."""
+
+    def construct_document(self, node):
+        """Refuse duplicate keys anywhere in the document, then construct it as PyYAML does."""
+        _refuse_duplicate_keys(node, "", getattr(self, "name", "<params>"), set())
+        return super().construct_document(node)
+
+
+class ParamsLoader(_UniqueKeys, yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2's float syntax: PyYAML follows YAML 1.1, which reads
     ``1e-5`` and ``1e-05`` (what ``dvc exp run -S`` writes) as *strings*; here every float
     spelling YAML 1.2 allows (``1e-5``, ``1E-5``, ``1e-05``, ``.5``, ``5.0e-5``, ``+1.5``,
-    ``.inf``, ``.nan``) is a float."""
+    ``.inf``, ``.nan``) is a float.
+
+    A key given twice in one mapping is refused (:class:`ParamsError` naming the file, the line
+    and the dotted key): PyYAML keeps the last one silently, while DVC's parser (ruamel.yaml)
+    refuses the file, so the stages would run with a value ``dvc exp show`` never records.
+    Merge keys (``<<: *anchor``) and the keys they bring in are not duplicates."""
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def _refuse_duplicate_keys(node, path: str, where: str, seen: set) -> None:
+    """Walk the composed YAML ``node``; raise at the first mapping that gives a key twice."""
+    if id(node) in seen:                          # an alias met again
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                _refuse_duplicate_keys(value_node, path, where, seen)
+                continue
+            name = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            dotted = f"{path}{name}"
+            tag_name = (key_node.tag, name)
+            if tag_name in first:
+                at = "" if where.startswith("<") else \
+                    f"{where}, line {key_node.start_mark.line + 1}: "     # a file, not a -S value
+                raise ParamsError(
+                    f"{at}duplicate key '{dotted}' (first on line {first[tag_name] + 1}); PyYAML "
+                    "would keep the last one, DVC refuses it: keep one")
+            first[tag_name] = key_node.start_mark.line
+            _refuse_duplicate_keys(value_node, f"{dotted}.", where, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, f"{path}{i}.", where, seen)
 
 
 ParamsLoader.yaml_implicit_resolvers = {
@@ -33,6 +77,12 @@ ParamsLoader.add_implicit_resolver(
                   |[-+]?\.(?:inf|Inf|INF)
                   |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
+
+class _OverrideLoader(_UniqueKeys, yaml.SafeLoader):
+    """PyYAML's safe loader (YAML 1.1, as ``-S`` values were always read) refusing a key given
+    twice in a value (``-S 'rl.max_new_tokens={plp: 40, plp: 80}'``), as :class:`ParamsLoader`
+    does in the file."""
+
 
 def get(params: Mapping, dotted: str) -> Any:
     """Return ``params["a"]["b"]`` for ``dotted == "a.b"``.
@@ -67,7 +117,10 @@ def apply_overrides(params: dict, overrides: Mapping[str, Any] | Iterable[str] |
             if "=" not in item:
                 raise ParamsError(f"override '{item}': expected KEY=VALUE")
             k, v = item.split("=", 1)
-            parsed[k.strip()] = yaml.safe_load(v)
+            try:
+                parsed[k.strip()] = yaml.load(v, Loader=_OverrideLoader)
+            except ParamsError as e:
+                raise ParamsError(f"override '{item}': {e}") from None
         overrides = parsed
     for dotted, value in overrides.items():
         keys = dotted.split(".")
@@ -84,13 +137,22 @@ def apply_overrides(params: dict, overrides: Mapping[str, Any] | Iterable[str] |
 
 
 def read_params_file(path: str | Path = "params.yaml") -> dict:
-    """``path`` read with :class:`ParamsLoader` (YAML 1.2 floats), not yet checked.
+    """``path`` read with :class:`ParamsLoader` (YAML 1.2 floats, no duplicate keys), not yet
+    checked.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        ParamsError: a key given twice (file, line, dotted key), or a top level that is not a
+            mapping of sections.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: params file not found (run from the repository root)")
     with path.open(encoding="utf-8") as f:
-        return yaml.load(f, Loader=ParamsLoader) or {}
+        params = yaml.load(f, Loader=ParamsLoader)
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ParamsError(f"{path}: expected a mapping of sections at the top level, got "
+                          f"{type(params).__name__} {params!r:.80}")
+    return params

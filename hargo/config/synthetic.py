@@ -63,11 +63,21 @@ def _per_task(v: Any, where: str, lo: int) -> dict:
     """``v`` as ``{task: int}`` over exactly :data:`SYNTHETIC_TASKS`, each >= ``lo``.
 
     Raises:
-        ParamsError: another key set (``<where>: expected one integer per task ...``) or a bad
-            count (``<where>.<task>: expected an integer >= lo``)."""
-    if not isinstance(v, Mapping) or sorted(v) != sorted(SYNTHETIC_TASKS):
+        ParamsError: not a mapping (``<where>: expected one integer per task ...``), a task
+            named that is not a synthetic one (``<where>.<task>: unknown task ...``) or one left
+            out (``<where>.<task>: missing ...``), or a bad count (``<where>.<task>: expected
+            an integer >= lo``)."""
+    if not isinstance(v, Mapping):
         raise ParamsError(f"{where}: expected one integer per task {list(SYNTHETIC_TASKS)}, "
                           f"got {v!r}")
+    for t in v:
+        if t not in SYNTHETIC_TASKS:
+            raise ParamsError(f"{where}.{t}: unknown task {t!r}; valid synthetic tasks: "
+                              f"{', '.join(SYNTHETIC_TASKS)}")
+    for t in SYNTHETIC_TASKS:
+        if t not in v:
+            raise ParamsError(f"{where}.{t}: missing (no key '{where}.{t}'; one integer per "
+                              f"task: {', '.join(SYNTHETIC_TASKS)})")
     out = {}
     for t in SYNTHETIC_TASKS:
         n = as_number(f"{where}.{t}", v[t], integer=True)

@@ -72,7 +72,8 @@ from packaging.version import InvalidVersion, Version
 
 __all__ = ["TRL_VLLM_RANGE", "SERVER_KEYS", "UnsupportedVLLMError", "installed_vllm",
            "cuda_available", "check_colocated_vllm", "check_server_vllm", "server_base_url",
-           "server_config_kwargs", "serve_command", "TRL_VLLM_MODULES", "import_trl_for"]
+           "server_config_kwargs", "DEFAULT_SERVE_HOST", "check_serve_host", "serve_command",
+           "TRL_VLLM_MODULES", "import_trl_for"]
 
 #: vLLM versions TRL 1.16.0 supports, both ends included (trl/import_utils.py, is_vllm_available).
 TRL_VLLM_RANGE = ("0.22.0", "0.31.0")
@@ -199,15 +200,55 @@ def server_config_kwargs(server: Mapping) -> dict:
             "vllm_server_timeout": float(server["timeout"])}
 
 
-def serve_command(model_dir: str, port: int, *, host: str = "0.0.0.0",
+#: Where ``hargo vllm-serve`` binds by default: loopback, reachable from this host only (TRL's
+#: own default is 0.0.0.0, every interface). docs/gpu.md "What the server exposes".
+DEFAULT_SERVE_HOST = "127.0.0.1"
+
+
+def check_serve_host(host: str) -> str:
+    """``host`` as the one address the rollout server may bind: a host name or a single IP
+    address, never a wildcard. The server runs with ``VLLM_SERVER_DEV_MODE=1``, whose
+    weight-update and engine-control endpoints take no key (vLLM's ``--api-key`` guards only
+    ``/v1``, ``/v2``, ``/inference`` and ``/cohere``), so binding every interface would let
+    anyone who reaches the port replace the weights the rollouts come from or stop the engine.
+
+    Raises:
+        ValueError: an empty host, or an unspecified address (``0.0.0.0``, ``::``) that binds
+            every interface; the message says what to bind instead."""
+    import ipaddress
+    import socket
+
+    h = host.strip()
+    try:
+        wildcard = ipaddress.ip_address(h.strip("[]")).is_unspecified
+    except ValueError:
+        try:                           # the resolver's IPv4 spellings: "0", "0.0", "0x0" ...
+            wildcard = socket.inet_aton(h) == bytes(4)
+        except OSError:
+            wildcard = h in ("", "*")
+    if wildcard:
+        raise ValueError(
+            f"--host {host!r} binds every interface, and the server's development endpoints "
+            "(weight updates, engine control) take no key: bind 127.0.0.1 (the default: trainer "
+            "on this host) or this node's cluster address (a multi-node run; "
+            "scripts/slurm/hargo.sbatch passes it). docs/gpu.md \"What the server exposes\"")
+    return h
+
+
+def serve_command(model_dir: str, port: int, *, host: str = DEFAULT_SERVE_HOST,
                   tensor_parallel_size: int = 1, data_parallel_size: int = 1,
                   max_model_len: int | None = None) -> list[str]:
     """The ``trl vllm-serve`` command (TRL 1.16's ``trl.scripts.vllm_serve.build_command``:
     ``python -m vllm.entrypoints.cli.main serve <model> ... --weight-transfer-config
     {"backend": "nccl"} --logprobs-mode processed_logprobs``) serving ``model_dir`` on
-    ``host:port``; run it with ``VLLM_SERVER_DEV_MODE=1`` (TRL's weight-transfer endpoints)."""
+    ``host:port``; run it with ``VLLM_SERVER_DEV_MODE=1`` (TRL's weight-transfer endpoints).
+    ``host``: one address (:func:`check_serve_host`), loopback by default.
+
+    Raises:
+        ValueError: ``host`` is a wildcard address (:func:`check_serve_host`)."""
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
+    host = check_serve_host(host)
     return build_command(ScriptArguments(
         model=str(model_dir), host=host, port=int(port),
         tensor_parallel_size=int(tensor_parallel_size),
