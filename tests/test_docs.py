@@ -140,6 +140,62 @@ def test_the_readmes_dvc_exp_show_line_fits_120_columns():
                       "sft.avg_score", "rl.learning_rate"]
 
 
+# ------------------------------------------------------------------ the command-line reference
+CLI_PAGE = DOCS / "reference" / "cli.md"
+CLI_MARK = "## The commands\n\n"        # the page's generated part starts after this heading
+_COMMON = {"params", "set_"}
+
+
+def _cell(text: str) -> str:
+    """``text`` on one line for a Markdown table cell: ``|`` escaped, ``<`` outside code spans
+    escaped (``models/rl/<method>`` is no HTML tag)."""
+    parts = " ".join((text or "").split()).replace("|", "\\|").split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
+
+
+def cli_reference() -> str:
+    """The generated part of docs/reference/cli.md: a table of every ``hargo`` command, then a
+    section per command with its help and its own options (what ``hargo <cmd> --help`` prints;
+    ``--params``/``--set`` once, in the page's hand-written head)."""
+    import typer
+
+    from hargo.cli import app
+
+    cli = typer.main.get_command(app)
+    table = ["| command | what it does | `-p` / `-S` |", "|---|---|---|"]
+    blocks = []
+    for name in cli.list_commands(None):
+        cmd = cli.get_command(None, name)
+        common = "yes" if _COMMON <= {p.name for p in cmd.params} else ""
+        table.append(f"| [`hargo {name}`](#hargo-{name}) | "
+                     f"{_cell(cmd.help).split('. ')[0].rstrip('.')} | {common} |")
+        blocks.append(f"### hargo {name}\n\n{_cell(cmd.help)}\n")
+        rows = []
+        for p in cmd.params:
+            if p.name == "help" or p.name in _COMMON:
+                continue
+            flag = getattr(p, "is_flag", False)
+            kind = "flag" if flag else str(p.display_type(None)).strip("<>")
+            if getattr(p, "multiple", False):
+                kind = kind.removeprefix("list[").removesuffix("]") + ", repeatable"
+            default = ("required" if p.required else ""
+                       if p.default is None or (flag and p.default is False) else f"`{p.default}`")
+            opts = ", ".join(f"`{o}`" for o in (*p.opts, *p.secondary_opts))
+            rows.append(f"| {opts} | {kind} | {default} | {_cell(getattr(p, 'help', ''))} |")
+        if common:
+            rows.append("| `--params`, `-p`, `--set`, `-S` | | | "
+                        "[the common options](#common-options) |")
+        if rows:
+            blocks += ["| option | type | default | what it does |\n|---|---|---|---|", *rows, ""]
+    return "\n".join(table) + "\n\n" + "\n".join(blocks)
+
+
+def write_cli_reference() -> None:
+    """Rewrite docs/reference/cli.md's generated part (``python tests/test_docs.py``)."""
+    head = CLI_PAGE.read_text(encoding="utf-8").split(CLI_MARK)[0]
+    CLI_PAGE.write_text(head + CLI_MARK + cli_reference(), encoding="utf-8")
+
+
 def test_the_cli_reference_names_every_command_and_option():
     """docs/reference/cli.md is written from `hargo <command> --help`: every command of the Typer
     app has its section (`### hargo <command>`) and every option of it appears there (the
@@ -149,7 +205,7 @@ def test_the_cli_reference_names_every_command_and_option():
 
     from hargo.cli import app
 
-    page = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
+    page = CLI_PAGE.read_text(encoding="utf-8")
     sections = dict(re.findall(r"^### hargo (\S+)\n(.*?)(?=^### |\Z)", page, re.S | re.M))
     cli = typer.main.get_command(app)
     missing = []
@@ -164,5 +220,10 @@ def test_the_cli_reference_names_every_command_and_option():
                 missing.append(f"hargo {name} {'/'.join(opts) or param.name}")
     stale = sorted(set(sections) - set(cli.list_commands(None)))
     assert not missing and not stale, (
-        "docs/reference/cli.md is out of date with `hargo --help`:\n  missing: "
-        + ", ".join(missing) + "\n  no such command: " + ", ".join(stale))
+        "docs/reference/cli.md is out of date with `hargo --help` (rewrite its generated part: "
+        "`python tests/test_docs.py`):\n  missing: " + ", ".join(missing)
+        + "\n  no such command: " + ", ".join(stale))
+
+
+if __name__ == "__main__":
+    write_cli_reference()
