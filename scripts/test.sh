@@ -32,9 +32,9 @@ fi
 # modules with costly module fixtures) run on one worker, which builds their fixtures once.
 # Measured alone on a 2-core AMD EPYC with AVX512-BF16 and no AMX, 1,134 tests: 19 min 21 s and
 # 17 min 2 s, two runs in a row on a fresh clone of a01ea0e (2026-12-03, with the allocator
-# tunables above; 20 min 34-43 s before them; docs/results.md "The test suite").
+# tunables above; 20 min 34-43 s before them; docs/development.md "How long the suite takes").
 # On a 2-core AVX2-only AMD EPYC, 1,185 tests: 25 min 11 s (2026-12-04, d0d2b6a): over the
-# 20-minute target on that CPU kind (docs/results.md "The test suite").
+# 20-minute target on that CPU kind (docs/development.md "How long the suite takes").
 if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] \
    && .venv/bin/python -c "import xdist" 2>/dev/null; then
   args+=("-n" "${HARGO_TEST_WORKERS:-2}" "--dist" "loadgroup")
