@@ -365,7 +365,7 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
     check_generation_backend(cfg)    # before the checkpoint folder is touched
     import mlflow
 
-    from hargo import tracking, tracking_store
+    from hargo import tracking
     from hargo.training.checkpoints import (checkpoint_step, prepare_checkpoint_dir,
                                             resumable_checkpoint, run_fingerprint)
     from hargo.data.records import prompt_tokens, select_subset
@@ -411,8 +411,9 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
     fingerprint = run_fingerprint(cfg, method, model_dir, data_path)
     launch = launch_state()
     if launch.is_main:
-        # an unusable MLflow store fails here, before the checkpoint folder (an output) changes
-        tracking_store.check_store(tracking.tracking_uri(root))
+        # an unusable MLflow store or experiment fails here, before the checkpoint folder (an
+        # output) changes
+        tracking.setup(pd, root)
         resume = prepare_checkpoint_dir(ckpt_dir, fingerprint)
     launch.wait_for_everyone()    # the others read the folder the main process prepared
     if not launch.is_main:

@@ -1,0 +1,114 @@
+"""Tracking-store problems a user must fix (issue 42, item 6): a deleted experiment, a store
+written by another MLflow version, a store another process holds locked. Each gives one line
+that names the store (and experiment) and the fix, and nothing is written: no run, no output.
+And where a stage's runs land when DVC runs it in a temporary workspace (issue 42, item 2)."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from hargo import tracking, tracking_store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _runs(db: Path) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("SELECT count(*) FROM runs").fetchone()[0]
+    finally:
+        con.close()
+
+
+@pytest.fixture()
+def project(tmp_path, monkeypatch, committed_params):
+    """A project folder (params.yaml) as the working directory, with its local store
+    ``mlruns/mlflow.db`` holding the experiment and one finished stage run."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    root = tmp_path / "proj"
+    root.mkdir()
+    shutil.copy(ROOT / "params.yaml", root / "params.yaml")
+    monkeypatch.chdir(root)
+    with tracking.stage_run("validate", committed_params, root):
+        pass
+    return root
+
+
+def _break(kind: str, db: Path, stack) -> str:
+    """Make the store at ``db`` unusable in the way ``kind`` names; returns the fix the error
+    must name."""
+    uri = f"sqlite:///{db}"
+    if kind == "deleted":
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name("hargo")
+        client.delete_experiment(exp.experiment_id)
+        return f"mlflow experiments restore -x {exp.experiment_id}"
+    con = sqlite3.connect(db, isolation_level=None)
+    stack.callback(con.close)
+    if kind == "newer":
+        con.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+        return "pip install -U mlflow"
+    if kind == "older":
+        known, heads = tracking_store.schema_revisions()
+        con.execute("UPDATE alembic_version SET version_num = ?", (sorted(known - heads)[0],))
+        return f"mlflow db upgrade {uri}"
+    assert kind == "locked"
+    con.execute("BEGIN IMMEDIATE")       # another process's open write transaction
+    stack.callback(con.execute, "ROLLBACK")
+    return "fuser"
+
+
+@pytest.mark.parametrize("kind", ["deleted", "newer", "older", "locked"])
+def test_a_store_problem_is_one_line_naming_the_fix_and_nothing_is_written(project, kind):
+    """Before: a deleted experiment ended `hargo prepare` in a 133-line traceback
+    (MlflowException: The experiment 1 must be in the 'active' state); a newer MLflow's store
+    was told to run `mlflow db upgrade`; a locked one to make its folder writable."""
+    import contextlib
+
+    from typer.testing import CliRunner
+
+    from hargo.cli import app
+
+    db = project / "mlruns" / "mlflow.db"
+    before = _runs(db)
+    with contextlib.ExitStack() as stack:
+        fix = _break(kind, db, stack)
+        res = CliRunner().invoke(app, ["prepare"])
+    assert res.exit_code == 1, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: TrackingStoreError: "), res.output
+    assert f"sqlite:///{db}" in lines[0] and fix in lines[0], lines[0]
+    if kind == "deleted":
+        assert "'hargo' (id 1)" in lines[0] and "is deleted" in lines[0]
+    assert _runs(db) == before                              # no run, no parent
+    assert not (project / "data").exists()                  # no stage output
+
+
+# ------------------------------------------------------------ a DVC temporary workspace (item 2)
+def test_a_dvc_temp_workspace_logs_to_the_projects_store(project, committed_params,
+                                                         monkeypatch):
+    """``dvc exp run --temp`` / ``--queue``: DVC runs the stage in
+    ``<project>/.dvc/tmp/exps/<tmp>`` (deleted afterwards) with ``$DVC_ROOT`` = the project and
+    ``$DVC_EXP_NAME`` = the experiment's name. The run lands in the project's store, tagged with
+    that name, and no store is created in the workspace."""
+    ws = project / ".dvc" / "tmp" / "exps" / "tmpabc123"
+    ws.mkdir(parents=True)
+    monkeypatch.chdir(ws)
+    monkeypatch.setenv("DVC_ROOT", str(project))
+    monkeypatch.setenv("DVC_EXP_NAME", "dusty-mule")
+    assert tracking.tracking_uri(ws) == f"sqlite:///{project / 'mlruns' / 'mlflow.db'}"
+    with tracking.stage_run("validate", committed_params, ws) as run:
+        pass
+    assert not (ws / "mlruns").exists()
+    got = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}").get_run(run.info.run_id)
+    assert got.data.tags["hargo.dvc_experiment"] == "dusty-mule"
+    assert got.info.artifact_uri.startswith((project / "mlruns" / "artifacts").as_uri())
+    # the workspace itself (DVC_ROOT = the folder) and any folder outside .dvc/tmp: their own
+    for root in (project, project.parent):
+        assert tracking_store.store_root(root) == root
