@@ -23,6 +23,27 @@ ParamsOpt = typer.Option("params.yaml", "--params", "-p", help="params file")
 SetOpt = typer.Option(None, "--set", "-S", help="override a param, e.g. -S rl.steps=8")
 
 
+@app.callback()
+def _first_use() -> None:
+    """Before any command: a moved or copied project's local MLflow store is re-rooted
+    (:func:`hargo.tracking_store.reroot`; one line says so), so the first hargo command of the
+    copy -- ``hargo summary``, ``check-params``, any stage -- reads its own artifacts. Only the
+    project's own store (``mlruns/mlflow.db`` here, ``$MLFLOW_TRACKING_URI`` unset or naming it);
+    a store that cannot be read is left to the command, which names the problem."""
+    import os
+    import sqlite3
+
+    from hargo.tracking_store import is_local_store, local_uri, reroot, store_root
+
+    root = store_root(".")
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or local_uri(root)
+    if is_local_store(uri, root):
+        try:
+            reroot(root, quiet=True)
+        except (OSError, sqlite3.Error):
+            pass
+
+
 def _params(path: str, overrides: Optional[List[str]]):
     from hargo.params import ParamsError, load_params
 

@@ -112,3 +112,99 @@ def test_a_dvc_temp_workspace_logs_to_the_projects_store(project, committed_para
     # the workspace itself (DVC_ROOT = the folder) and any folder outside .dvc/tmp: their own
     for root in (project, project.parent):
         assert tracking_store.store_root(root) == root
+
+
+def _cached_outs(root: Path) -> list[str]:
+    """The DVC-cached outputs of ``root``'s dvc.yaml (``.gitignore`` patterns: git holds the
+    rest, as in the repository)."""
+    import yaml
+
+    pats = []
+    for stage in yaml.safe_load((root / "dvc.yaml").read_text())["stages"].values():
+        for out in stage.get("do", stage).get("outs", []):
+            if isinstance(out, str):
+                pats.append("/" + out.replace("${item}", "*"))
+    return pats
+
+
+@pytest.mark.xdist_group("tiny-pipeline")       # flow_project.PIPELINE_GROUP: shares dvc_door
+@pytest.mark.timeout(900)
+def test_a_queued_experiment_logs_its_runs_to_the_projects_store(dvc_door, tmp_path):
+    """Issue 42, item 2, the reported case: ``dvc exp run --queue`` then ``dvc queue start``.
+    DVC ran the stage in a temporary workspace, where it created a new MLflow store that DVC
+    deleted afterwards: the experiment's runs existed nowhere. Now they are in the project's
+    store (``mlruns/mlflow.db``), tagged with the experiment's name. :func:`dvc_door`'s tiny
+    project as a git repository; ``register.tolerance`` changed re-runs ``register`` only."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    root = dvc_door.copy(tmp_path / "project")
+    env = {k: v for k, v in dvc_door.env.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+
+    def run(*cmd: str, timeout: float = 300) -> str:
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    dvc = (sys.executable, "-m", "dvc")
+    (root / ".gitignore").write_text("\n".join([*_cached_outs(root), "/mlruns/", ""]))
+    run("git", "init", "-q")
+    run(*dvc, "config", "core.no_scm", "false")
+    run("git", "add", "-A")
+    run("git", "commit", "-q", "-m", "the tiny pipeline, reproduced")
+    assert not (root / "mlruns").exists(), sorted(map(str, (root / "mlruns").rglob("*")))[:20]
+    run(*dvc, "exp", "run", "--queue", "-n", "q42", "-S", "register.tolerance=0.02")
+    try:
+        run(*dvc, "queue", "start")
+        deadline = time.monotonic() + 600
+        while True:
+            status = run(*dvc, "queue", "status")
+            if "q42" in status and not any(s in status for s in ("Queued", "Running")):
+                break
+            assert time.monotonic() < deadline, status
+            time.sleep(2)
+        assert "Success" in status, status + run(*dvc, "queue", "logs", "q42")
+    finally:
+        subprocess.run([*dvc, "queue", "stop", "--kill"], cwd=root, env=env,
+                       capture_output=True, timeout=120)
+    db = root / "mlruns" / "mlflow.db"
+    assert db.is_file(), "the project's store was not created: the runs went elsewhere"
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("hargo")
+    runs = client.search_runs([exp.experiment_id], "tags.`hargo.dvc_experiment` = 'q42'")
+    stages = {r.data.tags.get("hargo.stage") for r in runs}
+    assert "register" in stages, [r.data.tags for r in runs]
+    reg = next(r for r in runs if r.data.tags.get("hargo.stage") == "register")
+    assert reg.info.status == "FINISHED" and reg.data.params["register.tolerance"] == "0.02"
+    assert reg.info.artifact_uri.startswith((root / "mlruns" / "artifacts").as_uri())
+
+
+@pytest.mark.parametrize("command", [["summary"], ["check-params", "--explain", "seed"]])
+def test_the_first_hargo_command_in_a_copied_project_reroots_its_store(
+        tmp_path, monkeypatch, committed_params, command):
+    """Issue 42, item 9: docs/tracking.md says the first hargo command of a moved or copied
+    project re-roots its store; only the stages did (`hargo summary`, the main job's last
+    command, read the old clone's store)."""
+    from typer.testing import CliRunner
+
+    from hargo.cli import app
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    shutil.copy(ROOT / "params.yaml", a / "params.yaml")
+    exp_id = tracking.setup(committed_params, a)
+    shutil.copytree(a, b)
+    monkeypatch.chdir(b)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")   # a new process: mlflow.set_tracking_uri set it
+    res = CliRunner().invoke(app, command)
+    assert "re-rooted its MLflow store" in res.output, res.output
+    loc = MlflowClient(f"sqlite:///{b / 'mlruns' / 'mlflow.db'}").get_experiment(exp_id)
+    assert loc.artifact_location == (b / "mlruns" / "artifacts").as_uri()
