@@ -29,11 +29,13 @@ import contextlib
 import hashlib
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from hargo.config import Config, as_section, params_dict
+# re-exported: tracking.git_commit, tracking.StageTerminated, ... as before
+from hargo.provenance import data_version, git_commit, pipeline_products  # noqa: F401
+from hargo.signals import StageTerminated, terminate_as_exception  # noqa: F401
 from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, TrackingStoreError,
                                   check_store, is_local_store, local_uri, log_http_retries,
                                   reroot, sqlite_path, store_root)
@@ -52,29 +54,6 @@ def tracking_uri(root: str | Path = ".") -> str:
     if env:
         return env
     return local_uri(store_root(root))
-
-
-def git_commit(root: str | Path = ".") -> str:
-    """``HEAD``'s sha, suffixed ``-dirty`` when tracked files have changes; ``unknown`` outside git."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def data_version(root: str | Path = ".") -> str:
-    """The DVC hash of the raw data (``data/raw/hpc-gpt.dvc``'s md5), or ``unknown``."""
-    import yaml
-
-    p = Path(root) / "data" / "raw" / "hpc-gpt.dvc"
-    try:
-        return str(yaml.safe_load(p.read_text())["outs"][0]["md5"])
-    except (OSError, KeyError, IndexError, TypeError):
-        return "unknown"
 
 
 def flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -325,44 +304,6 @@ def start_parent_run(params: Config | Mapping, door: str, root: str | Path = "."
     for k, v in sorted(flatten(params_dict(params)).items()):
         client.log_param(run.info.run_id, k, str(v)[:6000])
     return run.info.run_id
-
-
-class StageTerminated(SystemExit):
-    """SIGTERM reached a stage: raised in the main thread by :func:`terminate_as_exception`'s
-    handler, so ``finally`` blocks and context managers run (the MLflow runs end KILLED, atomic
-    outputs are discarded) and the process then exits with code 143 (128 + SIGTERM), the code
-    of a process killed by it. A ``SystemExit``, so ``except Exception`` never swallows it."""
-
-    def __init__(self, signum: int):
-        super().__init__(128 + signum)
-        self.signum = signum
-
-    def __str__(self) -> str:
-        return f"terminated by signal {self.signum} (SIGTERM)"
-
-
-@contextlib.contextmanager
-def terminate_as_exception() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`StageTerminated` in the main thread instead of
-    killing the process outright (Python's default, which runs no cleanup and left MLflow runs
-    RUNNING forever); the previous handler is restored on exit. SIGINT already raises
-    ``KeyboardInterrupt``. Outside the main thread (where Python cannot install handlers) a
-    no-op."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise StageTerminated(signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
