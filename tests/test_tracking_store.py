@@ -157,7 +157,7 @@ def test_a_queued_experiment_logs_its_runs_to_the_projects_store(dvc_door, tmp_p
     run(*dvc, "config", "core.no_scm", "false")
     run("git", "add", "-A")
     run("git", "commit", "-q", "-m", "the tiny pipeline, reproduced")
-    assert not (root / "mlruns").exists(), sorted(map(str, (root / "mlruns").rglob("*")))[:20]
+    assert not (root / "mlruns" / "mlflow.db").exists()     # the door logged elsewhere
     run(*dvc, "exp", "run", "--queue", "-n", "q42", "-S", "register.tolerance=0.02")
     try:
         run(*dvc, "queue", "start")
