@@ -49,9 +49,14 @@ EXP_NAME_TAG = "hargo.dvc_experiment"
 def tracking_uri(root: str | Path = ".") -> str:
     """The tracking URI: ``$MLFLOW_TRACKING_URI`` or the local SQLite store under the project's
     ``mlruns/`` (:func:`hargo.tracking_store.store_root`: the project's own store also from a DVC
-    experiment's temporary workspace)."""
+    experiment's temporary workspace, where a relative ``sqlite:///`` URI is taken relative to
+    the project too)."""
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
+        db = sqlite_path(env)
+        if db is not None and not db.is_absolute() and store_root(".") != Path("."):
+            # relative to the working directory, which is DVC's temporary copy: the project's
+            return f"sqlite:///{store_root('.') / db}"
         return env
     return local_uri(store_root(root))
 

@@ -109,6 +109,9 @@ def test_a_dvc_temp_workspace_logs_to_the_projects_store(project, committed_para
     got = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}").get_run(run.info.run_id)
     assert got.data.tags["hargo.dvc_experiment"] == "dusty-mule"
     assert got.info.artifact_uri.startswith((project / "mlruns" / "artifacts").as_uri())
+    # docs/tracking.md's relative spelling names the project's store there too
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlruns/mlflow.db")
+    assert tracking.tracking_uri(ws) == f"sqlite:///{project / 'mlruns' / 'mlflow.db'}"
     # the workspace itself (DVC_ROOT = the folder) and any folder outside .dvc/tmp: their own
     for root in (project, project.parent):
         assert tracking_store.store_root(root) == root
