@@ -78,14 +78,15 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
 
-def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+def check_store(uri: str, timeout_s: float | None = None) -> None:
     """Fail fast when the tracking store ``uri`` cannot be used, before MLflow's own retries
     (which take ~106 s on a bad SQLite path and ~249 s on an unreachable server).
 
     * ``sqlite:///PATH``: the folder is created if missing, must be writable (a probe file is
       written and removed), the database must open with SQLite and give its write lock within
-      ``timeout_s`` (else: locked by another process), and its schema revision must be this
-      MLflow's (not a newer MLflow's, not an older one's: :func:`schema_revisions`);
+      ``timeout_s`` (default :data:`PROBE_TIMEOUT_S`; else: locked by another process), and
+      its schema revision must be this MLflow's (not a newer MLflow's, not an older one's:
+      :func:`schema_revisions`);
       ``sqlite://PATH`` (a host form SQLite has not) is refused.
     * ``http(s)://HOST[:PORT]``: a TCP connection must open within ``timeout_s``, then
       ``GET /health`` (the MLflow server's health endpoint) must answer without a 5xx.
@@ -102,6 +103,7 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     import urllib.request
     from urllib.parse import urlparse
 
+    timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
     if uri.startswith("sqlite:") and not uri.startswith("sqlite:///"):
         raise RuntimeError(
             f"MLflow store {uri} cannot be used: a SQLite store URI needs three slashes. Fix: "
@@ -125,7 +127,7 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
             if "locked" in str(e) or "busy" in str(e):
                 raise TrackingStoreError(
                     f"MLflow store {uri} is locked: another process has held {db} for more "
-                    f"than {timeout_s:.0f} s ({e}). Fix: let that process finish or stop it "
+                    f"than {timeout_s:g} s ({e}). Fix: let that process finish or stop it "
                     f"(`fuser {db}` names it; e.g. a stuck `mlflow ui` or a stage still "
                     "running), then run again") from None
             raise RuntimeError(

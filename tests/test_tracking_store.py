@@ -24,8 +24,25 @@ def _runs(db: Path) -> int:
         con.close()
 
 
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory, committed_params) -> Path:
+    """A project's ``mlruns/`` with the experiment and one finished stage run (made once: a
+    new SQLite store costs MLflow's migrations, seconds)."""
+    root = tmp_path_factory.mktemp("store-template")
+    mp = pytest.MonkeyPatch()
+    mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mp.delenv("HARGO_PARENT_RUN_ID", raising=False)
+    mp.delenv("DVC_ROOT", raising=False)
+    try:
+        with tracking.stage_run("validate", committed_params, root):
+            pass
+    finally:
+        mp.undo()
+    return root / "mlruns"
+
+
 @pytest.fixture()
-def project(tmp_path, monkeypatch, committed_params):
+def project(tmp_path, monkeypatch, store_template):
     """A project folder (params.yaml) as the working directory, with its local store
     ``mlruns/mlflow.db`` holding the experiment and one finished stage run."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -34,9 +51,9 @@ def project(tmp_path, monkeypatch, committed_params):
     root = tmp_path / "proj"
     root.mkdir()
     shutil.copy(ROOT / "params.yaml", root / "params.yaml")
+    shutil.copytree(store_template, root / "mlruns", ignore=shutil.ignore_patterns("*.lock"))
+    tracking_store.reroot(root, quiet=True)        # the copy's own artifact folder
     monkeypatch.chdir(root)
-    with tracking.stage_run("validate", committed_params, root):
-        pass
     return root
 
 
@@ -65,7 +82,8 @@ def _break(kind: str, db: Path, stack) -> str:
 
 
 @pytest.mark.parametrize("kind", ["deleted", "newer", "older", "locked"])
-def test_a_store_problem_is_one_line_naming_the_fix_and_nothing_is_written(project, kind):
+def test_a_store_problem_is_one_line_naming_the_fix_and_nothing_is_written(project, kind,
+                                                                         monkeypatch):
     """Before: a deleted experiment ended `hargo prepare` in a 133-line traceback
     (MlflowException: The experiment 1 must be in the 'active' state); a newer MLflow's store
     was told to run `mlflow db upgrade`; a locked one to make its folder writable."""
@@ -75,6 +93,7 @@ def test_a_store_problem_is_one_line_naming_the_fix_and_nothing_is_written(proje
 
     from hargo.cli import app
 
+    monkeypatch.setattr(tracking_store, "PROBE_TIMEOUT_S", 0.5)    # the locked store's wait
     db = project / "mlruns" / "mlflow.db"
     before = _runs(db)
     with contextlib.ExitStack() as stack:
@@ -189,7 +208,7 @@ def test_a_queued_experiment_logs_its_runs_to_the_projects_store(dvc_door, tmp_p
 
 @pytest.mark.parametrize("command", [["summary"], ["check-params", "--explain", "seed"]])
 def test_the_first_hargo_command_in_a_copied_project_reroots_its_store(
-        tmp_path, monkeypatch, committed_params, command):
+        tmp_path, monkeypatch, store_template, command):
     """Issue 42, item 9: docs/tracking.md says the first hargo command of a moved or copied
     project re-roots its store; only the stages did (`hargo summary`, the main job's last
     command, read the old clone's store)."""
@@ -203,11 +222,12 @@ def test_the_first_hargo_command_in_a_copied_project_reroots_its_store(
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     shutil.copy(ROOT / "params.yaml", a / "params.yaml")
-    exp_id = tracking.setup(committed_params, a)
+    shutil.copytree(store_template, a / "mlruns")
+    tracking_store.reroot(a, quiet=True)                # a project whose store is its own
+    exp_id = "1"
     shutil.copytree(a, b)
     monkeypatch.chdir(b)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI")   # a new process: mlflow.set_tracking_uri set it
     res = CliRunner().invoke(app, command)
     assert "re-rooted its MLflow store" in res.output, res.output
     loc = MlflowClient(f"sqlite:///{b / 'mlruns' / 'mlflow.db'}").get_experiment(exp_id)
-    assert loc.artifact_location == (b / "mlruns" / "artifacts").as_uri()
+    assert loc.name == "hargo" and loc.artifact_location == (b / "mlruns" / "artifacts").as_uri()
