@@ -82,3 +82,22 @@ def test_a_cancelled_flow_run_ends_its_stage_killed(tmp_path, committed_params):
     assert run.data.tags["hargo.error"].startswith("StageTerminated")
     assert flow.returncode == 143 and waited < 30, (flow.returncode, waited)
     assert not (tmp_path / "dvc.lock").exists()             # DVC recorded nothing
+
+
+def test_the_pipeline_parent_run_ends_as_the_flow_run_did(mlflow_uri, committed_params):
+    """A cancelled pipeline flow closes its MLflow parent KILLED, as its stage run ends (before:
+    FINISHED, since a cancel is no ``Exception``); a failed one FAILED, a completed one
+    FINISHED. One store for the three (a new store costs MLflow's migrations)."""
+    from mlflow.tracking import MlflowClient
+
+    from flows.publish import close_mlflow_run
+    from hargo import tracking
+
+    for failure, killed, status in [
+            (None, False, "FINISHED"), ("step sft failed", False, "FAILED"),
+            ("pipeline cancelled: TerminationSignal: 15", True, "KILLED")]:
+        parent = tracking.start_parent_run(committed_params, "prefect")
+        close_mlflow_run.fn(parent, failure, killed)
+        run = MlflowClient(mlflow_uri).get_run(parent)
+        assert run.info.status == status and run.info.end_time, failure
+        assert run.data.tags.get("hargo.failure") == failure
