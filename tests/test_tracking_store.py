@@ -109,6 +109,27 @@ def test_a_store_problem_is_one_line_naming_the_fix_and_nothing_is_written(proje
     assert not (project / "data").exists()                  # no stage output
 
 
+def test_a_deleted_experiment_stops_rl_before_its_checkpoint_folder_changes(
+        project, tiny_model_dir, committed_params):
+    """The rl stage prepares its checkpoint folder (a DVC output it may empty) before its MLflow
+    run opens: the experiment is checked before that, not only the store."""
+    from rl_helpers import rl_params, write_jsonl
+
+    from hargo.testing import crafted_records
+    from hargo.training import rl
+
+    write_jsonl(project / "data" / "train.jsonl", crafted_records(1))
+    stale = project / rl.CHECKPOINT_ROOT / "grpo" / "checkpoint-9" / "keep.txt"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("an earlier run's checkpoint")
+    client = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    client.delete_experiment(client.get_experiment_by_name("hargo").experiment_id)
+    with pytest.raises(tracking_store.TrackingStoreError, match="restore -x 1"):
+        rl.run(rl_params(committed_params, tiny_model_dir, project / "data"), "grpo",
+               root=project)
+    assert stale.read_text() == "an earlier run's checkpoint"
+
+
 # ------------------------------------------------------------ a DVC temporary workspace (item 2)
 def test_a_dvc_temp_workspace_logs_to_the_projects_store(project, committed_params,
                                                          monkeypatch):
