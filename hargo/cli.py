@@ -23,15 +23,23 @@ ParamsOpt = typer.Option("params.yaml", "--params", "-p", help="params file")
 SetOpt = typer.Option(None, "--set", "-S", help="override a param, e.g. -S rl.steps=8")
 
 
+#: (params file, its values as read) for the stage this process runs: :func:`_run` checks at
+#: the stage's end that the file still holds them (:func:`_params_changed`).
+_READ: dict = {}
+
+
 @app.callback()
 def _first_use() -> None:
     """Before any command: a moved or copied project's local MLflow store is re-rooted
     (:func:`hargo.tracking_store.reroot`; one line says so), so the first hargo command of the
     copy -- ``hargo summary``, ``check-params``, any stage -- reads its own artifacts. Only the
     project's own store (``mlruns/mlflow.db`` here, ``$MLFLOW_TRACKING_URI`` unset or naming it);
-    a store that cannot be read is left to the command, which names the problem."""
+    a store that cannot be read is left to the command, which names the problem. Also forgets
+    the params an earlier command of this process read (:data:`_READ`)."""
     import os
     import sqlite3
+
+    _READ.clear()
 
     from hargo.tracking_store import is_local_store, local_uri, reroot, store_root
 
@@ -42,11 +50,6 @@ def _first_use() -> None:
             reroot(root, quiet=True)
         except (OSError, sqlite3.Error):
             pass
-
-
-#: (params file, its values as read) for the stage this process runs: :func:`_run` checks at
-#: the stage's end that the file still holds them (:func:`_params_changed`).
-_READ: dict = {}
 
 
 def _params(path: str, overrides: Optional[List[str]]):

@@ -71,3 +71,20 @@ def test_an_unchanged_or_reformatted_params_file_lets_the_stage_succeed(tmp_path
     monkeypatch.setattr(importlib.import_module("hargo.registry"), "run", stage)
     res = CliRunner().invoke(app, ["register"])
     assert res.exit_code == 0, res.output
+
+
+def test_a_command_after_another_checks_only_its_own_params(tmp_path, monkeypatch):
+    """The params an earlier command of the same process read are forgotten: a command that
+    reads none (tracking-reroot) in another folder is not failed by them."""
+    from typer.testing import CliRunner
+
+    from hargo.cli import app
+
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(app, ["check-params"]).exit_code == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)                   # no params.yaml here
+    res = CliRunner().invoke(app, ["tracking-reroot"])
+    assert res.exit_code == 0 and "nothing to re-root" in res.output, res.output
