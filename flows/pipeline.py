@@ -402,6 +402,7 @@ def _pipeline(params: dict, params_path: str, overrides: Mapping[str, Any] | Non
     steps: list[dict] = []
     results: dict[str, Any] = {}
     failure: str | None = None
+    killed = False
     try:
         with door_env(parent):
             _pull(params, pull, steps)
@@ -418,6 +419,9 @@ def _pipeline(params: dict, params_path: str, overrides: Mapping[str, Any] | Non
     except Exception as e:  # an orchestration error, not a step's: still reported
         failure = f"pipeline failed: {type(e).__name__}: {e}"
         raise
+    except BaseException as e:  # cancelled (Prefect's termination signal) or interrupted
+        failure, killed = f"pipeline cancelled: {type(e).__name__}: {e}", True
+        raise
     finally:
-        publish(params, params_path, overrides or {}, parent, steps, failure)
+        publish(params, params_path, overrides or {}, parent, steps, failure, killed)
     return results

@@ -33,14 +33,16 @@ def open_mlflow_run(params: dict, flow_run_id: str) -> str:
 
 
 @task(name="close-mlflow-run", **_STORE_TASK)
-def close_mlflow_run(run_id: str, failure: str | None) -> None:
-    """End the parent run FINISHED, or FAILED with the failure recorded as a tag; it carries
+def close_mlflow_run(run_id: str, failure: str | None, killed: bool = False) -> None:
+    """End the parent run FINISHED, or FAILED with the failure recorded as a tag, or KILLED
+    (``killed``: the flow run was cancelled or interrupted, as its stage runs were); it carries
     the flow's wall time as metric ``pipeline_wall_s``."""
     from mlflow.tracking import MlflowClient
 
     if failure:
         MlflowClient().set_tag(run_id, "hargo.failure", failure[:5000])
-    tracking.end_pipeline_run(run_id, "FAILED" if failure else "FINISHED")
+    tracking.end_pipeline_run(run_id, "KILLED" if killed else "FAILED" if failure
+                              else "FINISHED")
 
 
 @task(name="build-report", **_STORE_TASK)
@@ -59,11 +61,12 @@ def build_report(params: dict, params_path: str, overrides: dict, parent_run_id:
 
 
 def publish(params: dict, params_path: str, overrides: dict, parent: str, steps: list[dict],
-             failure: str | None) -> None:
-    """Close the parent run and publish the report; their own failures are logged, never
-    allowed to hide the step failure being reported."""
+             failure: str | None, killed: bool = False) -> None:
+    """Close the parent run (KILLED when ``killed``: a cancelled or interrupted flow run) and
+    publish the report; their own failures are logged, never allowed to hide the step failure
+    being reported."""
     log = get_run_logger()
-    closed = close_mlflow_run(parent, failure, return_state=True)
+    closed = close_mlflow_run(parent, failure, killed, return_state=True)
     if not closed.is_completed():
         log.error("could not close MLflow run %s: %s", parent, closed.message)
     report = build_report(params, params_path, overrides, parent, steps, failure,

@@ -106,9 +106,24 @@ def dvc_env() -> dict[str, str]:
     return env
 
 
+#: Seconds a DVC command's process group gets to end after the flow run was cancelled or
+#: interrupted (SIGTERM: the stage's MLflow run ends KILLED, DVC records nothing) before it is
+#: killed. Under Prefect's 30 s grace (a cancelled flow run's process gets SIGTERM, then
+#: SIGKILL 30 s later).
+STOP_GRACE_S = 20.0
+
+
 def run_dvc(args: list[str], log: Callable[[str], Any] | None = None) -> str:
     """Run ``python -m dvc --wait-for-lock <args>`` in the working directory; each output line
     (stdout and stderr together, progress bars left out) goes to ``log``. Returns the output.
+
+    DVC runs in a process group of its own. When this process is interrupted while it runs --
+    a Prefect cancel (Prefect turns the SIGTERM it sends the flow run's process into an
+    exception), Ctrl-C -- the group gets SIGTERM, so the stage's ``hargo`` process ends its
+    MLflow run KILLED and DVC records nothing (:func:`stop_group`); the interruption then
+    propagates.
+    Before, DVC and the stage ran on with their output pipe closed, and the stage ended FAILED
+    on the broken pipe.
 
     Raises:
         DvcError: a non-zero exit (the reason and the output's tail in the message).
@@ -116,21 +131,57 @@ def run_dvc(args: list[str], log: Callable[[str], Any] | None = None) -> str:
     cmd = [sys.executable, "-m", "dvc", "--wait-for-lock", *args]
     kept: deque[str] = deque(maxlen=400)
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace", env=dvc_env(), bufsize=1) as proc:
+                          errors="replace", env=dvc_env(), bufsize=1,
+                          start_new_session=True) as proc:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            if _PROGRESS.search(line):
-                if kept and _PROGRESS.search(kept[-1]):
-                    kept.pop()
-            elif log is not None and line.strip():
-                log(line)
-            kept.append(line)
-        code = proc.wait()
+        try:
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                if _PROGRESS.search(line):
+                    if kept and _PROGRESS.search(kept[-1]):
+                        kept.pop()
+                elif log is not None and line.strip():
+                    log(line)
+                kept.append(line)
+            code = proc.wait()
+        except BaseException:      # cancelled, interrupted, terminated: end the stage first
+            stop_group(proc)
+            raise
     output = "\n".join(kept)
     if code != 0:
         raise DvcError(args, code, output)
     return output
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> int | None:
+    """End the process group led by ``proc`` (started with ``start_new_session``): SIGTERM to
+    the group -- the ``hargo`` stage ends its MLflow runs KILLED and exits 143
+    (:class:`hargo.signals.StageTerminated`, whatever its SIGINT disposition), DVC stops and
+    records nothing (a dead process's entry in its lock is ignored) -- then, once every process
+    of the group is gone or after ``grace_s`` seconds, SIGKILL to what is left. Returns
+    ``proc``'s exit code (None if it could not be reaped)."""
+    import signal
+    import time
+
+    def signal_group(sig) -> bool:
+        try:
+            os.killpg(proc.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()                          # reap DVC, so only live processes count
+        if not signal_group(0):              # no process of the group is left
+            break
+        time.sleep(0.1)
+    signal_group(signal.SIGKILL)
+    try:
+        return proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def stage_status(stage_target: str) -> dict[str, Any]:

@@ -23,14 +23,71 @@ ParamsOpt = typer.Option("params.yaml", "--params", "-p", help="params file")
 SetOpt = typer.Option(None, "--set", "-S", help="override a param, e.g. -S rl.steps=8")
 
 
+#: (params file, its values as read) for the stage this process runs: :func:`_run` checks at
+#: the stage's end that the file still holds them (:func:`_params_changed`).
+_READ: dict = {}
+
+
+@app.callback()
+def _first_use() -> None:
+    """Before any command: a moved or copied project's local MLflow store is re-rooted
+    (:func:`hargo.tracking_store.reroot`; one line says so), so the first hargo command of the
+    copy -- ``hargo summary``, ``check-params``, any stage -- reads its own artifacts. Only the
+    project's own store (``mlruns/mlflow.db`` here, ``$MLFLOW_TRACKING_URI`` unset or naming it);
+    a store that cannot be read is left to the command, which names the problem. Also forgets
+    the params an earlier command of this process read (:data:`_READ`)."""
+    import os
+    import sqlite3
+
+    _READ.clear()
+
+    from hargo.tracking_store import is_local_store, local_uri, reroot, store_root
+
+    root = store_root(".")
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or local_uri(root)
+    if is_local_store(uri, root):
+        try:
+            reroot(root, quiet=True)
+        except (OSError, sqlite3.Error):
+            pass
+
+
 def _params(path: str, overrides: Optional[List[str]]):
-    from hargo.params import ParamsError, load_params
+    from hargo.params import ParamsError, load_params, read_params_file
 
     try:
+        _READ.update(path=path, values=read_params_file(path))  # before the stage reads it
         return load_params(path, overrides)
     except (ParamsError, FileNotFoundError) as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         raise typer.Exit(2)
+
+
+def _params_changed() -> str | None:
+    """What changed in the params file since the stage read it (``key: old -> new``, at most
+    five), or None. DVC records the file's values *after* the stage ends as the stage's params
+    (dvc.lock), so a stage whose file changed while it ran must not succeed: its outputs came
+    from the old values, and DVC would call them up to date with the new ones."""
+    from hargo.params import read_params_file
+
+    def flatten(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+        return out
+
+    if "path" not in _READ:
+        return None
+    try:
+        now = read_params_file(_READ["path"])
+    except (OSError, ValueError) as e:
+        return f"it cannot be read now ({type(e).__name__}: {e})"
+    if now == _READ["values"]:
+        return None
+    old, new = flatten(_READ["values"]), flatten(now)
+    diff = [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}"
+            for k in sorted(old.keys() | new.keys()) if old.get(k, ...) != new.get(k, ...)]
+    return "; ".join(diff[:5]) + (f"; and {len(diff) - 5} more" if len(diff) > 5 else "")
 
 
 def _model_dir(params) -> str | None:
@@ -52,7 +109,8 @@ def _model_dir(params) -> str | None:
 
 def _run(fn, *args, online: bool = False, **kwargs):
     """Call a stage; turn expected failures (and a full disk, ``hargo.diskspace``) into a
-    one-line error and a non-zero exit. The stage runs in Hugging Face hub offline mode
+    one-line error and a non-zero exit; so is a params file that changed while the stage ran
+    (:func:`_params_changed`). The stage runs in Hugging Face hub offline mode
     (``hargo.offline.hub_offline``) unless ``online`` (only ``base-model`` with a hub id), and
     shows each distinct library warning once (``hargo.console.warnings_once``)."""
     import contextlib
@@ -66,7 +124,7 @@ def _run(fn, *args, online: bool = False, **kwargs):
 
     try:
         with contextlib.nullcontext() if online else hub_offline(), warnings_once():
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
     except Exception as e:
         if disk_full(e):   # whichever library raised it: one line, not its traceback
             model_dir = _model_dir(args[0]) if args else None
@@ -78,6 +136,13 @@ def _run(fn, *args, online: bool = False, **kwargs):
             typer.secho(f"error: {type(e).__name__}: {e}", fg="red", err=True)
             raise typer.Exit(1)
         raise
+    changed = _params_changed()
+    if changed:
+        typer.secho(f"error: ParamsError: {_READ['path']} changed while the stage ran ({changed})"
+                    f": the stage used the values it read at its start, so it fails and DVC "
+                    "records nothing; run it again for the new values", fg="red", err=True)
+        raise typer.Exit(1)
+    return result
 
 
 def _relaunch_under_accelerate() -> None:

@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator, TextIO
 
-__all__ = ["warnings_once", "OncePerMessage", "VLLM_LOGGING_CONFIG"]
+__all__ = ["warnings_once", "OncePerMessage", "VLLM_LOGGING_CONFIG", "table_console"]
 
 CHILD_FILTER = "once::UserWarning"
 
@@ -101,3 +101,16 @@ def warnings_once(stream: TextIO | None = None) -> Iterator[Counter]:
                       "above not shown again: " + "; ".join(
                           f"{cat} '{msg[:60]}{'...' if len(msg) > 60 else ''}' x{n + 1}"
                           for (cat, msg), n in repeats.items()) + ")", file=out, flush=True)
+
+
+def table_console(min_width: int):
+    """A rich ``Console`` for a stage's tables: as wide as ``$COLUMNS`` says when it is set (the
+    user's choice, also for a narrow terminal), else the terminal's width; only where neither
+    tells (a pipe, a log file: rich would assume 80 columns and cut the model names) at least
+    ``min_width`` columns."""
+    from rich.console import Console
+
+    console = Console()
+    if os.environ.get("COLUMNS", "").strip().isdigit() or console.is_terminal:
+        return console
+    return Console(width=max(console.width, min_width))

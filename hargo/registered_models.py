@@ -310,10 +310,12 @@ def ensure_registered_model(client, name: str, description: str) -> bool:
 
 
 def store_base_version(client, name: str, base_dir: Path, digest: str, version_tags: dict,
-                       common: dict, created: list, made: list) -> tuple[dict, Path]:
+                       common: dict, created: list, made: list,
+                       model_card=None) -> tuple[dict, Path]:
     """The version of ``<name>-base`` holding the SFT model in ``base_dir`` (digest ``digest``):
     an existing one with that digest, else the folder logged in the active run and registered
-    (appended to ``created``; its registered model to ``made`` when new).
+    (appended to ``created``; its registered model to ``made`` when new), with ``model_card``
+    (:func:`hargo.model_card.local_model_card`; MLflow asks the hub for none).
 
     Returns:
         (``{"name", "version", "sha256", "reused"}``, the base folder to record in the adapter
@@ -331,7 +333,8 @@ def store_base_version(client, name: str, base_dir: Path, digest: str, version_t
             made.append(base_name)
         info = mlflow.transformers.log_model(
             transformers_model=str(base_dir), name="model-base", task="text-generation",
-            pip_requirements=pip_requirements(), tags={"hargo.role": "base", **common})
+            pip_requirements=pip_requirements(), tags={"hargo.role": "base", **common},
+            model_card=model_card)
         mv = mlflow.register_model(info.model_uri, base_name,
                                    tags={BASE_DIGEST_TAG: digest, **version_tags})
         created.append((None, mv))   # rolled back with the candidates; None: not a method

@@ -50,6 +50,7 @@ from hargo.evaluation.identity import read_eval_identity, read_eval_rows
 from hargo.config import Config, as_config, params_dict
 from hargo.gate import check_rows_match_metrics, gate
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
+from hargo.model_card import base_record, local_model_card
 from hargo.registered_models import (BASE_TAG, adapter_dir, base_model_path, check_adapter_agrees,
                                      check_adapter_base,
                                      ensure_registered_model, log_adapter_model, pip_requirements,
@@ -193,6 +194,7 @@ def _register(params: "Config | Mapping", root: str | Path) -> dict:
         reference, ref_label = rows[SFT], SFT
     old_candidate = version_by_alias(client, name, CANDIDATE)
     common = tracking.common_tags(pd, root)
+    base = base_record(root / cfg.model.out_dir)    # where the base model came from: the cards
     judge = _eval_judge(root / EVAL_FILE)
 
     with tracking.stage_run("register", pd, root) as mlrun:
@@ -208,8 +210,9 @@ def _register(params: "Config | Mapping", root: str | Path) -> dict:
                                         "@candidate is the newest version"):
                 made.append(name)
             if digest is not None:
-                base_doc, base_local = store_base_version(client, name, base_dir, digest,
-                                                     version_tags, common, created, made)
+                base_doc, base_local = store_base_version(
+                    client, name, base_dir, digest, version_tags, common, created, made,
+                    model_card=local_model_card(base_dir, base, "the SFT model (LoRA base)"))
             logged_params = {k: str(v)[:500] for k, v in tracking.flatten(
                 {"seed": pd.get("seed"), "rl": pd["rl"], "sft": pd.get("sft", {}),
                  "evaluate": pd.get("evaluate", {}),
@@ -224,7 +227,8 @@ def _register(params: "Config | Mapping", root: str | Path) -> dict:
                 else:                           # full fine-tuning: the full weights
                     info = mlflow.transformers.log_model(
                         transformers_model=str(dirs[m]), name=f"model-{m}",
-                        task="text-generation", **kw)
+                        task="text-generation", **kw,
+                        model_card=local_model_card(dirs[m], base, f"RL model ({m})"))
                 mlflow.log_metrics({k: float(v) for k, v in entry.items() if _numeric(v)},
                                    model_id=info.model_id)
                 # a handful of tags; the metrics are linked to the logged model (above), the

@@ -234,10 +234,10 @@ def run(params: Config | Mapping, root: str | Path = ".") -> dict:
     Raises:
         FileNotFoundError: no ``metrics/eval.json``.
     """
-    from rich.console import Console
+    from hargo.console import table_console
 
     data = collect(params, root)
-    console = Console(width=max(Console().width, 140))
+    console = table_console(140)
     for r in render(data):
         console.print(r)
     return data

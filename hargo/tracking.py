@@ -29,48 +29,36 @@ import contextlib
 import hashlib
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from hargo.config import Config, as_section, params_dict
-from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, check_store,
-                                  is_local_store, local_uri, log_http_retries, reroot,
-                                  sqlite_path)
+# re-exported: tracking.git_commit, tracking.StageTerminated, ... as before
+from hargo.provenance import data_version, git_commit, pipeline_products  # noqa: F401
+from hargo.signals import StageTerminated, terminate_as_exception  # noqa: F401
+from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, TrackingStoreError,
+                                  check_store, is_local_store, local_uri, log_http_retries,
+                                  reroot, sqlite_path, store_root)
 
 DOOR_ENV = "HARGO_DOOR"            # "dvc" (default) or "prefect"
 PARENT_ENV = "HARGO_PARENT_RUN_ID"
+EXP_NAME_ENV = "DVC_EXP_NAME"      # set by DVC for a `dvc exp run` (workspace, --temp, queue)
+EXP_NAME_TAG = "hargo.dvc_experiment"
 
 
 def tracking_uri(root: str | Path = ".") -> str:
-    """The tracking URI: ``$MLFLOW_TRACKING_URI`` or the local SQLite store under ``mlruns/``."""
+    """The tracking URI: ``$MLFLOW_TRACKING_URI`` or the local SQLite store under the project's
+    ``mlruns/`` (:func:`hargo.tracking_store.store_root`: the project's own store also from a DVC
+    experiment's temporary workspace, where a relative ``sqlite:///`` URI is taken relative to
+    the project too)."""
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
+        db = sqlite_path(env)
+        if db is not None and not db.is_absolute() and store_root(".") != Path("."):
+            # relative to the working directory, which is DVC's temporary copy: the project's
+            return f"sqlite:///{store_root('.') / db}"
         return env
-    return local_uri(root)
-
-
-def git_commit(root: str | Path = ".") -> str:
-    """``HEAD``'s sha, suffixed ``-dirty`` when tracked files have changes; ``unknown`` outside git."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def data_version(root: str | Path = ".") -> str:
-    """The DVC hash of the raw data (``data/raw/hpc-gpt.dvc``'s md5), or ``unknown``."""
-    import yaml
-
-    p = Path(root) / "data" / "raw" / "hpc-gpt.dvc"
-    try:
-        return str(yaml.safe_load(p.read_text())["outs"][0]["md5"])
-    except (OSError, KeyError, IndexError, TypeError):
-        return "unknown"
+    return local_uri(store_root(root))
 
 
 def flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -127,9 +115,13 @@ def setup(params: Config | Mapping, root: str | Path = ".") -> str:
     (:func:`reroot`).
 
     A SQLite store is created, migrated and given its experiment under :func:`store_lock`, so
-    several processes may set up one fresh store at once.
+    several processes may set up one fresh store at once. In a DVC experiment's temporary
+    workspace the local store is the project's (:func:`hargo.tracking_store.store_root`).
 
     Raises:
+        TrackingStoreError: the experiment is deleted (names it, the store and
+            ``mlflow experiments restore``), or the store is locked or of another MLflow
+            version; nothing is written.
         RuntimeError: the store cannot be opened or written (names the URI and the fix).
     """
     uri = tracking_uri(root)
@@ -139,7 +131,7 @@ def setup(params: Config | Mapping, root: str | Path = ".") -> str:
     log_http_retries()
     check_store(uri)
     with store_lock(uri):
-        return _setup_locked(uri, name, root)
+        return _setup_locked(uri, name, store_root(root))
 
 
 def store_lock(uri: str, timeout_s: float = 600.0):
@@ -193,21 +185,34 @@ def _setup_locked(uri: str, name: str, root: str | Path) -> str:
                                               tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
         else:
             exp_id = exp.experiment_id
+            if exp.lifecycle_stage != "active":
+                raise TrackingStoreError(
+                    f"MLflow experiment {name!r} (id {exp_id}) in store {uri} is deleted, so no "
+                    f"run can be logged to it. Fix: MLFLOW_TRACKING_URI={uri} mlflow experiments "
+                    f"restore -x {exp_id} (or set mlflow.experiment in params.yaml to a new "
+                    "name)")
             if exp.tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:
                 MlflowClient().set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         return exp_id
+    except TrackingStoreError:
+        raise
     except Exception as e:  # mlflow raises several types for an unusable store
         raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
 
 
 def common_tags(params: Config | Mapping, root: str | Path = ".") -> dict[str, str]:
-    """Tags every hargo run carries: git commit, data version, door, seed."""
-    return {
+    """Tags every hargo run carries: git commit, data version, door, seed; and, in a ``dvc exp
+    run`` (workspace, ``--temp`` or queued), the DVC experiment's name (``hargo.dvc_experiment``:
+    ``$DVC_EXP_NAME``, the name ``dvc exp show`` lists)."""
+    tags = {
         "hargo.git_commit": git_commit(root),
         "hargo.data_version": data_version(root),
         "hargo.door": os.environ.get(DOOR_ENV, "dvc"),
         "hargo.seed": str(_seed(params)),
     }
+    if os.environ.get(EXP_NAME_ENV):
+        tags[EXP_NAME_TAG] = os.environ[EXP_NAME_ENV]
+    return tags
 
 
 def parent_run_id(params: Config | Mapping, root: str | Path = ".") -> str:
@@ -304,44 +309,6 @@ def start_parent_run(params: Config | Mapping, door: str, root: str | Path = "."
     for k, v in sorted(flatten(params_dict(params)).items()):
         client.log_param(run.info.run_id, k, str(v)[:6000])
     return run.info.run_id
-
-
-class StageTerminated(SystemExit):
-    """SIGTERM reached a stage: raised in the main thread by :func:`terminate_as_exception`'s
-    handler, so ``finally`` blocks and context managers run (the MLflow runs end KILLED, atomic
-    outputs are discarded) and the process then exits with code 143 (128 + SIGTERM), the code
-    of a process killed by it. A ``SystemExit``, so ``except Exception`` never swallows it."""
-
-    def __init__(self, signum: int):
-        super().__init__(128 + signum)
-        self.signum = signum
-
-    def __str__(self) -> str:
-        return f"terminated by signal {self.signum} (SIGTERM)"
-
-
-@contextlib.contextmanager
-def terminate_as_exception() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`StageTerminated` in the main thread instead of
-    killing the process outright (Python's default, which runs no cleanup and left MLflow runs
-    RUNNING forever); the previous handler is restored on exit. SIGINT already raises
-    ``KeyboardInterrupt``. Outside the main thread (where Python cannot install handlers) a
-    no-op."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise StageTerminated(signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

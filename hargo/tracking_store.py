@@ -7,14 +7,27 @@ local store. Used by :func:`hargo.tracking.setup` before MLflow touches the stor
 * :data:`HTTP_RETRY_DEFAULTS` and :func:`log_http_retries`: a transient outage of a tracking
   server is retried with a bounded back-off, and every retry is logged.
 * :func:`reroot`: a moved or copied project points its local store at its own artifacts.
+* :func:`store_root`: the project whose ``mlruns/`` holds the local store, also from a DVC
+  experiment's temporary workspace (``dvc exp run --temp`` / ``--queue``).
+
+A store problem that a user must fix (a store written by another MLflow version, a store another
+process holds locked, a deleted experiment) is a :class:`TrackingStoreError`: one line naming the
+store (and experiment) and the fix, raised before anything is written.
 """
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-__all__ = ["HTTP_RETRY_DEFAULTS", "PROBE_TIMEOUT_S", "RETRY_LOGGER", "log_http_retries",
-           "sqlite_path", "check_store", "local_uri", "is_local_store", "reroot"]
+__all__ = ["HTTP_RETRY_DEFAULTS", "PROBE_TIMEOUT_S", "RETRY_LOGGER", "TrackingStoreError",
+           "log_http_retries", "sqlite_path", "check_store", "schema_revisions", "local_uri",
+           "is_local_store", "reroot", "store_root"]
+
+
+class TrackingStoreError(RuntimeError):
+    """A tracking store (or its experiment) that hargo must not write to as it is; the message
+    is one line naming the store and the fix."""
 
 
 # MLflow's HTTP retry settings (mlflow/environment_variables.py) that hargo sets unless the
@@ -65,19 +78,24 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
 
-def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+def check_store(uri: str, timeout_s: float | None = None) -> None:
     """Fail fast when the tracking store ``uri`` cannot be used, before MLflow's own retries
     (which take ~106 s on a bad SQLite path and ~249 s on an unreachable server).
 
     * ``sqlite:///PATH``: the folder is created if missing, must be writable (a probe file is
-      written and removed) and the database must open with SQLite within ``timeout_s``;
+      written and removed), the database must open with SQLite and give its write lock within
+      ``timeout_s`` (default :data:`PROBE_TIMEOUT_S`; else: locked by another process), and
+      its schema revision must be this MLflow's (not a newer MLflow's, not an older one's:
+      :func:`schema_revisions`);
       ``sqlite://PATH`` (a host form SQLite has not) is refused.
     * ``http(s)://HOST[:PORT]``: a TCP connection must open within ``timeout_s``, then
       ``GET /health`` (the MLflow server's health endpoint) must answer without a 5xx.
     * anything else (``databricks``, a file store, ...) is left to MLflow.
 
     Raises:
-        RuntimeError: names the URI, the cause and the fix.
+        TrackingStoreError: a locked store, or one of another MLflow version (names the URI and
+            the fix).
+        RuntimeError: any other unusable store (names the URI, the cause and the fix).
     """
     import socket
     import sqlite3
@@ -85,6 +103,7 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     import urllib.request
     from urllib.parse import urlparse
 
+    timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
     if uri.startswith("sqlite:") and not uri.startswith("sqlite:///"):
         raise RuntimeError(
             f"MLflow store {uri} cannot be used: a SQLite store URI needs three slashes. Fix: "
@@ -96,11 +115,25 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
             probe = db.parent / f".hargo-probe-{os.getpid()}"
             probe.write_text("")
             probe.unlink()
-            con = sqlite3.connect(db, timeout=timeout_s)
+            con = sqlite3.connect(db, timeout=timeout_s, isolation_level=None)
             try:
                 con.execute("PRAGMA schema_version").fetchone()
+                _check_schema(con, uri, db)
+                con.execute("BEGIN IMMEDIATE")     # the write lock MLflow will need
+                con.execute("ROLLBACK")
             finally:
                 con.close()
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e) or "busy" in str(e):
+                raise TrackingStoreError(
+                    f"MLflow store {uri} is locked: another process has held {db} for more "
+                    f"than {timeout_s:g} s ({e}). Fix: let that process finish or stop it "
+                    f"(`fuser {db}` names it; e.g. a stuck `mlflow ui` or a stage still "
+                    "running), then run again") from None
+            raise RuntimeError(
+                f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
+                f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
+            ) from e
         except (OSError, sqlite3.Error) as e:
             raise RuntimeError(
                 f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
@@ -128,6 +161,79 @@ def check_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
             f"tracking server (mlflow server --host {url.hostname} --port {port}) or unset "
             f"MLFLOW_TRACKING_URI to use the local store mlruns/mlflow.db"
         ) from e
+
+
+def schema_revisions() -> tuple[set[str], set[str]]:
+    """(every schema revision this MLflow knows, its head revisions), read from the alembic
+    migration scripts MLflow ships (``mlflow/store/db_migrations/versions/*.py``: each names its
+    ``revision`` and ``down_revision``) without importing MLflow. Empty sets where the scripts
+    are not found (the schema check is then left to MLflow)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mlflow")
+    if spec is None or not spec.submodule_search_locations:
+        return set(), set()
+    versions = Path(list(spec.submodule_search_locations)[0]) / "store" / "db_migrations" \
+        / "versions"
+    known: set[str] = set()
+    parents: set[str] = set()
+    for f in versions.glob("*.py"):
+        text = f.read_text(encoding="utf-8", errors="replace")
+        rev = re.search(r"^revision\s*=\s*[\"']([0-9a-zA-Z_]+)[\"']", text, re.MULTILINE)
+        down = re.search(r"^down_revision\s*=\s*(.*)$", text, re.MULTILINE)
+        if rev:
+            known.add(rev.group(1))
+        if down:
+            parents.update(re.findall(r"[\"']([0-9a-zA-Z_]+)[\"']", down.group(1)))
+    return known, known - parents
+
+
+def _check_schema(con, uri: str, db: Path) -> None:
+    """Refuse a SQLite store whose schema revision (``alembic_version``) this MLflow cannot use:
+    one from a newer MLflow (a revision it does not know; ``mlflow db upgrade`` cannot help)
+    or an older one (``mlflow db upgrade`` migrates it). A new, empty store passes."""
+    import sqlite3
+
+    try:
+        row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return                                   # a new store: MLflow creates the tables
+        raise
+    known, heads = schema_revisions()
+    if row is None or not known or row[0] in heads:
+        return
+    import importlib.metadata
+
+    version = importlib.metadata.version("mlflow")
+    if row[0] not in known:
+        raise TrackingStoreError(
+            f"MLflow store {uri} was written by a newer MLflow than this one ({version}): its "
+            f"schema revision {row[0]} is unknown here. Fix: upgrade MLflow where hargo runs "
+            f"(pip install -U mlflow) to the version that wrote {db}, or set "
+            "MLFLOW_TRACKING_URI to another store")
+    raise TrackingStoreError(
+        f"MLflow store {uri} has an older schema (revision {row[0]}) than MLflow {version} "
+        f"uses. Fix: back up {db}, then run `mlflow db upgrade {uri}`")
+
+
+def store_root(root: str | Path = ".") -> Path:
+    """The project folder whose ``mlruns/`` holds the local store for a stage run in ``root``.
+
+    That is ``root`` itself, except in a DVC experiment's temporary workspace (``dvc exp run
+    --temp``, ``dvc exp run --queue`` + ``dvc queue start``): DVC runs the stage in a copy under
+    ``<project>/.dvc/tmp/exps/`` that it deletes afterwards, and exports the project's root as
+    ``$DVC_ROOT``; the runs must land in the project's store, not in a store inside the copy.
+    """
+    root = Path(root)
+    dvc_root = os.environ.get("DVC_ROOT")
+    if not dvc_root:
+        return root
+    project = Path(dvc_root).resolve()
+    here = root.resolve()
+    if here != project and (project / ".dvc" / "tmp") in here.parents:
+        return project
+    return root
 
 
 def local_uri(root: str | Path = ".") -> str:

@@ -153,9 +153,10 @@ def test_validate_deployment_on_process_worker(prefect_server, tmp_path, real_ra
     assert created == set(DEPLOYMENTS), out[-3000:]
 
     wlog = (tmp_path / "worker.log").open("w")
-    worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "cpu", "--type", "process"],
-                              cwd=project, env=env, stdout=wlog, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+    # the documented worker command (it stops on SIGTERM: test_the_hargo_worker_stops_on_sigterm)
+    worker = subprocess.Popen([sys.executable, "-m", "flows.worker", "--pool", "cpu", "--type",
+                               "process"], cwd=project, env=env, stdout=wlog,
+                              stderr=subprocess.STDOUT, start_new_session=True)
     try:
         from prefect.client.orchestration import get_client
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
@@ -280,3 +281,31 @@ def test_gpu_kubernetes_job_template():
         "containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "{{ gpu_count }}"
     assert tpl["variables"]["properties"]["gpu_count"]["default"] == 1
+
+
+@pytest.mark.timeout(TIMEOUT_S + 60)
+def test_the_hargo_worker_stops_on_sigterm(prefect_server, tmp_path):
+    """Issue 42, item 9: `prefect worker start` (Prefect 3.7) answers SIGTERM by sending itself
+    SIGINT and polls on: idle, it was still running 65 s later. `python -m flows.worker` (the
+    documented command) starts the same worker and stops it, and its flow runs, on SIGTERM."""
+    env, deadline = prefect_server
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])}
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen([sys.executable, "-m", "flows.worker", "--pool", "cpu",
+                                   "--type", "process"], cwd=tmp_path, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT)
+        try:
+            while "started!" not in log.read_text():
+                assert worker.poll() is None, log.read_text()
+                _left(deadline)
+                time.sleep(POLL_S)
+            t0 = time.monotonic()
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=60)
+            waited = time.monotonic() - t0
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+    assert worker.returncode == 143 and waited < 10, (worker.returncode, waited,
+                                                      log.read_text()[-2000:])

@@ -131,3 +131,24 @@ def test_summary_without_a_pipeline_run_or_eval_metrics(tmp_path, committed_para
     assert all(v["status"] == "cached" for v in data["stages"].values())
     assert "no MLflow experiment" in data["stages_note"]
     assert data["register"] is None and data["judge"] == "llm:judge"
+
+
+def test_summary_is_as_wide_as_columns_says(tmp_path, committed_params, mlflow_uri, capsys,
+                                            monkeypatch):
+    """Issue 42, item 9: the table was 140 columns wide whatever COLUMNS said. COLUMNS set:
+    that width; unset in a pipe (no terminal to ask): 140, so names are not cut at 80. (One
+    store for the three: a new one costs MLflow's migrations.)"""
+    from hargo import summary
+
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "eval.json").write_text(json.dumps({
+        "sft": {"dr_f1": 0.5, "dr_always_yes_f1": 0.6875}, "run": {"judge": "j"}}))
+    params = apply_overrides(committed_params, {"rl.methods": ["grpo"]})
+    for columns in ("90", "120", None):
+        if columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", columns)
+        summary.run(params, root=tmp_path)
+        widest = max(len(line) for line in capsys.readouterr().out.splitlines())
+        assert widest == int(columns or 140), columns   # the table needs more: it fills it

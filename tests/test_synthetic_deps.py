@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What ``hargo check-params`` may load besides its stage's deps: the package root, the CLI
 #: and its console plumbing (no stage lists hargo/cli.py).
 CLI_PLUMBING = {"hargo/__init__.py", "hargo/cli.py", "hargo/console.py", "hargo/diskspace.py",
-                "hargo/offline.py"}
+                "hargo/offline.py",
+                # every command re-roots a copied project's MLflow store first (hargo/cli.py)
+                "hargo/tracking_store.py"}
 ABOVE_CONFIG = ("hargo.compare", "hargo.gate", "hargo.data", "hargo.models", "hargo.training",
                 "hargo.evaluation")
 

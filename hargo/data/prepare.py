@@ -243,7 +243,7 @@ def compute_stats(train: list[dict], eval_: list[dict], raw: dict[str, list[dict
 # ----------------------------------------------------------------------------- the stage
 
 def _print_table(stats: dict) -> None:
-    from rich.console import Console
+    from hargo.console import table_console
     from rich.table import Table
 
     tab = Table(title=f"prepared data ({stats['strategy']} split)")
@@ -262,7 +262,7 @@ def _print_table(stats: dict) -> None:
                     yn(lab.get("train")), yn(lab.get("eval")))
     tot = stats["counts"]["total"]
     tab.add_row("total", str(tot["raw"]), "", "", "", "", str(tot["train"]), str(tot["eval"]), "", "")
-    console = Console(width=max(Console().width, 120))  # 80 columns (a pipe) would cut names
+    console = table_console(120)  # $COLUMNS, the terminal's width, else >= 120 (a pipe)
     console.print(tab)
     r = stats["answer_length_ratio"]
     console.print(f"mean answer length: {r['longest_task']} / {r['shortest_task']} = {r['ratio']}x")

@@ -437,7 +437,7 @@ def validate(params: "Config | Mapping") -> dict:
 
 
 def _print(results: list[dict], summary: dict) -> None:
-    from rich.console import Console
+    from hargo.console import table_console
     from rich.table import Table
 
     passed = sum(r["success"] for r in results)
@@ -448,4 +448,4 @@ def _print(results: list[dict], summary: dict) -> None:
     for r in results:
         verdict = "ok" if r["success"] else ("FAILED" if r["enforced"] else "measured")
         tab.add_row(r["name"], verdict, str(r["failing"]), ", ".join(r["ids"][:3]))
-    Console(width=max(Console().width, 110)).print(tab)
+    table_console(110).print(tab)

@@ -367,7 +367,7 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
     check_generation_backend(cfg)    # before the checkpoint folder is touched
     import mlflow
 
-    from hargo import tracking, tracking_store
+    from hargo import tracking
     from hargo.training.checkpoints import (checkpoint_step, prepare_checkpoint_dir,
                                             resumable_checkpoint, run_fingerprint)
     from hargo.data.records import prompt_tokens, select_subset
@@ -413,8 +413,9 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
     fingerprint = run_fingerprint(cfg, method, model_dir, data_path)
     launch = launch_state()
     if launch.is_main:
-        # an unusable MLflow store fails here, before the checkpoint folder (an output) changes
-        tracking_store.check_store(tracking.tracking_uri(root))
+        # an unusable MLflow store or experiment fails here, before the checkpoint folder (an
+        # output) changes
+        tracking.setup(pd, root)
     recorder = StepRecorder(max_table_rows=TABLE_ROWS)
     callback = RLLoggingCallback(recorder, name, int(rl.log_completions_steps or 0))
     # The trainer is built before the checkpoint folder is prepared (which clears a finished or
