@@ -11,9 +11,13 @@ from hargo.params import apply_overrides
 
 
 def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, committed_params,
-                                                                   mlflow_uri, capsys):
+                                                                   mlflow_uri, capsys,
+                                                                   monkeypatch):
     from mlflow.tracking import MlflowClient
 
+    # the table follows $COLUMNS (test_summary_is_as_wide_as_columns_says); a width another test
+    # or the shell left in the environment must not cut the columns this test reads
+    monkeypatch.setenv("COLUMNS", "220")
     from hargo import summary, tracking
 
     params = apply_overrides(committed_params, {"rl.methods": ["grpo", "hargo"]})

@@ -128,8 +128,8 @@ def test_prompts_per_step_per_task_param(params):
     assert S.prompt_quota(q) == {"syn_yesno": 1, "syn_short": 2, "syn_long": 3}
     for value, message in [
         ({"syn_yesno": 1, "syn_short": 2, "syn_long": 2}, r"sums to 5, not prompts_per_step 6"),
-        ({"syn_yesno": 6, "syn_short": 0}, r"synthetic.rl.prompts_per_step_per_task: expected "
-                                           r"one integer per task"),
+        ({"syn_yesno": 6, "syn_short": 0}, r"synthetic.rl.prompts_per_step_per_task.syn_long: "
+                                           r"missing .*one integer per task"),
         ({"syn_yesno": -1, "syn_short": 4, "syn_long": 3},
          r"synthetic.rl.prompts_per_step_per_task.syn_yesno: expected an integer >= 0")]:
         with pytest.raises(ParamsError, match=message):
