@@ -65,7 +65,8 @@ class Cell:
     value: str
     overrides: tuple = ()
     quota: tuple | None = None
-    only: dict = field(default_factory=dict, hash=False, compare=False)  # key -> the task it acts on
+    # override key -> the one task it acts on (an alone run of another task leaves it out)
+    only: dict = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -337,7 +338,7 @@ def main(argv=None) -> int:
         f"{p.rl.learning_rate}, eval every {a.every} steps; SFT policy {policy[:12]}, code "
         f"{code[:12]}. Metric: each configuration's eval `{a.metric}`. Mean time a run "
         f"(wall, eval included): mixed {t['mixed']:.0f} s, alone {t['alone']:.0f} s; "
-        f"this call trained for {wall:.0f} s.", "",
+        f"this call took {wall:.0f} s.", "",
         "Alone - mixed: GRPO on the task alone at the mixed run's prompts a step for it, minus "
         "the same task in the mix (> 0: the mix costs the task that much), paired two-level "
         f"bootstrap {int(round(p.bootstrap.confidence * 100))}% intervals (seed pairs and "

@@ -86,7 +86,8 @@ def _crafted(arm, pt, method, config, seed):
     """Every prompt at 0.2 after SFT (step 0), v5 at step 5, v_end at step 10; the yes/no task
     alone does better (het: +0.2 at the end, hom: +0.05)."""
     v5, end = 0.3, 0.4
-    alone_yesno = arm == "alone" and pt["synthetic.rl.prompts_per_task"].startswith("{syn_yesno: 300")
+    alone_yesno = arm == "alone" and \
+        pt["synthetic.rl.prompts_per_task"].startswith("{syn_yesno: 300")
     if alone_yesno and config == "heterogeneous":
         v5, end = 0.5, 0.6
     elif alone_yesno:
