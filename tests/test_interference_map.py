@@ -234,3 +234,14 @@ def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys):
     imap.main(args)                                     # resumes: nothing left to train
     assert "runs to train" not in capsys.readouterr().out
     assert len(out.read_text().splitlines()) == 3
+
+
+@pytest.mark.fast
+def test_the_run_closure_covers_the_stage_deps_closure():
+    """The same closure tests/test_stage_deps.py computes for a stage's deps (less the files it
+    deems result-neutral) is inside the run fingerprint's."""
+    from hargo.compare import synthetic_code as C
+    from tests.test_stage_deps import code_closure
+
+    mine = {p.relative_to(ROOT).as_posix() for p in C.run_modules()}
+    assert code_closure(set(C.ENTRIES)) <= mine
