@@ -11,7 +11,8 @@ seeds is printed.
 
 Needs ``data/synthetic`` and ``models/synthetic/sft`` (``dvc repro synthetic/dvc.yaml:synthetic_sft``);
 ``--root`` points at another root holding both (e.g. an SFT variant). Grid keys may be any
-``synthetic.rl.*``, ``synthetic.evaluate.*`` or ``rl.<method>.*`` param; ``synthetic.data``,
+``synthetic.rl.*``, ``synthetic.evaluate.*`` or ``rl.<method>.*`` param (also a loss knob
+params.yaml does not spell, e.g. ``rl.grpo.aggregation``: :func:`load_run_params`); ``synthetic.data``,
 ``.policy`` and ``.sft`` change the SFT policy and are refused in ``--grid``; without
 ``--train-sft`` the sweep trains no SFT: it starts from whatever policy ``<root>/models/synthetic/sft`` holds (a variant under
 another root, or the last ``synthetic_sft`` run, whatever params it had), and such keys given
