@@ -11,7 +11,8 @@ seeds is printed.
 
 Needs ``data/synthetic`` and ``models/synthetic/sft`` (``dvc repro synthetic/dvc.yaml:synthetic_sft``);
 ``--root`` points at another root holding both (e.g. an SFT variant). Grid keys may be any
-``synthetic.rl.*``, ``synthetic.evaluate.*`` or ``rl.<method>.*`` param; ``synthetic.data``,
+``synthetic.rl.*``, ``synthetic.evaluate.*`` or ``rl.<method>.*`` param (also a loss knob
+params.yaml does not spell, e.g. ``rl.grpo.aggregation``: :func:`load_run_params`); ``synthetic.data``,
 ``.policy`` and ``.sft`` change the SFT policy and are refused in ``--grid``; without
 ``--train-sft`` the sweep trains no SFT: it starts from whatever policy ``<root>/models/synthetic/sft`` holds (a variant under
 another root, or the last ``synthetic_sft`` run, whatever params it had), and such keys given
@@ -75,6 +76,29 @@ def _run_key(point: dict, method: str, seed: int, config: str, policy: str) -> s
                        "policy": policy}, sort_keys=True)
 
 
+def load_run_params(params_path: str, overrides: list[str]) -> dict:
+    """``load_params(params_path, overrides)``, except that an ``rl.<method>.<key>`` override
+    may name a key (or a method block) that params.yaml does not spell: a GRPO-family block's
+    optional loss knobs (``aggregation``, ``std``, ``std_scope``, ``std_eps``) or a method run
+    with its defaults. Such a key is added, then set and checked like every other.
+
+    Raises:
+        ParamsError: a bad key or value (named)."""
+    from hargo.config.loading import apply_overrides, read_params_file
+    from hargo.params import validate_params
+
+    raw = read_params_file(params_path)
+    for item in overrides:
+        parts = item.partition("=")[0].strip().split(".")
+        if len(parts) == 3 and parts[0] == "rl" and isinstance(raw.get("rl"), dict):
+            block = raw["rl"].setdefault(parts[1], {})
+            if isinstance(block, dict):
+                block.setdefault(parts[2], None)
+    params = apply_overrides(raw, overrides)
+    validate_params(params)
+    return params
+
+
 def _worker(job) -> dict:
     params_path, sets, point, method, seed, config, root, threads, policy = job
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -85,10 +109,9 @@ def _worker(job) -> dict:
     from hargo.compare.synthetic_data import read_split
     from hargo.compare.synthetic_plan import MODEL_DIR, plan
     from hargo.models.loading import resolve_model_dir
-    from hargo.params import load_params
 
     overrides = list(sets) + [f"{k}={v}" for k, v in point.items()] + [f"train.threads={threads}"]
-    params = load_params(params_path, overrides)
+    params = load_run_params(params_path, overrides)
     p = plan(params)
     root = Path(root)
     train, ev = read_split(root, "train"), read_split(root, "eval")
@@ -176,7 +199,7 @@ def main(argv=None) -> int:
     from hargo.data.synthetic import SYNTHETIC_TASKS
 
     from hargo.compare.synthetic_plan import plan
-    from hargo.params import ParamsError, load_params
+    from hargo.params import ParamsError
 
     for s in a.sets:
         key = s.partition("=")[0]
@@ -185,7 +208,7 @@ def main(argv=None) -> int:
                   "retrain it", flush=True)
     for pt in _points(grid):   # a bad value fails here, naming the key, before any run
         try:
-            plan(load_params(a.params, a.sets + [f"{k}={v}" for k, v in pt.items()]))
+            plan(load_run_params(a.params, a.sets + [f"{k}={v}" for k, v in pt.items()]))
         except (ParamsError, ValueError) as e:
             raise SystemExit(f"error: {e}")
     if a.train_sft:

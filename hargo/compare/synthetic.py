@@ -157,12 +157,12 @@ def _digest(obj: Any) -> str:
 
 
 def code_digest(root: str | Path | None = None) -> str:
-    """sha256 of every ``hargo/**/*.py`` file (name and content, in path order): a run trained
-    by other code is not reused."""
-    from hargo.io import sha256_files
+    """sha256 of the hargo modules a run executes (:mod:`hargo.compare.synthetic_code`: the
+    import closure of the bed's entry points, name and content): a run trained by other code is
+    not reused, and a commit that touches none of those files keeps every run."""
+    from hargo.compare.synthetic_code import code_digest as digest
 
-    pkg = Path(root) / "hargo" if root is not None else Path(__file__).resolve().parents[1]
-    return sha256_files(sorted(pkg.rglob("*.py")), name_separator=b"\0")
+    return digest(root)
 
 
 def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
@@ -170,8 +170,8 @@ def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, s
     """What a finished run's result depends on: the tasks, the RL budget and the eval budgets
     of the plan (not its method and seed lists or the bootstrap), the configuration, the
     method's own knobs (``rl.<method>``, ``rl.clip_range``), the seed, the SFT policy's digest,
-    the code (:func:`code_digest`), bf16 autocast on this hardware and the versions of torch,
-    transformers and TRL."""
+    the code it executes (:func:`code_digest`), bf16 autocast on this hardware and the versions
+    of torch, transformers and TRL."""
     import torch
     import transformers
     import trl
@@ -194,11 +194,14 @@ def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, s
 class _EvalEvery(TrainerCallback):
     """A ``transformers.TrainerCallback`` that evaluates the policy every
     ``every`` RL steps (:func:`evaluate_policy` of a saved copy) into ``curve``: rows
-    ``{"step", **eval_summary}``."""
+    ``{"step", **eval_summary}``, and into ``prompts`` the per-prompt values behind them:
+    ``{"step", "reward": [...], "correct": [...]}`` (the eval split's order; for intervals
+    over the curve, e.g. its area, benchmarks/interference_map.py)."""
 
     def __init__(self, every: int, evaluate, tokenizer, work: Path):
         self.every, self.evaluate, self.tokenizer, self.work = every, evaluate, tokenizer, work
         self.curve: list[dict] = []
+        self.prompts: list[dict] = []
         self.seconds = 0.0   # spent evaluating inside training
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -207,8 +210,13 @@ class _EvalEvery(TrainerCallback):
             t0 = time.perf_counter()
             folder = self.work / f"eval-{step}"
             _save_policy(model, self.tokenizer, folder)
-            self.curve.append({"step": step, **eval_summary(self.evaluate(folder))})
+            self.add(step, self.evaluate(folder))
             self.seconds += time.perf_counter() - t0
+
+    def add(self, step: int, ev: Mapping) -> None:
+        self.curve.append({"step": step, **eval_summary(ev)})
+        self.prompts.append({"step": step, "reward": list(ev["reward"]),
+                             "correct": list(ev["correct"])})
 
 
 def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
@@ -218,7 +226,9 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
     it: ``{"method", "seed", "configuration", "history", "eval", "eval_summary",
     "eval_curve", "wall_s", "train_s"}`` (``history``: per-step rows of :class:`StepRecorder`;
     ``eval_curve``: ``{"step", **eval_summary}`` every ``synthetic.evaluate.every_steps``
-    steps and at the end; ``train_s`` excludes those intermediate evaluations)."""
+    steps and at the end, and with ``every_steps`` also ``eval_curve_prompts``, the per-prompt
+    ``reward`` and ``correct`` of each of those points; ``train_s`` excludes those
+    intermediate evaluations)."""
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
     from hargo.training.rl import build_trainer
@@ -249,7 +259,7 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
                                 reward_funcs=[train_reward(config, seed)])
         trainer.prompt_quota = prompt_quota(p)   # None: a step draws from the pool's mix
         if p.evaluate.every_steps:
-            every.curve.append({"step": 0, **eval_summary(evaluate(model_dir))})
+            every.add(0, evaluate(model_dir))
         tt = time.perf_counter()
         trainer.train()
         train_s = time.perf_counter() - tt - every.seconds
@@ -258,9 +268,12 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
         ev = evaluate(work / "policy")
     summary = eval_summary(ev)
     curve = every.curve + [{"step": int(p.rl.steps), **summary}]
+    extra = {"eval_curve_prompts": every.prompts + [
+        {"step": int(p.rl.steps), "reward": list(ev["reward"]), "correct": list(ev["correct"])}]
+    } if p.evaluate.every_steps else {}
     return {"method": method, "seed": int(seed), "configuration": name,
             "history": recorder.history, "eval": ev, "eval_summary": summary,
-            "eval_curve": curve, "train_s": round(train_s, 2),
+            "eval_curve": curve, **extra, "train_s": round(train_s, 2),
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 

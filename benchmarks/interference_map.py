@@ -1,0 +1,361 @@
+"""The interference map of the synthetic test bed (issue 40, item 4): where does mixing tasks
+cost GRPO something, and is it the reward heterogeneity or plain dilution?
+
+For each mechanism at each of its values (a *cell*; the first value is the neutral end, the bed
+as committed), GRPO trains on the three-task mix at a fixed per-task quota a step
+(``synthetic.rl.prompts_per_step_per_task``, 2/2/2 unless the mechanism is the mix itself) and on
+each task alone at that task's prompts a step (its own pool, no other task), in the
+heterogeneous and the homogeneous configuration, over the seeds; ``--full-step`` adds, in the
+flagged cells, each task alone at the full step (every prompt of the step from it), and
+``--methods`` adds those methods' mixed runs there (each minus GRPO). The report
+(:mod:`interference_report`) gives per cell and task alone minus mixed with paired two-level
+intervals, the difference-in-differences against the homogeneous control, at the end, by the
+area under the eval curve and at an early step, and flags a cell whose interval lies above 0.
+
+Mechanisms (no new SFT policy: they change RL only; ``-S`` may set ``synthetic.data.noise_*``
+because the noise touches the training reward only):
+
+- ``aggregation``: ``rl.<method>.aggregation`` response_mean (neutral) | token_mean |
+  constant_length
+- ``std``: ``rl.<method>.std_scope`` group (neutral) | batch, and ``rl.<method>.std`` none
+- ``noise``: ``synthetic.data.noise_yesno`` 0 (neutral) | 0.1 | 0.3 (one task's reward noise)
+- ``mix``: ``synthetic.rl.prompts_per_step_per_task`` 2/2/2 (neutral) | 4/1/1 | 1/1/4
+- ``dynamic`` (not in the default set): ``synthetic.rl.dynamic_sampling`` off | one refill
+  round | two
+
+Mechanisms that need their own SFT policy (a variant under ``--root``, ``synthetic_sweep.py
+--train-sft``), not screened here: ``synthetic.sft.hedge_style`` (task_specific) and
+``synthetic.data.conflict`` (shared_surface), and ``synthetic.data`` shapes in general.
+
+    python benchmarks/interference_map.py --screen --workers 2      # 3 seeds, every cell
+    python benchmarks/interference_map.py --full --full-step --methods hargo hargo_b1 \\
+        hargo_b2 hargo_batch hargo_contrast uniform_sample uniform_pop --workers 2
+
+Runs go to ``--out`` (JSON lines, one a run, through ``synthetic_sweep``'s worker): a run
+already there (same point, method, seed, configuration, SFT policy and code digest,
+:func:`hargo.compare.synthetic_code.code_digest`) is skipped, so the command resumes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import interference_report as report  # noqa: E402
+import synthetic_sweep as sweep  # noqa: E402
+
+TASKS = ("syn_yesno", "syn_short", "syn_long")   # hargo.data.synthetic.SYNTHETIC_TASKS
+QUOTA = "synthetic.rl.prompts_per_step_per_task"
+SCREEN_SEEDS = (1, 2, 3)
+FULL_SEEDS = tuple(range(1, 11))
+DEFAULT_MECHANISMS = ("aggregation", "std", "noise", "mix")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A mechanism at one value: its overrides (``{m}`` in a key: the method's block) and the
+    mixed run's per-task prompts a step (:data:`TASKS` order; None: the base quota,
+    :class:`Points`)."""
+    mechanism: str
+    value: str
+    overrides: tuple = ()
+    quota: tuple | None = None
+    # override key -> the one task it acts on (an alone run of another task leaves it out)
+    only: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.mechanism}={self.value}"
+
+
+def _dyn(refills: int) -> str:
+    return f"{{enabled: true, refill_factor: 2.0, max_refills: {refills}}}"
+
+
+MECHANISMS: dict[str, tuple[Cell, ...]] = {
+    "aggregation": tuple(Cell("aggregation", v, () if v == "response_mean" else
+                              (("rl.{m}.aggregation", v),))
+                         for v in ("response_mean", "token_mean", "constant_length")),
+    "std": (Cell("std", "group"), Cell("std", "batch", (("rl.{m}.std_scope", "batch"),)),
+            Cell("std", "none", (("rl.{m}.std", "none"),))),
+    "noise": tuple(Cell("noise", v, () if v == "0" else (("synthetic.data.noise_yesno", v),),
+                        only={"synthetic.data.noise_yesno": "syn_yesno"})
+                   for v in ("0", "0.1", "0.3")),
+    "mix": tuple(Cell("mix", "/".join(map(str, q)), quota=q)   # sums to the bed's 6
+                 for q in ((2, 2, 2), (4, 1, 1), (1, 1, 4))),
+    "dynamic": (Cell("dynamic", "off"),
+                Cell("dynamic", "refill1", (("synthetic.rl.dynamic_sampling", _dyn(1)),)),
+                Cell("dynamic", "refill2", (("synthetic.rl.dynamic_sampling", _dyn(2)),))),
+}
+
+
+def parse_mechanisms(items) -> list[Cell]:
+    """``name`` (every value) or ``name=v1,v2`` (those values) per item."""
+    cells = []
+    for it in items:
+        name, _, vals = it.partition("=")
+        if name not in MECHANISMS:
+            raise SystemExit(f"--mechanisms {name}: unknown; known: {sorted(MECHANISMS)}")
+        want = vals.split(",") if vals else [c.value for c in MECHANISMS[name]]
+        known = {c.value: c for c in MECHANISMS[name]}
+        bad = [v for v in want if v not in known]
+        if bad:
+            raise SystemExit(f"--mechanisms {name}: unknown values {bad}; known: {list(known)}")
+        cells += [known[v] for v in want]
+    return cells
+
+
+class Points:
+    """A run's overrides (its *point*, part of its identity in ``--out``) per arm.
+
+    ``fixed``: the ``-S`` values, in every point; ``every``: ``synthetic.evaluate.every_steps``;
+    ``pools``: each task's RL pool in the mix (``synthetic.rl.prompts_per_task``), which an alone
+    run keeps for its task (0 for the others); ``quota``: the mixed runs' prompts a step per
+    task where the cell sets none (:func:`base_quota`)."""
+
+    def __init__(self, fixed: dict, every: int, pools: dict, quota: tuple = (2, 2, 2)):
+        self.fixed, self.every, self.pools = dict(fixed), int(every), dict(pools)
+        self.quota = tuple(quota)
+
+    def _quota(self, cell: Cell) -> tuple:
+        return cell.quota or self.quota
+
+    def _base(self) -> dict:
+        return {**self.fixed, "synthetic.evaluate.every_steps": str(self.every)}
+
+    @staticmethod
+    def _own(cell: Cell, method: str, task: str | None) -> dict:
+        return {k.format(m=method): v for k, v in cell.overrides
+                if task is None or cell.only.get(k, task) == task}
+
+    def mixed(self, cell: Cell, method: str) -> dict:
+        quota = ", ".join(f"{t}: {k}" for t, k in zip(TASKS, self._quota(cell)))
+        return {**self._base(), QUOTA: "{" + quota + "}", **self._own(cell, method, None)}
+
+    def alone(self, cell: Cell, task: str, method: str, full: bool = False) -> dict:
+        """``task`` alone at the mixed run's prompts a step for it (``full``: at the whole
+        step); an override acting on another task only (``Cell.only``) is left out, so such a
+        cell shares the neutral cell's alone runs."""
+        q = self._quota(cell)
+        k = sum(q) if full else q[TASKS.index(task)]
+        pools = ", ".join(f"{t}: {self.pools[t] if t == task else 0}" for t in TASKS)
+        return {**self._base(), "synthetic.rl.prompts_per_task": "{" + pools + "}",
+                "synthetic.rl.prompts_per_step": str(k), QUOTA: "null",
+                **self._own(cell, method, task)}
+
+
+def base_quota(p) -> tuple:
+    """The mixed runs' per-task prompts a step: ``synthetic.rl.prompts_per_step_per_task`` when
+    set, else ``prompts_per_step`` split evenly (the bed's 6: 2/2/2, the mix's mean today)."""
+    q = p.rl.prompts_per_step_per_task
+    if q is not None:
+        return tuple(int(q[t]) for t in TASKS)
+    if p.rl.prompts_per_step % len(TASKS):
+        raise SystemExit(f"synthetic.rl.prompts_per_step {p.rl.prompts_per_step}: not a "
+                         f"multiple of {len(TASKS)}; set {QUOTA}")
+    return (p.rl.prompts_per_step // len(TASKS),) * len(TASKS)
+
+
+def plan_runs(points: Points, cells, seeds, tasks=TASKS, configs=("heterogeneous",
+              "homogeneous"), full_step: bool = False, methods=()) -> list[tuple]:
+    """``(arm, point, method, config, seed)`` of every run a set of cells needs, each once:
+    GRPO mixed and alone per task in ``configs``; with ``full_step`` GRPO alone at the full
+    step (heterogeneous); ``methods``' mixed runs (heterogeneous)."""
+    out, seen = [], set()
+
+    def add(arm, pt, m, conf, s):
+        key = (report.point_key(pt), m, conf, s)
+        if key not in seen:
+            seen.add(key)
+            out.append((arm, pt, m, conf, s))
+
+    for cell in cells:
+        for s in seeds:
+            for conf in configs:
+                add("mixed", points.mixed(cell, "grpo"), "grpo", conf, s)
+                for t in tasks:
+                    add("alone", points.alone(cell, t, "grpo"), "grpo", conf, s)
+            for t in tasks if full_step else ():
+                add("alone_full", points.alone(cell, t, "grpo", True), "grpo", "heterogeneous", s)
+            for m in methods:
+                add("mixed", points.mixed(cell, m), m, "heterogeneous", s)
+    return out
+
+
+def run_key(point: dict, method: str, seed: int, config: str, policy: str, code: str) -> str:
+    return json.dumps({"point": point, "method": method, "seed": int(seed), "config": config,
+                       "policy": policy, "code": code}, sort_keys=True)
+
+
+def pending(runs, have: set[str], policy: str, code: str) -> list[tuple]:
+    """The runs of ``runs`` whose key is not in ``have`` (the resume rule)."""
+    return [r for r in runs if run_key(r[1], r[2], r[4], r[3], policy, code) not in have]
+
+
+def _worker(job) -> dict:
+    """``synthetic_sweep``'s worker, plus the arm, the map's key and the hargo modules the
+    process loaded that the code digest misses (expected: none)."""
+    arm, code, *sweep_job = job
+    row = sweep._worker(tuple(sweep_job))
+    from hargo.compare.synthetic_code import unlisted
+
+    row.update(arm=arm, code=code, key=run_key(row["point"], row["method"], row["seed"],
+                                                row["config"], row["policy"], code),
+               unlisted_modules=unlisted(getattr(m, "__file__", None) or ""
+                                         for m in list(sys.modules.values())))
+    return row
+
+
+def train(jobs, args, root: Path, out: Path, policy: str, code: str, done: list) -> None:
+    threads = 1 if args.workers > 1 else 2
+    work = [(arm, code, args.params, [], pt, m, s, conf, str(root), threads, policy)
+            for arm, pt, m, conf, s in jobs]
+    if not work:
+        return
+    print(f"[map] {len(work)} runs to train, {args.workers} worker(s)", flush=True)
+    t0 = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with mp.get_context("spawn").Pool(args.workers) as pool, out.open("a") as f:
+        for i, r in enumerate(pool.imap_unordered(_worker, work), 1):
+            f.write(json.dumps(r) + "\n")
+            f.flush()
+            done.append(r)
+            miss = f" UNLISTED CODE {r['unlisted_modules']}" if r["unlisted_modules"] else ""
+            print(f"[map] {i}/{len(work)} {r['arm']} {r['config'][:3]} {r['method']} "
+                  f"s{r['seed']}: eval {r['run']['eval_summary']['all/reward']:.3f} "
+                  f"in {r['run']['wall_s']:.0f} s ({time.perf_counter() - t0:.0f} s){miss}",
+                  flush=True)
+
+
+def cpu_line(params: dict) -> str:
+    from hargo.hardware import describe_cpu, use_bf16
+
+    flags = sorted({f for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("flags") for f in ln.split()
+                    if f in ("avx512_bf16", "amx_bf16")}) if Path("/proc/cpuinfo").exists() else []
+    bf16 = params["train"]["bf16"]
+    return (f"CPU: {describe_cpu()} (bf16 flags: {', '.join(flags) or 'none'}). Precision: "
+            f"train.bf16 = {bf16}, so {'bf16 autocast' if use_bf16(params) else 'fp32'} here.")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--screen", action="store_true", help="every cell at --seeds (default 3)")
+    mode.add_argument("--full", action="store_true",
+                      help="screen first, then --seeds (default 10) in flagged + neutral cells")
+    ap.add_argument("--seeds", nargs="+", type=int)
+    ap.add_argument("--screen-seeds", nargs="+", type=int, default=list(SCREEN_SEEDS))
+    ap.add_argument("--mechanisms", nargs="+", default=list(DEFAULT_MECHANISMS),
+                    help="name or name=v1,v2 (values: interference_map.MECHANISMS)")
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    ap.add_argument("--configs", nargs="+", default=["heterogeneous", "homogeneous"],
+                    choices=["heterogeneous", "homogeneous"], help="the DiD needs both")
+    ap.add_argument("--full-step", action="store_true", help="alone at the full step, flagged")
+    ap.add_argument("--methods", nargs="*", default=[], help="minus GRPO in flagged cells")
+    ap.add_argument("--every", type=int, default=5, help="synthetic.evaluate.every_steps")
+    ap.add_argument("--early-step", type=int, help="the early reading (default: first point)")
+    ap.add_argument("--metric", default="reward", choices=["reward", "correct"])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--root", default=".", help="holds data/synthetic and the SFT policy")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default="metrics/synthetic/interference_map.jsonl")
+    ap.add_argument("--report", default="reports/interference_map.md")
+    ap.add_argument("-S", "--set", dest="sets", action="append", default=[])
+    ap.add_argument("--analyse-only", action="store_true")
+    a = ap.parse_args(argv)
+
+    from hargo.compare.synthetic_code import code_digest
+    from hargo.compare.synthetic_plan import MODEL_DIR, plan
+    from hargo.models.loading import model_digest, resolve_model_dir
+    from hargo.params import ParamsError
+
+    cells = parse_mechanisms(a.mechanisms)
+    params = sweep.load_run_params(a.params, a.sets)
+    p = plan(params)
+    points = Points(dict(s.partition("=")[::2] for s in a.sets), a.every,
+                    dict(p.rl.prompts_per_task), base_quota(p))
+    seeds = a.seeds or (list(FULL_SEEDS) if a.full else list(a.screen_seeds))
+    first = a.screen_seeds if a.full else seeds
+    every_run = plan_runs(points, cells, sorted(set(seeds) | set(first)), a.tasks, full_step=True,
+                          methods=a.methods)
+    for key in {report.point_key(r[1]) for r in every_run}:   # a bad value fails here, first
+        try:
+            plan(sweep.load_run_params(a.params, [f"{k}={v}"
+                                                  for k, v in json.loads(key).items()]))
+        except (ParamsError, ValueError) as e:
+            raise SystemExit(f"error: {e}")
+    root = Path(a.root)
+    policy = model_digest(resolve_model_dir(root / MODEL_DIR))
+    code = code_digest()
+    out = Path(a.out)
+    rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()] \
+        if out.exists() else []
+    done = [r for r in rows if r.get("policy") == policy and r.get("code") == code]
+    print(f"[map] {len(done)} runs of this policy and code in {out} ({len(rows)} lines); "
+          f"code {code[:12]}, policy {policy[:12]}", flush=True)
+    conf = dict(metric=a.metric, early_step=a.early_step, resamples=p.bootstrap.resamples,
+                confidence=p.bootstrap.confidence)
+
+    def step(cs, ss, **kw):
+        if not a.analyse_only:
+            have = {r["key"] for r in done}
+            kw.setdefault("configs", a.configs)
+            train(pending(plan_runs(points, cs, ss, a.tasks, **kw), have, policy, code), a,
+                  root, out, policy, code, done)
+        return report.analyse(done, cells, a.tasks, points, a.methods, **conf)
+
+    t0 = time.perf_counter()
+    numbers = step(cells, first)                                   # every cell, screening seeds
+    if a.full:
+        flag = set(report.flagged(numbers))
+        chosen = [c for c in cells if c.name in flag
+                  or c.value == MECHANISMS[c.mechanism][0].value]
+        numbers = step(chosen, seeds)                              # flagged + neutral: all seeds
+    flag = set(report.flagged(numbers))
+    if a.full_step or a.methods:
+        numbers = step([c for c in cells if c.name in flag], seeds, configs=(),
+                       full_step=a.full_step, methods=a.methods)
+    wall = time.perf_counter() - t0
+    rep = Path(a.report)
+    rep.parent.mkdir(parents=True, exist_ok=True)
+    fig = rep.with_suffix(".png")
+    report.plot(numbers, cells, fig, p.bootstrap.confidence)
+    t = report.timing(done)
+    early = f"step {a.early_step}" if a.early_step else f"step {a.every}"
+    head = [
+        "# The interference map of the synthetic test bed", "",
+        cpu_line(params), "",
+        f"`benchmarks/interference_map.py` ({'full' if a.full else 'screen'}; seeds {seeds}; "
+        f"fixed overrides: {points.fixed or 'none'}): {p.rl.steps} RL steps a run, "
+        f"{p.rl.prompts_per_step} prompts a step (mixed: {'/'.join(map(str, points.quota))} "
+        f"unless the cell sets it) x G = {p.rl.num_generations}, lr "
+        f"{p.rl.learning_rate}, eval every {a.every} steps; SFT policy {policy[:12]}, code "
+        f"{code[:12]}. Metric: each configuration's eval `{a.metric}`. Mean time a run "
+        f"(wall, eval included): mixed {t['mixed']:.0f} s, alone {t['alone']:.0f} s; "
+        f"this call took {wall:.0f} s.", "",
+        "Alone - mixed: GRPO on the task alone at the mixed run's prompts a step for it, minus "
+        "the same task in the mix (> 0: the mix costs the task that much), paired two-level "
+        f"bootstrap {int(round(p.bootstrap.confidence * 100))}% intervals (seed pairs and "
+        "prompts resampled). AUC: the mean eval reward over the curve (trapezoid / steps); "
+        f"{early}: the early reading. DiD: heterogeneous alone - mixed minus homogeneous "
+        "alone - mixed on the same seeds (> 0: more than plain dilution). **>0**: the interval "
+        f"lies above 0. Intervals at < {report.FINDING_SEEDS} seeds are screening only.", "",
+        f"Flagged cells: {', '.join(sorted(flag)) or 'none'}.", "",
+        f"![alone - mixed per cell]({fig.name})", ""]
+    md = "\n".join(head) + "\n" + report.markdown(numbers, cells, p.bootstrap.confidence, early)
+    from hargo.io import atomic_write_text
+
+    atomic_write_text(rep, md)
+    atomic_write_text(rep.with_suffix(".json"), json.dumps(numbers, indent=1))
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""benchmarks/interference_map.py (issue 40, items 4 and 6): the runs a cell needs, the resume
+rule, the report's numbers on crafted JSON lines (hand-computed), the run fingerprint's code
+digest (only the code a run executes), and one tiny real map (1 mechanism x 2 values, 1 task,
+1 seed, both configurations) that resumes."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import interference_map as imap  # noqa: E402
+import interference_report as rep  # noqa: E402
+
+TASKS = imap.TASKS
+POOLS = {t: 300 for t in TASKS}
+
+
+def _points():
+    return imap.Points({}, 5, POOLS)
+
+
+# ------------------------------------------------------------------------ the runs a cell needs
+
+@pytest.mark.fast
+def test_points_and_the_runs_a_cell_needs():
+    pts = _points()
+    neutral, noisy = imap.parse_mechanisms(["noise=0,0.3"])
+    mixed = pts.mixed(noisy, "grpo")
+    assert mixed["synthetic.data.noise_yesno"] == "0.3"
+    assert mixed[imap.QUOTA] == "{syn_yesno: 2, syn_short: 2, syn_long: 2}"
+    alone = pts.alone(noisy, "syn_short", "grpo")
+    # the yes/no noise does not act on syn_short alone: the neutral cell's run is shared
+    assert alone == pts.alone(neutral, "syn_short", "grpo")
+    assert alone["synthetic.rl.prompts_per_task"] == "{syn_yesno: 0, syn_short: 300, syn_long: 0}"
+    assert (alone["synthetic.rl.prompts_per_step"], alone[imap.QUOTA]) == ("2", "null")
+    assert pts.alone(noisy, "syn_yesno", "grpo")["synthetic.data.noise_yesno"] == "0.3"
+    assert pts.alone(noisy, "syn_long", "grpo", full=True)["synthetic.rl.prompts_per_step"] == "6"
+    mix = imap.parse_mechanisms(["mix=4/1/1"])[0]
+    assert pts.alone(mix, "syn_yesno", "grpo")["synthetic.rl.prompts_per_step"] == "4"
+    agg = imap.parse_mechanisms(["aggregation=token_mean"])[0]
+    assert pts.mixed(agg, "hargo")["rl.hargo.aggregation"] == "token_mean"
+    # per seed: 2 mixed + 3 x 2 alone (neutral), 2 mixed + 1 x 2 alone (noise: yes/no only)
+    runs = imap.plan_runs(pts, [neutral, noisy], [1, 2])
+    assert len(runs) == 2 * (8 + 4)
+    extra = imap.plan_runs(pts, [noisy], [1], configs=(), full_step=True, methods=["hargo"])
+    assert sorted(r[0] for r in extra) == ["alone_full"] * 3 + ["mixed"]
+    with pytest.raises(SystemExit, match="unknown values"):
+        imap.parse_mechanisms(["noise=0.2"])
+
+
+@pytest.mark.fast
+def test_every_default_mechanism_has_three_values_neutral_first():
+    for name in imap.DEFAULT_MECHANISMS:
+        cells = imap.MECHANISMS[name]
+        assert len(cells) >= 3 and cells[0].overrides == ()
+        assert cells[0].quota in (None, (2, 2, 2))   # the base quota
+    assert len(imap.DEFAULT_MECHANISMS) >= 4
+
+
+@pytest.mark.fast
+def test_resume_skips_the_runs_in_the_file():
+    runs = imap.plan_runs(_points(), imap.parse_mechanisms(["std=group,batch"]), [1])
+    keys = {imap.run_key(pt, m, s, c, "pol", "code") for _, pt, m, c, s in runs}
+    assert imap.pending(runs, keys, "pol", "code") == []
+    left = imap.pending(runs, keys - {imap.run_key(runs[3][1], "grpo", 1, runs[3][3], "pol",
+                                                   "code")}, "pol", "code")
+    assert left == [runs[3]]
+    # another code digest or SFT policy: every run again
+    assert len(imap.pending(runs, keys, "pol", "other")) == len(runs)
+    assert len(imap.pending(runs, keys, "other", "code")) == len(runs)
+
+
+# ------------------------------------------------------------------ the report on crafted rows
+
+EVAL_TASKS = list(TASKS) * 2     # 6 prompts, 2 a task
+
+
+def _crafted(arm, pt, method, config, seed):
+    """Every prompt at 0.2 after SFT (step 0), v5 at step 5, v_end at step 10; the yes/no task
+    alone does better (het: +0.2 at the end, hom: +0.05)."""
+    v5, end = 0.3, 0.4
+    alone_yesno = arm == "alone" and \
+        pt["synthetic.rl.prompts_per_task"].startswith("{syn_yesno: 300")
+    if alone_yesno and config == "heterogeneous":
+        v5, end = 0.5, 0.6
+    elif alone_yesno:
+        v5, end = 0.35, 0.45
+
+    def vals(v):
+        return [v if (t == "syn_yesno" or not alone_yesno) else 0.0 for t in EVAL_TASKS]
+
+    curve = [{"step": s, "reward": vals(v), "correct": vals(v)}
+             for s, v in ((0, 0.2), (5, v5), (10, end))]
+    return {"arm": arm, "point": pt, "method": method, "config": config, "seed": seed,
+            "run": {"eval": {"ids": [str(i) for i in range(6)], "tasks": EVAL_TASKS,
+                             "reward": vals(end), "correct": vals(end)},
+                    "eval_curve_prompts": curve, "wall_s": 10.0}}
+
+
+@pytest.mark.fast
+def test_analyse_hand_computed_on_crafted_rows(tmp_path):
+    pts = _points()
+    cells = imap.parse_mechanisms(["noise=0,0.3"])
+    rows = [_crafted(*r) for r in imap.plan_runs(pts, cells, [1, 2])]
+    num = rep.analyse(rows, cells, TASKS, pts, resamples=200, confidence=0.9)
+    y = num["noise=0.3"]["syn_yesno"]
+    assert y["n_seeds"] == 2
+    # end 0.6 - 0.4; AUC: ((0.2+0.5)/2 + (0.5+0.6)/2)/2 - ((0.2+0.3)/2 + (0.3+0.4)/2)/2
+    assert y["het"]["end"]["diff"] == pytest.approx(0.2)
+    assert y["het"]["auc"]["diff"] == pytest.approx(0.45 - 0.30)
+    assert y["het"]["early"]["diff"] == pytest.approx(0.2)
+    assert y["hom"]["end"]["diff"] == pytest.approx(0.05)
+    assert y["did"]["end"]["diff"] == pytest.approx(0.15)
+    assert y["did"]["auc"]["diff"] == pytest.approx(0.15 - (0.3375 - 0.30))
+    assert (y["het"]["end"]["low"], y["het"]["end"]["high"]) == pytest.approx((0.2, 0.2))
+    assert y["flag"] and y["readings_above_0"] == ["end", "auc", "early"]
+    s = num["noise=0"]["syn_short"]
+    assert s["het"]["end"]["diff"] == pytest.approx(0.0) and not s["flag"]
+    assert rep.flagged(num) == ["noise=0", "noise=0.3"]
+    md = rep.markdown(num, cells, 0.9, "step 5")
+    assert "| 0.3 | syn_yesno | 2 | +0.200 [+0.200, +0.200] **>0** |" in md
+    assert "interference (end, auc, early); beyond dilution (DiD end, auc, early) (screening)" \
+        in md
+    assert "none shown: ruled out below +0.000 and above +0.000 (screening)" in md
+    rep.plot(num, cells, tmp_path / "map.png", 0.9)
+    assert (tmp_path / "map.png").stat().st_size > 1000
+    # a missing homogeneous run: no DiD, the rest stands
+    some = [r for r in rows if not (r["config"] == "homogeneous" and r["seed"] == 2)]
+    n2 = rep.analyse(some, cells, TASKS, pts, resamples=50, confidence=0.9)
+    assert n2["noise=0.3"]["syn_yesno"]["did"]["end"]["n_seeds"] == 1
+
+
+@pytest.mark.fast
+def test_auc_and_early_readings_by_hand():
+    row = _crafted("mixed", {}, "grpo", "heterogeneous", 1)
+    assert rep.values(row, "syn_long", "auc") == pytest.approx([0.30, 0.30])
+    assert rep.values(row, "syn_long", "early", early_step=10) == pytest.approx([0.4, 0.4])
+    assert rep.values(row, "syn_long", "early", early_step=7) is None
+    row["run"].pop("eval_curve_prompts")
+    assert rep.values(row, "syn_long", "auc") is None
+
+
+# -------------------------------------------------------------------------- the code digest
+
+@pytest.mark.fast
+def test_code_digest_follows_the_code_a_run_imports_only(tmp_path):
+    from hargo.compare import synthetic_code as C
+
+    shutil.copytree(ROOT / "hargo", tmp_path / "hargo",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    pkg = tmp_path / "hargo"
+    files = {p.relative_to(pkg).as_posix() for p in C.run_modules(pkg=pkg)}
+    assert {"compare/synthetic.py", "training/rl.py", "advantages.py", "stats.py",
+            "methods/hargo.py", "data/synthetic_noise.py"} <= files
+    assert not {"gpu_check/run.py", "cli.py", "compare/report.py", "champion.py"} & files
+    before = C.code_digest(tmp_path)
+    (pkg / "gpu_check" / "run.py").write_text((pkg / "gpu_check" / "run.py").read_text() + "\n#")
+    (pkg / "cli.py").write_text((pkg / "cli.py").read_text() + "\n# a comment\n")
+    assert C.code_digest(tmp_path) == before          # not imported by a run: runs kept
+    f = pkg / "training" / "rl.py"
+    f.write_text(f.read_text() + "\n# a comment\n")
+    assert C.code_digest(tmp_path) != before          # imported: re-trained
+
+
+@pytest.mark.fast
+def test_unlisted_names_loaded_modules_outside_the_closure():
+    from hargo.compare import synthetic_code as C
+
+    pkg = Path(C.__file__).resolve().parents[1]
+    assert C.unlisted([str(pkg / "compare" / "synthetic.py")]) == []
+    assert C.unlisted([str(pkg / "gpu_check" / "run.py"), "/elsewhere/x.py", ""]) == \
+        ["gpu_check/run.py"]
+
+
+# ----------------------------------------------------------------------- a tiny real map
+
+def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys):
+    """1 mechanism x 2 values (syn_yesno's noise 0 and 0.3), syn_short alone, 1 seed, the
+    heterogeneous configuration: 3 runs of an untrained tiny policy (syn_short alone is one
+    run: the yes/no noise does not act on it), 2 steps, eval at 0, 1 and 2; the report's
+    alone - mixed equals the JSON lines' per-prompt means; a second call trains nothing; every
+    hargo module the worker loaded is in the code digest."""
+    from hargo.compare.synthetic_plan import DATA_DIR, MODEL_DIR, plan
+    from hargo.data.synthetic import generate
+    from hargo.io import write_jsonl
+    from hargo.models.tiny import TinyPolicyConfig, build_tiny_policy
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    s = params["synthetic"]
+    s["data"].update(n_train=8, n_eval=2)
+    s["sft"]["examples_per_task"] = {"syn_yesno": 0, "syn_short": 0, "syn_long": 1}
+    s["rl"].update(prompts_per_task={t: 4 for t in TASKS}, pool="all", steps=2,
+                   prompts_per_step=3, num_generations=2,
+                   max_new_tokens={"syn_yesno": 2, "syn_short": 2, "syn_long": 4})
+    s["evaluate"]["max_new_tokens"] = {"syn_yesno": 2, "syn_short": 2, "syn_long": 4}
+    s["bootstrap"]["resamples"] = 50
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    train, ev = generate(plan(params).data, 0)
+    (tmp_path / DATA_DIR).mkdir(parents=True)
+    write_jsonl(tmp_path / DATA_DIR / "train.jsonl", train)
+    write_jsonl(tmp_path / DATA_DIR / "eval.jsonl", ev)
+    texts = [r["prompt"][0]["content"] for r in train] + [r["answer"] for r in train]
+    build_tiny_policy(tmp_path / MODEL_DIR, TinyPolicyConfig(
+        vocab_size=300, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
+        max_positions=256), texts, seed=0)
+    out = tmp_path / "map.jsonl"
+    args = ["--screen", "--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path),
+            "--out", str(out), "--report", str(tmp_path / "map.md"), "--mechanisms",
+            "noise=0,0.3", "--tasks", "syn_short", "--seeds", "1", "--workers", "1",
+            "--every", "1", "--configs", "heterogeneous", "-S",
+            "synthetic.rl.prompts_per_step_per_task={syn_yesno: 1, syn_short: 1, syn_long: 1}"]
+    imap.main(args)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted(r["arm"] for r in rows) == ["alone", "mixed", "mixed"]
+    assert all(r["unlisted_modules"] == [] for r in rows)
+    assert all([c["step"] for c in r["run"]["eval_curve_prompts"]] == [0, 1, 2] for r in rows)
+    num = json.loads((tmp_path / "map.json").read_text())
+    mixed = [r for r in rows if r["point"].get("synthetic.data.noise_yesno") == "0.3"][0]
+    alone = [r for r in rows if r["arm"] == "alone"][0]
+    y = lambda r: np.mean([v for t, v in zip(r["run"]["eval"]["tasks"],  # noqa: E731
+                                             r["run"]["eval"]["reward"]) if t == "syn_short"])
+    assert num["noise=0.3"]["syn_short"]["het"]["end"]["diff"] == \
+        pytest.approx(y(alone) - y(mixed))
+    md = (tmp_path / "map.md").read_text()
+    assert "### noise" in md and "bf16 flags" in md and "train.bf16 = True" in md
+    capsys.readouterr()
+    imap.main(args)                                     # resumes: nothing left to train
+    assert "runs to train" not in capsys.readouterr().out
+    assert len(out.read_text().splitlines()) == 3
+
+
+@pytest.mark.fast
+def test_the_run_closure_covers_the_stage_deps_closure():
+    """The same closure tests/test_stage_deps.py computes for a stage's deps (less the files it
+    deems result-neutral) is inside the run fingerprint's."""
+    from hargo.compare import synthetic_code as C
+    from tests.test_stage_deps import code_closure
+
+    mine = {p.relative_to(ROOT).as_posix() for p in C.run_modules()}
+    assert code_closure(set(C.ENTRIES)) <= mine
