@@ -18,7 +18,8 @@ import torch
 
 from rl_helpers import FIXED_GROUPS, G_FIXED, fixed_batch_params, fixed_inputs, fixed_rollout
 
-pytestmark = pytest.mark.xdist_group("rl")
+# its own group (not test_rl.py's "rl"), so the scheduler can run it beside that long chain
+pytestmark = pytest.mark.xdist_group("loss-path")
 
 #: abs tolerance of the loss and of every gradient entry (issue 40: <= 1e-6)
 TOL = 1e-6
