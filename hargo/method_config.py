@@ -40,7 +40,7 @@ __all__ = ["GRPOParams", "DrGRPOParams", "UniformParams", "HargoParams", "HargoB
 
 
 #: The std conventions of the group advantage (``hargo.advantages.STD_KINDS``; here too so this
-#: module stays torch-free; tests/test_methods.py checks the two agree).
+#: module stays torch-free; tests/test_advantages.py checks the two agree).
 STD_KINDS = ("population", "sample", "none")
 #: Over what the std is taken (``hargo.advantages.STD_SCOPES``).
 STD_SCOPES = ("group", "batch")

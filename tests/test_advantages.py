@@ -682,3 +682,16 @@ def test_batch_weights_sum_to_the_group_count(batch, method):
     out = estimate(method, r, l)
     assert (out.weights >= 0).all() and torch.isfinite(out.weights).all()
     assert out.weights.sum().item() == pytest.approx(r.shape[0], rel=1e-4)
+
+
+def test_the_torch_free_choice_lists_are_the_estimators():
+    """hargo.method_config keeps torch-free copies of the std kinds and scopes and the
+    aggregation modes for the params checks; they must be the math's own lists."""
+    from hargo.advantages import STD_KINDS, STD_SCOPES
+    from hargo.losses import AGGREGATIONS
+    from hargo.method_config import AGGREGATION_MODES
+    from hargo.method_config import STD_KINDS as KINDS
+    from hargo.method_config import STD_SCOPES as SCOPES
+
+    assert KINDS == STD_KINDS and SCOPES == STD_SCOPES
+    assert set(AGGREGATION_MODES) == set(AGGREGATIONS)
