@@ -226,10 +226,11 @@ def train(jobs, args, root: Path, out: Path, policy: str, code: str, done: list)
             f.flush()
             done.append(r)
             miss = f" UNLISTED CODE {r['unlisted_modules']}" if r["unlisted_modules"] else ""
+            got = (f"DIVERGED ({r['diverged']})" if r["run"] is None else
+                   f"eval {r['run']['eval_summary']['all/reward']:.3f} "
+                   f"in {r['run']['wall_s']:.0f} s")
             print(f"[map] {i}/{len(work)} {r['arm']} {r['config'][:3]} {r['method']} "
-                  f"s{r['seed']}: eval {r['run']['eval_summary']['all/reward']:.3f} "
-                  f"in {r['run']['wall_s']:.0f} s ({time.perf_counter() - t0:.0f} s){miss}",
-                  flush=True)
+                  f"s{r['seed']}: {got} ({time.perf_counter() - t0:.0f} s){miss}", flush=True)
 
 
 def cpu_line(params: dict) -> str:
@@ -347,6 +348,9 @@ def main(argv=None) -> int:
         "alone - mixed on the same seeds (> 0: more than plain dilution). **>0**: the interval "
         f"lies above 0. Intervals at < {report.FINDING_SEEDS} seeds are screening only.", "",
         f"Flagged cells: {', '.join(sorted(flag)) or 'none'}.", "",
+        *(["Runs the divergence guard stopped (`train.divergence`; recorded, never scored: "
+           "their seed pairs drop out of the intervals):", "",
+           *[f"- {d}" for d in report.diverged(done)], ""] if report.diverged(done) else []),
         f"![alone - mixed per cell]({fig.name})", ""]
     md = "\n".join(head) + "\n" + report.markdown(numbers, cells, p.bootstrap.confidence, early)
     from hargo.io import atomic_write_text

@@ -29,9 +29,11 @@ def point_key(point: Mapping) -> str:
 
 
 def index(rows: Sequence[Mapping]) -> dict[tuple, dict[int, Mapping]]:
-    """``{(point_key, method, config): {seed: row}}``."""
+    """``{(point_key, method, config): {seed: row}}`` of the scored runs: a run the divergence
+    guard stopped (``run`` None, :func:`diverged`) has no scores, so a pair it belongs to
+    drops out of every interval (the cell's ``seeds`` count says how many remain)."""
     out: dict[tuple, dict[int, Mapping]] = {}
-    for r in rows:
+    for r in (r for r in rows if r.get("run")):
         out.setdefault((point_key(r["point"]), r["method"], r["config"]), {})[int(r["seed"])] = r
     return out
 
@@ -128,11 +130,20 @@ def analyse(rows: Sequence[Mapping], cells: Sequence, tasks: Sequence[str], poin
                  "methods": {m: compare(get(points.mixed(cell, m), m, "heterogeneous"), mh,
                                         task, *args)
                              for m in methods if get(points.mixed(cell, m), m, "heterogeneous")}}
+            ctl = get(points.mixed(cell, UNIFORM), UNIFORM, "heterogeneous")
+            r["methods_vs_uniform"] = {
+                m: compare(get(points.mixed(cell, m), m, "heterogeneous"), ctl, task, *args)
+                for m in r["methods"] if m != UNIFORM and ctl}
             r["readings_above_0"] = [x for x in READINGS if r["het"][x] and r["het"][x]["low"] > 0]
             r["flag"] = bool(r["readings_above_0"])
             rec[task] = r
         out[cell.name] = rec
     return out
+
+
+#: The uniform-weight control at HARGO's std convention (hargo/methods/uniform.py): a method
+#: minus it is its weighting alone (the std convention and the loss path being the same).
+UNIFORM = "uniform_pop"
 
 
 def flagged(numbers: Mapping) -> list[str]:
@@ -179,11 +190,21 @@ def markdown(numbers: Mapping, cells: Sequence, confidence: float, early_label: 
         lines += [f"| {c.name} | {t} | " + " | ".join(_fmt(r["full_step"][x]) for x in READINGS)
                   + " |" for c, t, r in extra if r["full_step"]] + [""]
     if any(r["methods"] for _, _, r in extra):
-        lines += ["### Methods minus GRPO, mixed (flagged cells)", "",
-                  f"| cell | task | method | end | AUC | {early_label} |",
-                  "|---|---|---|---:|---:|---:|"]
-        lines += [f"| {c.name} | {t} | {m} | " + " | ".join(_fmt(ci[x]) for x in READINGS)
-                  + " |" for c, t, r in extra for m, ci in r["methods"].items()] + [""]
+        lines += ["### Methods minus GRPO and minus the uniform control, mixed (flagged cells)",
+                  "",
+                  f"Each method's mixed run (heterogeneous) minus GRPO's on the same seeds, and "
+                  f"minus `{UNIFORM}` (weights 1/G at HARGO's std convention: the weighting "
+                  f"alone); {pct}% intervals.", "",
+                  f"| cell | task | method | end | AUC | {early_label} | - {UNIFORM}, end | "
+                  f"- {UNIFORM}, AUC |", "|---|---|---|---:|---:|---:|---:|---:|"]
+        for c, t, r in extra:
+            for m, ci in r["methods"].items():
+                vu = r.get("methods_vs_uniform", {}).get(m)
+                lines.append(f"| {c.name} | {t} | {m} | "
+                             + " | ".join(_fmt(ci[x]) for x in READINGS) + " | "
+                             + " | ".join(_fmt(vu[x]) if vu else "-" for x in ("end", "auc"))
+                             + " |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -224,10 +245,18 @@ def plot(numbers: Mapping, cells: Sequence, path: Path, confidence: float) -> No
     plt.close(fig)
 
 
+def diverged(rows: Sequence[Mapping]) -> list[str]:
+    """One line per run the divergence guard stopped (``run`` None, ``diverged`` its message):
+    arm, configuration, method, seed, point and the guard's message."""
+    return [f"{r.get('arm', '?')} {r['config']} {r['method']} seed {r['seed']} at "
+            f"{point_key(r['point'])}: {r['diverged']}" for r in rows if r.get("run") is None]
+
+
 def timing(rows: Sequence[Mapping]) -> dict[str, float]:
     """Mean ``wall_s`` per run (mixed and alone), over the rows that have it."""
     out = {}
     for arm in ("mixed", "alone"):
-        w = [r["run"]["wall_s"] for r in rows if r.get("arm") == arm and "wall_s" in r["run"]]
+        w = [r["run"]["wall_s"] for r in rows
+             if r.get("arm") == arm and r.get("run") and "wall_s" in r["run"]]
         out[arm] = float(np.mean(w)) if w else math.nan
     return out

@@ -114,21 +114,29 @@ def _worker(job) -> dict:
     params = load_run_params(params_path, overrides)
     p = plan(params)
     root = Path(root)
+    from hargo.training.divergence import TrainingDiverged
+
     train, ev = read_split(root, "train"), read_split(root, "eval")
-    run = train_run(params, p, config, method, seed, train, ev,
-                    resolve_model_dir(root / MODEL_DIR), print_fn=lambda *a, **k: None)
+    row = {"key": _run_key(point, method, seed, config, policy), "point": point,
+           "method": method, "seed": seed, "config": config, "root": str(root),
+           "policy": policy}
+    try:
+        run = train_run(params, p, config, method, seed, train, ev,
+                        resolve_model_dir(root / MODEL_DIR), print_fn=lambda *a, **k: None)
+    except TrainingDiverged as e:
+        # a run the divergence guard (train.divergence) stopped is a result, not a crash of
+        # the whole sweep: recorded (so a resume does not train it again), never scored
+        return {**row, "run": None, "diverged": str(e)}
     ev = run.pop("eval")   # per-prompt completions: not needed; the per-prompt rewards are
     run["eval"] = {k: ev[k] for k in ("ids", "tasks", "reward", "correct") if k in ev}
-    return {"key": _run_key(point, method, seed, config, policy), "point": point,
-            "method": method, "seed": seed, "config": config, "root": str(root),
-            "policy": policy, "run": run}
+    return {**row, "run": run}
 
 
 def _table(rows: list[dict], tasks: tuple[str, ...]) -> str:
     from hargo.stats import mean_std
 
     groups: dict[tuple, list[dict]] = {}
-    for r in rows:
+    for r in (r for r in rows if r.get("run")):   # a diverged run has no scores
         groups.setdefault((json.dumps(r["point"], sort_keys=True), r["method"]), []).append(r)
     metrics = ["all/reward"] + [f"{t}/reward" for t in tasks] + ["all/sampled_reward"] + \
         [f"{t}/sampled_reward" for t in tasks]
@@ -237,13 +245,17 @@ def main(argv=None) -> int:
             for i, r in enumerate(pool.imap_unordered(_worker, jobs), 1):
                 f.write(json.dumps(r) + "\n")
                 f.flush()
+                done.append(r)
+                if r["run"] is None:
+                    print(f"[sweep] {i}/{len(jobs)} {r['point']} {r['method']} s{r['seed']}: "
+                          f"DIVERGED ({r['diverged']})", flush=True)
+                    continue
                 s = r["run"]["eval_summary"]
                 sampled = (f" sampled {s['all/sampled_reward']:.3f}"
                            if "all/sampled_reward" in s else "")
                 print(f"[sweep] {i}/{len(jobs)} {r['point']} {r['method']} s{r['seed']}: "
                       f"greedy {s['all/reward']:.3f}{sampled} train {r['run']['train_s']:.0f} s "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)
-                done.append(r)
     rows = [r for r in done if r["config"] == a.config and r["method"] in a.methods]
     if len({r.get("policy") for r in rows}) > 1:
         print(f"[sweep] note: {out} holds runs from {len({r.get('policy') for r in rows})} SFT "

@@ -138,6 +138,44 @@ def test_analyse_hand_computed_on_crafted_rows(tmp_path):
 
 
 @pytest.mark.fast
+def test_a_diverged_run_drops_its_pair_and_is_listed_and_methods_meet_the_uniform_control():
+    """A run the divergence guard stopped (``run`` None: the sweep worker records it instead of
+    ending the whole map) leaves its seed pair out of every interval and is listed by
+    :func:`interference_report.diverged`; each method's mixed run is compared with GRPO's and
+    with the uniform control's (``uniform_pop``) on the same seeds."""
+    pts = _points()
+    cells = imap.parse_mechanisms(["noise=0"])
+    methods = ["hargo", "uniform_pop"]
+    rows = [_crafted(*r) for r in imap.plan_runs(pts, cells, [1, 2, 3], methods=methods)]
+    for r in rows:                      # hargo's mixed runs 0.1 above GRPO's, uniform's 0.05
+        if r["method"] != "grpo":
+            bump = 0.1 if r["method"] == "hargo" else 0.05
+            r["run"]["eval"]["reward"] = [v + bump for v in r["run"]["eval"]["reward"]]
+            for c in r["run"]["eval_curve_prompts"]:
+                c["reward"] = [v + bump for v in c["reward"]]
+    gone = next(r for r in rows if r["arm"] == "mixed" and r["method"] == "grpo"
+                and r["config"] == "heterogeneous" and r["seed"] == 3)
+    gone.update(run=None, diverged="rl (grpo) diverged at step 25: kl = 18.2")
+    num = rep.analyse(rows, cells, TASKS, pts, methods=methods, resamples=100, confidence=0.9)
+    y = num["noise=0"]["syn_yesno"]
+    assert y["n_seeds"] == 2 and y["het"]["end"]["n_seeds"] == 2
+    assert y["het"]["end"]["diff"] == pytest.approx(0.2)
+    assert y["methods"]["hargo"]["end"]["diff"] == pytest.approx(0.1)
+    assert y["methods"]["hargo"]["end"]["n_seeds"] == 2          # GRPO's seed 3 is gone
+    assert y["methods_vs_uniform"]["hargo"]["end"]["diff"] == pytest.approx(0.05)
+    assert y["methods_vs_uniform"]["hargo"]["end"]["n_seeds"] == 3
+    assert "uniform_pop" not in y["methods_vs_uniform"]
+    assert rep.diverged(rows) == [
+        'mixed heterogeneous grpo seed 3 at ' + rep.point_key(gone["point"])
+        + ': rl (grpo) diverged at step 25: kl = 18.2']
+    md = rep.markdown(num, cells, 0.9, "step 5")
+    assert "| noise=0 | syn_yesno | hargo | +0.100 [+0.100, +0.100] **>0** |" in md
+    assert ("| +0.050 [+0.050, +0.050] **>0** | +0.050 [+0.050, +0.050] **>0** |\n"
+            "| noise=0 | syn_yesno | uniform_pop |") in md
+    assert rep.timing(rows)["mixed"] == pytest.approx(10.0)
+
+
+@pytest.mark.fast
 def test_auc_and_early_readings_by_hand():
     row = _crafted("mixed", {}, "grpo", "heterogeneous", 1)
     assert rep.values(row, "syn_long", "auc") == pytest.approx([0.30, 0.30])
