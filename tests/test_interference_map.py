@@ -219,7 +219,7 @@ def test_unlisted_names_loaded_modules_outside_the_closure():
 
 # ----------------------------------------------------------------------- a tiny real map
 
-def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys):
+def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys, monkeypatch):
     """1 mechanism x 2 values (syn_yesno's noise 0 and 0.3), syn_short alone, 1 seed, the
     heterogeneous configuration: 3 runs of an untrained tiny policy (syn_short alone is one
     run: the yes/no noise does not act on it), 2 steps, eval at 0, 1 and 2; the report's
@@ -272,6 +272,19 @@ def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys):
     imap.main(args)                                     # resumes: nothing left to train
     assert "runs to train" not in capsys.readouterr().out
     assert len(out.read_text().splitlines()) == 3
+    # a run the divergence guard stops comes back as a row without scores, not an exception
+    # that ends the whole map (the worker, in this process)
+    import hargo.compare.synthetic as bed
+    from hargo.training.divergence import TrainingDiverged
+
+    def diverge(*a, **k):
+        raise TrainingDiverged("rl (grpo) diverged at step 2: kl = 18.2")
+
+    monkeypatch.setattr(bed, "train_run", diverge)
+    row = imap._worker(("mixed", "c0de", str(tmp_path / "params.yaml"), [], {}, "grpo", 7,
+                        "heterogeneous", str(tmp_path), 1, "p0"))
+    assert row["run"] is None and row["diverged"].endswith("kl = 18.2")
+    assert row["key"] == imap.run_key({}, "grpo", 7, "heterogeneous", "p0", "c0de")
 
 
 @pytest.mark.fast
