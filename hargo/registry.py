@@ -52,10 +52,10 @@ from hargo.config import Config, as_config, params_dict
 from hargo.gate import check_rows_match_metrics, gate
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
 from hargo.model_card import base_record, local_model_card
-from hargo.registered_models import (BASE_TAG, adapter_dir, check_adapter_agrees, check_adapter_base,
-                                     ensure_registered_model, log_adapter_model, pip_requirements,
-                                     store_base_version)
-from hargo.registered_models import ask, load_registered  # noqa: F401 (public here: docs/tracking.md)
+from hargo.registered_models import (BASE_TAG, adapter_dir, check_adapter_agrees,
+                                     check_adapter_base, ensure_registered_model,
+                                     log_adapter_model, pip_requirements, store_base_version)
+from hargo.registered_models import ask, load_registered  # noqa: F401 (public: docs/tracking.md)
 
 __all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_metrics", "run",
            "load_registered", "ask"]

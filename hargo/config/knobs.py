@@ -1,8 +1,9 @@
 """The shorthands the sections of hargo's typed config (:mod:`hargo.config`) declare their
-fields with: :data:`section` (a frozen, keyword-only dataclass), the :func:`~hargo.config.fields.knob`
-spellings of an int, a string, a boolean and a completion budget, the dtypes a model may be saved
-and generated in, and :func:`_names` (a block's params.yaml keys). Private to the config's own
-modules (the names keep their leading underscore there).
+fields with: :data:`section` (a frozen, keyword-only dataclass), the
+:func:`~hargo.config.fields.knob` spellings of an int, a string, a boolean and a completion
+budget, the dtypes a model may be saved and generated in, and :func:`_names` (a block's
+params.yaml keys). Private to the config's own modules (the names keep their leading underscore
+there).
 
 Imports: :mod:`hargo.config.fields` only.
 """
