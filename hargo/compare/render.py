@@ -20,7 +20,7 @@ from hargo.param_values import ParamsError
 from hargo.compare.aggregate import (HEADLINE, LABELS, METRIC_KEYS, SFT, VERBOSE_CHARS,
                                      Aggregates, cumulative_mass_share, mean_curve,
                                      reference_verbose_share)
-from hargo.compare.render_text import render_html, render_md
+from hargo.compare.render_text import render_html, render_md  # noqa: F401  (public here too)
 from hargo.evaluation.plots import (PREDICTED, plot_confusion, plot_task_curves,
                                     plot_task_lengths)
 from hargo.rewards import TASKS
