@@ -686,8 +686,9 @@ def _sft_weights(params) -> dict:
 
 
 def test_resume_sets_the_sampler_epoch_itself(straight_runs, tmp_path, monkeypatch):
-    """The trainer sets the sampler's epoch in ``_run_epoch`` (transformers 5.19 passes it), not
-    only through accelerate's ``DataLoaderShard.set_epoch``, which misses the sampler behind the
+    """The trainer sets the sampler's epoch itself at ``on_epoch_begin`` (a callback,
+    ``hargo.training.resume.SamplerEpochCallback``), not only through accelerate's
+    ``DataLoaderShard.set_epoch``, which misses the sampler behind the
     wrappers of several processes plus a mid-epoch skip. With that path switched off, resuming
     mid-epoch 1 still continues epoch 1's order and ends on the same weights."""
     from accelerate.data_loader import DataLoaderShard
