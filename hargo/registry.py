@@ -41,20 +41,21 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.champion import (CANDIDATE, CHAMPION, IDENTITY_TAG, ROWS_ARTIFACT, champion_reference,
-                            not_found, version_by_alias)
+                            version_by_alias)
 from hargo.evaluation.identity import read_eval_identity, read_eval_rows
 from hargo.config import Config, as_config, params_dict
 from hargo.gate import check_rows_match_metrics, gate
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
 from hargo.model_card import base_record, local_model_card
-from hargo.registered_models import (BASE_TAG, adapter_dir, base_model_path, check_adapter_agrees,
-                                     check_adapter_base,
-                                     ensure_registered_model, log_adapter_model, pip_requirements,
-                                     store_base_version)
+from hargo.registered_models import (BASE_TAG, adapter_dir, check_adapter_agrees,
+                                     check_adapter_base, ensure_registered_model,
+                                     log_adapter_model, pip_requirements, store_base_version)
+from hargo.registered_models import ask, load_registered  # noqa: F401 (public: docs/tracking.md)
 
 __all__ = ["REGISTER_FILE", "CANDIDATE", "CHAMPION", "IDENTITY_TAG", "read_eval_metrics", "run",
            "load_registered", "ask"]
@@ -144,9 +145,39 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict:
         return _register(params, root)
 
 
+@dataclass
+class _Inputs:
+    """What :func:`_checked_inputs` read and checked before anything is registered: each model's
+    eval ``metrics``, the evaluation ``identity``, the per-prompt ``rows``, the RL model folders
+    ``dirs`` and their LoRA ``adapters`` (None: full weights), and, with an adapter, the SFT
+    model ``base_dir`` they were trained on and its ``digest``."""
+
+    metrics: dict
+    identity: dict
+    rows: dict
+    dirs: dict
+    adapters: dict
+    base_dir: Path | None = None
+    digest: str | None = None
+
+
+@dataclass
+class _Undo:
+    """What a registration has done so far, for :func:`_rollback`: the versions ``created``
+    (``(method, version)``; method None: the base), the registered models ``made``, the aliases
+    moved."""
+
+    created: list = field(default_factory=list)
+    made: list = field(default_factory=list)
+    moved_champion: bool = False
+    moved_candidate: bool = False
+
+
 def _register(params: "Config | Mapping", root: str | Path) -> dict:
-    """:func:`run`'s body."""
-    import mlflow
+    """:func:`run`'s body: every check (:func:`_checked_inputs`, :func:`_open_store`), then, in
+    the stage's MLflow run, the versions (:func:`_log_versions`), the gate
+    (:func:`_judge_candidates`), the aliases (:func:`_move_aliases`) and the document; undone on
+    any failure (:func:`_rollback`)."""
     from mlflow.tracking import MlflowClient
 
     from hargo import tracking
@@ -154,8 +185,52 @@ def _register(params: "Config | Mapping", root: str | Path) -> dict:
     root = Path(root)
     cfg, pd = as_config(params), params_dict(params)
     gp = cfg.register               # checked by the gate's own rule (hargo.gate.check_gate_params)
-    name, gates, tol = gp.model_name, list(gp.gate_metrics), gp.tolerance
+    name, gates = gp.model_name, list(gp.gate_metrics)
     methods = list(cfg.rl.methods)
+    inp = _checked_inputs(cfg, pd, root, methods, gates)
+    uri = _open_store(pd, root)
+    client = MlflowClient()
+    old, ref_label, reference, not_comparable = champion_reference(
+        client, name, inp.identity, inp.rows[methods[0]], gates)
+    if old is None:
+        reference, ref_label = inp.rows[SFT], SFT
+    old_candidate = version_by_alias(client, name, CANDIDATE)
+    common = tracking.common_tags(pd, root)
+    base = base_record(root / cfg.model.out_dir)    # where the base model came from: the cards
+    judge = _eval_judge(root / EVAL_FILE)
+
+    with tracking.stage_run("register", pd, root) as mlrun:
+        undo = _Undo()
+        try:
+            base_doc = _log_versions(client, name, methods, inp, pd, common, base, undo)
+            candidates = [(m, mv) for m, mv in undo.created if m is not None]   # None: the base
+            versions, new_champ = _judge_candidates(client, cfg, candidates, inp, reference,
+                                                    ref_label, not_comparable)
+            decision = _move_aliases(client, name, candidates, new_champ, old, ref_label, undo)
+            doc = _register_doc(gp, mlrun.info.run_id, judge, inp.identity, old, versions,
+                                base_doc, candidates[-1], new_champ, decision)
+            _write_doc(doc, root)
+        except Exception as e:
+            _rollback(client, name, undo.created, undo.made, old, undo.moved_champion,
+                      old_candidate if undo.moved_candidate else False)
+            raise RuntimeError(f"registering {name} in the MLflow store {uri} failed, so "
+                               "nothing was registered and no alias moved: "
+                               f"{type(e).__name__}: {e}") from e
+        except BaseException:  # KeyboardInterrupt and the like: undo, then let it through
+            _rollback(client, name, undo.created, undo.made, old, undo.moved_champion,
+                      old_candidate if undo.moved_candidate else False)
+            raise
+    print(f"[register] {name}: " + "; ".join(
+        f"v{v['version']} ({v['method']}) gate {v['gate']}" for v in versions)
+        + f"; {decision}", flush=True)
+    return doc
+
+
+def _checked_inputs(cfg: Config, pd: Mapping, root: Path, methods: Sequence[str],
+                    gates: Sequence[str]) -> _Inputs:
+    """Every check that runs before anything is registered: metrics present for SFT and each
+    method, per-prompt rows matching them, model folders complete and not diverged, adapters
+    trained on ``sft.out_dir``'s model and giving the merged folder's logits on it."""
     metrics = read_eval_metrics(root / EVAL_FILE, [SFT, *methods], gates)
     identity = read_eval_identity(root)
     rows = read_eval_rows(root, [SFT, *methods])
@@ -167,18 +242,27 @@ def _register(params: "Config | Mapping", root: str | Path) -> dict:
     bounds = DivergenceBounds.from_params(pd)
     for m in methods:     # a model whose training diverged is never registered
         check_training_record(dirs[m], bounds, f"model folder of '{m}'")
-    adapters = {m: adapter_dir(dirs[m]) for m in methods}
-    base_dir = digest = None
-    if any(adapters.values()):      # LoRA runs: their base is the SFT model they were trained on
+    inp = _Inputs(metrics, identity, rows, dirs, {m: adapter_dir(dirs[m]) for m in methods})
+    if any(inp.adapters.values()):  # LoRA runs: their base is the SFT model they were trained on
         from hargo.models.loading import model_digest
 
-        base_dir = require_complete_dir(root / cfg.sft.out_dir, "SFT model folder")
-        digest = model_digest(base_dir)
-        for m, a in adapters.items():
+        inp.base_dir = require_complete_dir(root / cfg.sft.out_dir, "SFT model folder")
+        inp.digest = model_digest(inp.base_dir)
+        for m, a in inp.adapters.items():
             if a is not None:
-                check_adapter_base(a, base_dir, digest)
-                check_adapter_agrees(dirs[m], a, base_dir,  # merged == base + adapter
+                check_adapter_base(a, inp.base_dir, inp.digest)
+                check_adapter_agrees(dirs[m], a, inp.base_dir,  # merged == base + adapter
                                      trust_remote_code=bool(cfg.model.trust_remote_code))
+    return inp
+
+
+def _open_store(pd: Mapping, root: Path) -> str:
+    """The tracking URI, once the store took its first write (a read-only store fails here).
+
+    Raises:
+        RuntimeError: the store cannot be used (names the URI)."""
+    from hargo import tracking
+
     uri = tracking.tracking_uri(root)
     try:
         tracking.setup(pd, root)
@@ -187,133 +271,141 @@ def _register(params: "Config | Mapping", root: str | Path) -> dict:
         if isinstance(e, RuntimeError):
             raise
         raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
-    client = MlflowClient()
-    old, ref_label, reference, not_comparable = champion_reference(
-        client, name, identity, rows[methods[0]], gates)
-    if old is None:
-        reference, ref_label = rows[SFT], SFT
-    old_candidate = version_by_alias(client, name, CANDIDATE)
-    common = tracking.common_tags(pd, root)
-    base = base_record(root / cfg.model.out_dir)    # where the base model came from: the cards
-    judge = _eval_judge(root / EVAL_FILE)
+    return uri
 
-    with tracking.stage_run("register", pd, root) as mlrun:
-        run_id = mlrun.info.run_id
-        created: list[tuple[str, object]] = []
-        made: list[str] = []        # registered models this run created
-        moved_champion = moved_candidate = False
-        base_doc = None
-        version_tags = {k: common[k] for k in VERSION_TAGS if k in common}
-        try:
-            if ensure_registered_model(client, name, "hargo: RL post-trained models on the "
-                                        "HPC-GPT tasks; @champion passed the register gate, "
-                                        "@candidate is the newest version"):
-                made.append(name)
-            if digest is not None:
-                base_doc, base_local = store_base_version(
-                    client, name, base_dir, digest, version_tags, common, created, made,
-                    model_card=local_model_card(base_dir, base, "the SFT model (LoRA base)"))
-            logged_params = {k: str(v)[:500] for k, v in tracking.flatten(
-                {"seed": pd.get("seed"), "rl": pd["rl"], "sft": pd.get("sft", {}),
-                 "evaluate": pd.get("evaluate", {}),
-                 "rewards": pd.get("rewards", {})}).items()}
-            for m in methods:
-                entry = metrics[m]
-                kw = {"pip_requirements": pip_requirements(peft=adapters[m] is not None),
-                      "params": logged_params, "tags": {"hargo.method": m, **common}}
-                if adapters[m] is not None:     # the adapter and a reference to its base
-                    info = log_adapter_model(dirs[m], adapters[m], base_dir, base_local,
-                                             f"model-{m}", **kw)
-                else:                           # full fine-tuning: the full weights
-                    info = mlflow.transformers.log_model(
-                        transformers_model=str(dirs[m]), name=f"model-{m}",
-                        task="text-generation", **kw,
-                        model_card=local_model_card(dirs[m], base, f"RL model ({m})"))
-                mlflow.log_metrics({k: float(v) for k, v in entry.items() if _numeric(v)},
-                                   model_id=info.model_id)
-                # a handful of tags; the metrics are linked to the logged model (above), the
-                # run id, pipeline key, judge and door are on the version's run
-                tags = {"hargo.method": m, **version_tags,
-                        IDENTITY_TAG: json.dumps(identity, sort_keys=True)}
-                if adapters[m] is not None:
-                    tags[BASE_TAG] = f"models:/{base_doc['name']}/{base_doc['version']}"
-                # the per-prompt rows: a later register pairs its candidates with them
-                mlflow.log_dict({"rows": rows[m]}, ROWS_ARTIFACT.format(method=m))
-                mv = mlflow.register_model(info.model_uri, name, tags=tags)
-                created.append((m, mv))
 
-            versions, ref, new_champ = [], reference, None
-            ref_now = ref_label
-            candidates = [(m, mv) for m, mv in created if m is not None]   # None: the base
-            for m, mv in candidates:
-                if not_comparable and new_champ is None:    # the reference is the champion
-                    passed, intervals, reason = False, {}, (
-                        f"not comparable with {ref_label}'s evaluation, so the gate cannot "
-                        f"decide ({'; '.join(not_comparable)}); evaluate the candidates as the "
-                        "champion was, or move the alias by hand")
-                else:
-                    passed, reason, intervals = gate(rows[m], ref, gates, tol, gp.resamples,
-                                                     gp.confidence, cfg.seed)
-                versions.append({"method": m, "version": str(mv.version),
-                                 "gate": "passed" if passed else "failed",
-                                 "reference": ref_now, "reason": reason,
-                                 "metrics": {g: metrics[m][g] for g in gates},
-                                 "intervals": intervals,
-                                 "stored": "adapter" if adapters[m] is not None else "full"})
-                client.set_model_version_tag(name, mv.version, "hargo.gate",
-                                             "passed" if passed else "failed")
-                client.update_model_version(
-                    name, mv.version, description=f"gate {'passed' if passed else 'failed'} "
-                    f"against {ref_now}: {reason}")
-                if passed:
-                    ref, new_champ = rows[m], (m, mv)
-                    ref_now = f"candidate v{mv.version} ({m})"
-            for m, mv in candidates:
-                moved_candidate = True
-                client.set_registered_model_alias(name, CANDIDATE, mv.version)
-            if new_champ is not None:
-                moved_champion = True
-                client.set_registered_model_alias(name, CHAMPION, new_champ[1].version)
-                decision = (f"{CHAMPION} moved to v{new_champ[1].version} ({new_champ[0]}) "
-                            f"from {ref_label}")
-            else:
-                decision = (f"{CHAMPION} stays "
-                            + (f"v{old.version} ({old.tags.get('hargo.method', '?')})"
-                               if old is not None else "unset (no candidate beat sft)"))
-            last_m, last_mv = candidates[-1]
-            doc = {
-                "model_name": name, "gate_metrics": gates, "tolerance": tol,
-                "resamples": gp.resamples, "confidence": gp.confidence,
-                "run_id": run_id, "judge": judge, "eval_identity": identity,
-                "previous_champion": None if old is None else
-                {"version": str(old.version), "method": old.tags.get("hargo.method")},
-                "versions": versions, "base": base_doc,
-                "candidate": {"version": str(last_mv.version), "method": last_m},
-                "champion": ({"version": str(new_champ[1].version), "method": new_champ[0],
-                              "moved": True} if new_champ else
-                             ({"version": str(old.version), "method": old.tags.get("hargo.method"),
-                               "moved": False} if old is not None else None)),
-                "decision": decision,
-            }
-            mlflow.set_tags({"hargo.register_decision": decision,
-                             "hargo.champion_version": doc["champion"]["version"]
-                             if doc["champion"] else "none"})
-            mlflow.log_dict(doc, "register/register.json")
-            atomic_write_json(root / REGISTER_FILE, doc)
-        except Exception as e:
-            _rollback(client, name, created, made, old, moved_champion,
-                      old_candidate if moved_candidate else False)
-            raise RuntimeError(f"registering {name} in the MLflow store {uri} failed, so "
-                               "nothing was registered and no alias moved: "
-                               f"{type(e).__name__}: {e}") from e
-        except BaseException:  # KeyboardInterrupt and the like: undo, then let it through
-            _rollback(client, name, created, made, old, moved_champion,
-                      old_candidate if moved_candidate else False)
-            raise
-    print(f"[register] {name}: " + "; ".join(
-        f"v{v['version']} ({v['method']}) gate {v['gate']}" for v in versions)
-        + f"; {decision}", flush=True)
-    return doc
+def _log_versions(client, name: str, methods: Sequence[str], inp: _Inputs, pd: Mapping,
+                  common: Mapping, base, undo: _Undo) -> dict | None:
+    """Log each method's model to the active run and register it as a version of ``name`` (an
+    adapter's base once, as a version of ``<name>-base``); each version lands in
+    ``undo.created``. Returns the base's record (None: no adapter)."""
+    import mlflow
+
+    from hargo import tracking
+
+    version_tags = {k: common[k] for k in VERSION_TAGS if k in common}
+    if ensure_registered_model(client, name, "hargo: RL post-trained models on the "
+                               "HPC-GPT tasks; @champion passed the register gate, "
+                               "@candidate is the newest version"):
+        undo.made.append(name)
+    base_doc = base_local = None
+    if inp.digest is not None:
+        base_doc, base_local = store_base_version(
+            client, name, inp.base_dir, inp.digest, version_tags, common, undo.created,
+            undo.made, model_card=local_model_card(inp.base_dir, base, "the SFT model (LoRA base)"))
+    logged_params = {k: str(v)[:500] for k, v in tracking.flatten(
+        {"seed": pd.get("seed"), "rl": pd["rl"], "sft": pd.get("sft", {}),
+         "evaluate": pd.get("evaluate", {}),
+         "rewards": pd.get("rewards", {})}).items()}
+    for m in methods:
+        adapter = inp.adapters[m]
+        kw = {"pip_requirements": pip_requirements(peft=adapter is not None),
+              "params": logged_params, "tags": {"hargo.method": m, **common}}
+        if adapter is not None:     # the adapter and a reference to its base
+            info = log_adapter_model(inp.dirs[m], adapter, inp.base_dir, base_local,
+                                     f"model-{m}", **kw)
+        else:                           # full fine-tuning: the full weights
+            info = mlflow.transformers.log_model(
+                transformers_model=str(inp.dirs[m]), name=f"model-{m}",
+                task="text-generation", **kw,
+                model_card=local_model_card(inp.dirs[m], base, f"RL model ({m})"))
+        mlflow.log_metrics({k: float(v) for k, v in inp.metrics[m].items() if _numeric(v)},
+                           model_id=info.model_id)
+        # a handful of tags; the metrics are linked to the logged model (above), the
+        # run id, pipeline key, judge and door are on the version's run
+        tags = {"hargo.method": m, **version_tags,
+                IDENTITY_TAG: json.dumps(inp.identity, sort_keys=True)}
+        if adapter is not None:
+            tags[BASE_TAG] = f"models:/{base_doc['name']}/{base_doc['version']}"
+        # the per-prompt rows: a later register pairs its candidates with them
+        mlflow.log_dict({"rows": inp.rows[m]}, ROWS_ARTIFACT.format(method=m))
+        mv = mlflow.register_model(info.model_uri, name, tags=tags)
+        undo.created.append((m, mv))
+    return base_doc
+
+
+def _judge_candidates(client, cfg: Config, candidates, inp: _Inputs, reference, ref_label: str,
+                      not_comparable) -> tuple[list[dict], tuple | None]:
+    """The gate for each candidate in ``rl.methods`` order against the reference (a candidate
+    that passes becomes the next one's); each version gets its ``hargo.gate`` tag and the reason
+    as its description. Returns (the versions' records, the new champion's ``(method,
+    version)`` or None)."""
+    gp = cfg.register
+    name, gates = gp.model_name, list(gp.gate_metrics)
+    versions, ref, new_champ, ref_now = [], reference, None, ref_label
+    for m, mv in candidates:
+        if not_comparable and new_champ is None:    # the reference is the champion
+            passed, intervals, reason = False, {}, (
+                f"not comparable with {ref_label}'s evaluation, so the gate cannot "
+                f"decide ({'; '.join(not_comparable)}); evaluate the candidates as the "
+                "champion was, or move the alias by hand")
+        else:
+            passed, reason, intervals = gate(inp.rows[m], ref, gates, gp.tolerance,
+                                             gp.resamples, gp.confidence, cfg.seed)
+        versions.append({"method": m, "version": str(mv.version),
+                         "gate": "passed" if passed else "failed",
+                         "reference": ref_now, "reason": reason,
+                         "metrics": {g: inp.metrics[m][g] for g in gates},
+                         "intervals": intervals,
+                         "stored": "adapter" if inp.adapters[m] is not None else "full"})
+        client.set_model_version_tag(name, mv.version, "hargo.gate",
+                                     "passed" if passed else "failed")
+        client.update_model_version(
+            name, mv.version, description=f"gate {'passed' if passed else 'failed'} "
+            f"against {ref_now}: {reason}")
+        if passed:
+            ref, new_champ = inp.rows[m], (m, mv)
+            ref_now = f"candidate v{mv.version} ({m})"
+    return versions, new_champ
+
+
+def _move_aliases(client, name: str, candidates, new_champ, old, ref_label: str,
+                  undo: _Undo) -> str:
+    """``candidate`` onto each candidate in turn (it ends on the last), ``champion`` onto the new
+    champion if any (recorded in ``undo``). Returns the decision's sentence."""
+    for m, mv in candidates:
+        undo.moved_candidate = True
+        client.set_registered_model_alias(name, CANDIDATE, mv.version)
+    if new_champ is not None:
+        undo.moved_champion = True
+        client.set_registered_model_alias(name, CHAMPION, new_champ[1].version)
+        return (f"{CHAMPION} moved to v{new_champ[1].version} ({new_champ[0]}) "
+                f"from {ref_label}")
+    return (f"{CHAMPION} stays "
+            + (f"v{old.version} ({old.tags.get('hargo.method', '?')})"
+               if old is not None else "unset (no candidate beat sft)"))
+
+
+def _register_doc(gp, run_id: str, judge: str, identity, old, versions, base_doc, last,
+                  new_champ, decision: str) -> dict:
+    """The ``metrics/register.json`` document (:func:`run`'s return value); ``last``: the last
+    candidate's ``(method, version)``, which holds the ``candidate`` alias."""
+    last_m, last_mv = last
+    return {
+        "model_name": gp.model_name, "gate_metrics": list(gp.gate_metrics),
+        "tolerance": gp.tolerance, "resamples": gp.resamples, "confidence": gp.confidence,
+        "run_id": run_id, "judge": judge, "eval_identity": identity,
+        "previous_champion": None if old is None else
+        {"version": str(old.version), "method": old.tags.get("hargo.method")},
+        "versions": versions, "base": base_doc,
+        "candidate": {"version": str(last_mv.version), "method": last_m},
+        "champion": ({"version": str(new_champ[1].version), "method": new_champ[0],
+                      "moved": True} if new_champ else
+                     ({"version": str(old.version), "method": old.tags.get("hargo.method"),
+                       "moved": False} if old is not None else None)),
+        "decision": decision,
+    }
+
+
+def _write_doc(doc: dict, root: Path) -> None:
+    """The decision's tags and the document on the active run, then ``metrics/register.json``."""
+    import mlflow
+
+    mlflow.set_tags({"hargo.register_decision": doc["decision"],
+                     "hargo.champion_version": doc["champion"]["version"]
+                     if doc["champion"] else "none"})
+    mlflow.log_dict(doc, "register/register.json")
+    atomic_write_json(root / REGISTER_FILE, doc)
 
 
 def _rollback(client, name: str, created, made: Sequence[str], old, moved_champion: bool,
@@ -356,58 +448,3 @@ def _eval_judge(path: Path) -> str:
         return str(json.loads(path.read_text())["run"]["judge"])
     except (OSError, ValueError, KeyError, TypeError):
         return "unknown"
-
-
-def load_registered(model_name: str = "hargo-hpc", alias: str = CHAMPION,
-                    root: str | Path = "."):
-    """Load ``models:/<model_name>@<alias>`` from the project's MLflow store as a transformers
-    text-generation pipeline (``mlflow.transformers.load_model``). A LoRA adapter version loads
-    on its base version (:func:`hargo.registered_models.base_model_path`, also after the project
-    moved).
-
-    Raises:
-        LookupError: no version of ``model_name`` holds ``alias`` (e.g. the gate has not moved
-            ``champion`` yet); the message lists the aliases that exist.
-        mlflow.exceptions.MlflowException: no such registered model, or the store failed.
-    """
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from hargo.tracking import tracking_uri
-    from hargo.tracking_store import is_local_store, reroot
-
-    uri = tracking_uri(root)
-    mlflow.set_tracking_uri(uri)
-    if is_local_store(uri, root):       # a moved or copied project loads its own artifacts
-        reroot(root, quiet=True)
-    client = mlflow.MlflowClient()
-    try:
-        version = client.get_model_version_by_alias(model_name, alias)
-    except MlflowException as e:
-        if not not_found(e):
-            raise
-        aliases = client.get_registered_model(model_name).aliases
-        have = ", ".join(f"@{a} -> v{v}" for a, v in sorted(aliases.items())) or "none"
-        raise LookupError(f"{model_name}: no version holds the alias @{alias} (aliases: {have}); "
-                          f"metrics/register.json says why the gate moved none. Load another "
-                          f"alias, e.g. alias='{CANDIDATE}'") from None
-    base = base_model_path(client, version)
-    return mlflow.transformers.load_model(
-        f"models:/{model_name}@{alias}", **({"base_model_path": str(base)} if base else {}))
-
-
-def ask(prompt: str, model_name: str = "hargo-hpc", alias: str = CHAMPION,
-        max_new_tokens: int = 48, root: str | Path = ".", pipeline=None) -> str:
-    """Answer one user prompt with the registered model (greedy), e.g.
-    ``python -c "from hargo.registry import ask; print(ask('Is there a data race ...?'))"``.
-
-    ``pipeline``: an already loaded :func:`load_registered` pipeline (else it is loaded).
-    Returns the assistant's reply text.
-    """
-    pipe = pipeline or load_registered(model_name, alias, root)
-    out = pipe([{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens,
-               do_sample=False, return_full_text=False)
-    gen = out[0]["generated_text"]
-    if isinstance(gen, list):  # chat output: the appended assistant message
-        return str(gen[-1].get("content", ""))
-    return str(gen)

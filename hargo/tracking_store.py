@@ -97,12 +97,6 @@ def check_store(uri: str, timeout_s: float | None = None) -> None:
             the fix).
         RuntimeError: any other unusable store (names the URI, the cause and the fix).
     """
-    import socket
-    import sqlite3
-    import urllib.error
-    import urllib.request
-    from urllib.parse import urlparse
-
     timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
     if uri.startswith("sqlite:") and not uri.startswith("sqlite:///"):
         raise RuntimeError(
@@ -110,36 +104,55 @@ def check_store(uri: str, timeout_s: float | None = None) -> None:
             f"sqlite:///relative/path.db or sqlite:////absolute/path.db")
     db = sqlite_path(uri)
     if db is not None:
-        try:
-            db.parent.mkdir(parents=True, exist_ok=True)
-            probe = db.parent / f".hargo-probe-{os.getpid()}"
-            probe.write_text("")
-            probe.unlink()
-            con = sqlite3.connect(db, timeout=timeout_s, isolation_level=None)
-            try:
-                con.execute("PRAGMA schema_version").fetchone()
-                _check_schema(con, uri, db)
-                con.execute("BEGIN IMMEDIATE")     # the write lock MLflow will need
-                con.execute("ROLLBACK")
-            finally:
-                con.close()
-        except sqlite3.OperationalError as e:
-            if "locked" in str(e) or "busy" in str(e):
-                raise TrackingStoreError(
-                    f"MLflow store {uri} is locked: another process has held {db} for more "
-                    f"than {timeout_s:g} s ({e}). Fix: let that process finish or stop it "
-                    f"(`fuser {db}` names it; e.g. a stuck `mlflow ui` or a stage still "
-                    "running), then run again") from None
-            raise RuntimeError(
-                f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
-                f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
-            ) from e
-        except (OSError, sqlite3.Error) as e:
-            raise RuntimeError(
-                f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
-                f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
-            ) from e
+        _check_sqlite_store(uri, db, timeout_s)
         return
+    _check_http_store(uri, timeout_s)
+
+
+def _check_sqlite_store(uri: str, db: Path, timeout_s: float) -> None:
+    """:func:`check_store` of a ``sqlite:///`` store at ``db``: its folder created and writable,
+    the database open, of this MLflow's schema, and its write lock given within ``timeout_s``."""
+    import sqlite3
+
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        probe = db.parent / f".hargo-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+        con = sqlite3.connect(db, timeout=timeout_s, isolation_level=None)
+        try:
+            con.execute("PRAGMA schema_version").fetchone()
+            _check_schema(con, uri, db)
+            con.execute("BEGIN IMMEDIATE")     # the write lock MLflow will need
+            con.execute("ROLLBACK")
+        finally:
+            con.close()
+    except sqlite3.OperationalError as e:
+        if "locked" in str(e) or "busy" in str(e):
+            raise TrackingStoreError(
+                f"MLflow store {uri} is locked: another process has held {db} for more "
+                f"than {timeout_s:g} s ({e}). Fix: let that process finish or stop it "
+                f"(`fuser {db}` names it; e.g. a stuck `mlflow ui` or a stage still "
+                "running), then run again") from None
+        raise RuntimeError(
+            f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
+            f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
+        ) from e
+    except (OSError, sqlite3.Error) as e:
+        raise RuntimeError(
+            f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
+            f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
+        ) from e
+
+
+def _check_http_store(uri: str, timeout_s: float) -> None:
+    """:func:`check_store` of an ``http(s)://`` store: a TCP connection within ``timeout_s``,
+    then ``GET /health`` answered without a 5xx. Any other scheme is left to MLflow."""
+    import socket
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlparse
+
     url = urlparse(uri)
     if url.scheme not in ("http", "https"):
         return

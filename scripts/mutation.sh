@@ -30,7 +30,7 @@ JOBS="${MUTATION_JOBS:-2}"
 unset PYTHONPATH  # the scratch copy's mutated hargo must be the one imported
 
 declare -A FILES=(
-  [advantages]="hargo/advantages.py"
+  [advantages]="hargo/advantages.py hargo/advantage_math.py"   # its tensor pieces moved out
   [stats]="hargo/stats.py"
   [gate]="hargo/gate.py hargo/config/gate_rule.py"   # the rule moved into the config
   [split]="hargo/data/split.py"

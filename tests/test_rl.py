@@ -335,6 +335,36 @@ def test_hargo_ref_logprob_is_the_reference_model_at_temperature_one(beta, lora,
         assert (ref[i, n:] == 0).all()
 
 
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+@pytest.mark.parametrize("method", ["hargo", "grpo"])
+def test_one_reference_pass_per_scored_batch_and_beta_untouched(method, lora, fixed_params,
+                                                                 tmp_path, monkeypatch):
+    """beta = 0.02: a method that runs its own reference pass (hargo) gets exactly one reference
+    forward per scored batch -- TRL's is skipped in the log-prob override, not by holding
+    ``beta`` at 0 -- and a method that uses TRL's (grpo) keeps TRL's. ``beta`` reads 0.02 at
+    every forward."""
+    from trl import GRPOTrainer
+
+    from hargo.training.reference import is_reference_call
+
+    params = set_method_knobs(copy.deepcopy(fixed_params), beta=0.02)
+    params["rl"]["lora"]["enabled"] = lora
+    trainer = _fixed_trainer(params, method, tmp_path)
+    calls = []
+    upstream = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def counting(self, model, *args, **kwargs):
+        calls.append((is_reference_call(model, self.ref_model, self.accelerator.unwrap_model),
+                      self.beta))
+        return upstream(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting)
+    out = trainer._generate_and_score_completions(fixed_inputs())
+    assert [ref for ref, _ in calls].count(True) == 1 and {b for _, b in calls} == {0.02}
+    assert out["ref_per_token_logps"].shape == out["completion_mask"].shape
+
+
 # ------------------------------------------- GRPO, beta = 0: the loss reads 0, learning does not
 
 def test_grpo_beta0_loss_is_zero_but_adv_logprob_and_gradient_are_not(fixed_params, tmp_path):
@@ -686,8 +716,9 @@ def _sft_weights(params) -> dict:
 
 
 def test_resume_sets_the_sampler_epoch_itself(straight_runs, tmp_path, monkeypatch):
-    """The trainer sets the sampler's epoch in ``_run_epoch`` (transformers 5.19 passes it), not
-    only through accelerate's ``DataLoaderShard.set_epoch``, which misses the sampler behind the
+    """The trainer sets the sampler's epoch itself at ``on_epoch_begin`` (a callback,
+    ``hargo.training.resume.SamplerEpochCallback``), not only through accelerate's
+    ``DataLoaderShard.set_epoch``, which misses the sampler behind the
     wrappers of several processes plus a mid-epoch skip. With that path switched off, resuming
     mid-epoch 1 still continues epoch 1's order and ends on the same weights."""
     from accelerate.data_loader import DataLoaderShard

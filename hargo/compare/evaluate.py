@@ -97,10 +97,7 @@ def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
     from hargo import tracking
     from hargo.evaluation import generate as gen
     from hargo.evaluation.evaluate import eval_json_entry, load_eval_records, select_prompts
-    from hargo.io import require_complete_dir
-    from hargo.evaluation.scoring import score_yes_no
-    from hargo.metrics import compute_metrics, race_auc, score_samples
-    from hargo.rewards import RACE_TASKS
+    from hargo.metrics import compute_metrics, score_samples
     from hargo.rewards import RewardConfig, TaskReward
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
@@ -112,18 +109,7 @@ def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
     ev = eval_params(cfg)     # the generation and scoring helpers take the block as a mapping
     seed = int(cfg.seed)
     sft_dir = root / cfg.sft.out_dir
-    if run == BASE_RUN:
-        mdir, stage = root / cfg.model.out_dir, "base_model (hargo base-model)"
-    elif parsed is None:
-        mdir, stage = sft_dir, "sft (hargo sft)"
-    else:
-        mdir = root / cfg.compare.out_dir / run
-        stage = f"compare_train@{parsed[0]}-{parsed[1]} (hargo compare-train)"
-    try:
-        require_complete_dir(mdir, f"model folder of {run!r}")
-        require_complete_dir(sft_dir, "SFT model folder (its tokenizer picks the prompts)")
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"{e} (written by stage {stage})") from None
+    mdir = _model_dir(cfg, run, parsed, root)
     eval_path = root / cfg.data.out_dir / "eval.jsonl"
     records = load_eval_records(eval_path)
     backend = cfg.evaluate.backend
@@ -150,13 +136,9 @@ def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
         scored = score_samples(subset, res.completions, reward_fn)
         metrics = compute_metrics(subset, res.completions, rewards=[s["reward"] for s in scored],
                                   reward_fn=reward_fn)
-        race_idx = [i for i, r in enumerate(subset) if r["task"] in RACE_TASKS]
-        yn, score_s = score_yes_no(mdir, [subset[i]["prompt"] for i in race_idx], ev)
-        for i, row in zip(race_idx, yn):
-            scored[i].update(row)
+        dr_auc, score_s = _yes_no(mdir, subset, scored, ev)
         entry = eval_json_entry(metrics)
-        entry["dr_auc"] = race_auc([subset[i]["label"] for i in race_idx],
-                                   [r["yes_no_score"] for r in yn]) if race_idx else None
+        entry["dr_auc"] = dr_auc
         entry.update(run=run, method=run if parsed is None else parsed[0], score_s=score_s,
                      seed=None if parsed is None else parsed[1], n_prompts=len(subset),
                      skipped=skipped, backend=backend,
@@ -175,3 +157,43 @@ def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
     return {"run": run, "n_prompts": len(subset), "skipped": skipped,
             "metrics": {k: entry.get(k) for k in ("dr_f1", "plp_similarity", "mlperf_em",
                                                   "avg_score")}}
+
+
+def _model_dir(cfg: Config, run: str, parsed: tuple[str, int] | None, root: Path) -> Path:
+    """The model folder of ``run`` (the base model, SFT or a compare_train run), checked
+    complete, and SFT's (whose tokenizer picks the prompts). Raises FileNotFoundError naming the
+    stage that writes the missing one."""
+    from hargo.io import require_complete_dir
+
+    sft_dir = root / cfg.sft.out_dir
+    if run == BASE_RUN:
+        mdir, stage = root / cfg.model.out_dir, "base_model (hargo base-model)"
+    elif parsed is None:
+        mdir, stage = sft_dir, "sft (hargo sft)"
+    else:
+        mdir = root / cfg.compare.out_dir / run
+        stage = f"compare_train@{parsed[0]}-{parsed[1]} (hargo compare-train)"
+    try:
+        require_complete_dir(mdir, f"model folder of {run!r}")
+        require_complete_dir(sft_dir, "SFT model folder (its tokenizer picks the prompts)")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{e} (written by stage {stage})") from None
+    return mdir
+
+
+def _yes_no(mdir: Path, subset: list[dict], scored: list[dict], ev: Mapping
+            ) -> tuple[float | None, float]:
+    """The race prompts' first-token yes/no scores (:mod:`hargo.evaluation.scoring`) added to
+    their rows of ``scored``; returns ``(dr_auc, seconds)`` (``dr_auc`` None without race
+    prompts)."""
+    from hargo.evaluation.scoring import score_yes_no
+    from hargo.metrics import race_auc
+    from hargo.rewards import RACE_TASKS
+
+    race_idx = [i for i, r in enumerate(subset) if r["task"] in RACE_TASKS]
+    yn, score_s = score_yes_no(mdir, [subset[i]["prompt"] for i in race_idx], ev)
+    for i, row in zip(race_idx, yn):
+        scored[i].update(row)
+    dr_auc = race_auc([subset[i]["label"] for i in race_idx],
+                      [r["yes_no_score"] for r in yn]) if race_idx else None
+    return dr_auc, score_s

@@ -165,11 +165,8 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Any]:
             ``train.max_prompt_tokens``.
         VLLMUnavailableError: backend vllm where vLLM is not installed.
     """
-    import mlflow
-
     from hargo import tracking
     from hargo.evaluation.generate import run_generation
-    from hargo.rewards import RewardConfig, TaskReward
     from hargo.data.records import select_subset
     from hargo.models.loading import load_tokenizer, resolve_model_dir
 
@@ -197,22 +194,9 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Any]:
                              backend, seed=seed, num_samples=k,
                              param_names=("train.max_prompt_tokens",
                                           "compare.preferences.max_new_tokens"))
-        rep = [r for r in subset for _ in range(k)]
-        t0 = time.perf_counter()
-        reward = TaskReward(RewardConfig.from_params(cfg.rewards))
-        rewards = reward(prompts=[r.get("prompt") for r in rep],
-                         completions=gen.completions, task=[r["task"] for r in rep],
-                         answer=[r.get("answer") for r in rep], label=[r.get("label") for r in rep])
-        reward_s = time.perf_counter() - t0
+        rewards, reward_s = _task_rewards(cfg, subset, gen.completions, k)
         pairs, stats = make_pairs(subset, gen.completions, rewards, k)
-        needing = [m for m in cfg.compare.methods if m in method_names("preference")]
-        if not pairs and needing:   # fail here, not later in compare_train; nothing written
-            raise ValueError(
-                f"preferences: 0 pairs from {stats['prompts']} prompts (every prompt's "
-                f"{k} samples tied on the task reward; ties per task: "
-                f"{ {t: c['ties_dropped'] for t, c in stats['per_task'].items()} }), but "
-                f"compare.methods lists {', '.join(needing)}, which train on pairs: raise "
-                "compare.preferences.samples_per_task, temperature or max_new_tokens")
+        _require_pairs(cfg, pairs, stats, k)
         stats.update({
             "skipped_too_long": skipped, "max_prompt_tokens": cap, "seed": seed,
             "backend": gen.backend, "dtype": gen.dtype,
@@ -227,17 +211,7 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Any]:
         with atomic_dir(out_dir) as tmp:
             atomic_write_jsonl(tmp / PAIRS_FILE, pairs)
             atomic_write_json(tmp / STATS_FILE, stats)
-        metrics = {"pairs": stats["pairs"], "prompts": stats["prompts"],
-                   "ties_dropped": stats["ties_dropped"],
-                   "completion_tokens": stats["completion_tokens"],
-                   "generate_s": gen.generate_s}
-        if stats["mean_reward_gap"] is not None:
-            metrics["mean_reward_gap"] = stats["mean_reward_gap"]
-        for t, c in stats["per_task"].items():
-            metrics.update({f"{t}/pairs": c["pairs"], f"{t}/ties_dropped": c["ties_dropped"]})
-        mlflow.log_metrics({f"preferences/{m}": float(v) for m, v in metrics.items()})
-        mlflow.log_artifact(str(out_dir / STATS_FILE), artifact_path="preferences")
-        mlflow.log_artifact(str(out_dir / PAIRS_FILE), artifact_path="preferences")
+        _log_to_mlflow(stats, gen.generate_s, out_dir)
     gap = stats["mean_reward_gap"]
     ties = ", ".join(f"{t} {c['ties_dropped']}" for t, c in stats["per_task"].items())
     gap_s = "n/a" if gap is None else f"{gap:.3f}"
@@ -247,3 +221,49 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Any]:
         print("[preferences] no pairs: every prompt's samples tied (no preference method is "
               "in compare.methods, so nothing needs them)", flush=True)
     return {**stats, "out_dir": str(out_dir), "run_id": mlrun.info.run_id}
+
+
+def _task_rewards(cfg: Config, subset: list[dict], completions: list[str], k: int
+                  ) -> tuple[list[float], float]:
+    """The task reward of each of the ``k`` completions per prompt of ``subset`` (prompt-major,
+    as generated), and the seconds it took."""
+    from hargo.rewards import RewardConfig, TaskReward
+
+    rep = [r for r in subset for _ in range(k)]
+    t0 = time.perf_counter()
+    reward = TaskReward(RewardConfig.from_params(cfg.rewards))
+    rewards = reward(prompts=[r.get("prompt") for r in rep],
+                     completions=completions, task=[r["task"] for r in rep],
+                     answer=[r.get("answer") for r in rep], label=[r.get("label") for r in rep])
+    return rewards, time.perf_counter() - t0
+
+
+def _require_pairs(cfg: Config, pairs: list[dict], stats: Mapping, k: int) -> None:
+    """Raises ValueError when no pair came out but ``compare.methods`` lists a preference method
+    (fail here, not later in compare_train; nothing is written)."""
+    needing = [m for m in cfg.compare.methods if m in method_names("preference")]
+    if not pairs and needing:
+        raise ValueError(
+            f"preferences: 0 pairs from {stats['prompts']} prompts (every prompt's "
+            f"{k} samples tied on the task reward; ties per task: "
+            f"{ {t: c['ties_dropped'] for t, c in stats['per_task'].items()} }), but "
+            f"compare.methods lists {', '.join(needing)}, which train on pairs: raise "
+            "compare.preferences.samples_per_task, temperature or max_new_tokens")
+
+
+def _log_to_mlflow(stats: Mapping, generate_s: float, out_dir: Path) -> None:
+    """The stage's metrics (``preferences/...``, per task too) and its two files, into the
+    active run."""
+    import mlflow
+
+    metrics = {"pairs": stats["pairs"], "prompts": stats["prompts"],
+               "ties_dropped": stats["ties_dropped"],
+               "completion_tokens": stats["completion_tokens"],
+               "generate_s": generate_s}
+    if stats["mean_reward_gap"] is not None:
+        metrics["mean_reward_gap"] = stats["mean_reward_gap"]
+    for t, c in stats["per_task"].items():
+        metrics.update({f"{t}/pairs": c["pairs"], f"{t}/ties_dropped": c["ties_dropped"]})
+    mlflow.log_metrics({f"preferences/{m}": float(v) for m, v in metrics.items()})
+    mlflow.log_artifact(str(out_dir / STATS_FILE), artifact_path="preferences")
+    mlflow.log_artifact(str(out_dir / PAIRS_FILE), artifact_path="preferences")

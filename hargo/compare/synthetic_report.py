@@ -279,6 +279,56 @@ def _section(name: str, data: Mapping, sft_summary: Mapping, plan, figures: Mapp
     return lines
 
 
+def _load_metrics(root: Path, name: str) -> dict:
+    """``metrics/synthetic/<name>.json`` (``sft`` or a configuration). Raises FileNotFoundError
+    naming the stage to run when it is missing."""
+    path = root / METRICS_DIR / f"{name}.json"
+    if not path.exists():
+        stage = "synthetic_sft" if name == "sft" else f"synthetic_rl@{name}"
+        raise FileNotFoundError(f"{path} is missing: run stage {stage} "
+                                "(dvc repro synthetic/dvc.yaml)")
+    return json.loads(path.read_text())
+
+
+def _configuration(root: Path, name: str, plan, seed, sft_eval: Mapping, place,
+                   figures_dir: Path) -> tuple[list[str], dict]:
+    """One configuration's part of the report: its intervals (against each other and SFT,
+    ``sft_eval`` its SFT evaluation), its two figures (staged through ``place``), its section
+    of the report and its entry of the summary. Raises FileNotFoundError when its metrics
+    file lacks a run of the plan."""
+    runs = _load_metrics(root, name)["runs"]
+    missing = [run_name(m, s) for m in plan.methods for s in plan.seeds
+               if run_name(m, s) not in runs]
+    if missing:
+        raise FileNotFoundError(f"{root / METRICS_DIR / (name + '.json')} lacks runs "
+                                f"{missing}: re-run stage synthetic_rl@{name}")
+    boot = plan.bootstrap
+    ci = intervals(runs, plan.methods, plan.seeds, boot.resamples, boot.confidence,
+                   seed)
+    shown = [m for m in ("grpo", "hargo") if m in plan.methods] or list(plan.methods[:2])
+    hists = {m: [runs[run_name(m, s)]["history"] for s in plan.seeds] for m in shown}
+    figures = {}
+    for metric, title, ylabel in (
+            ("reward_mean", "training reward per task (mean over seeds)", "reward"),
+            ("update_mass_share", "share of the update mass sum w|A| per task",
+             "share")):
+        fname = f"{name}_{metric}.png"
+        _plot_curves(place(figures_dir / fname), hists, metric,
+                     f"{name}: {title}", ylabel)
+        figures[f"{name}: {title}"] = f"synthetic/{fname}"
+    vs_sft = sft_intervals(runs, plan.methods, plan.seeds, sft_eval,
+                           plan.bootstrap.resamples, plan.bootstrap.confidence,
+                           seed)
+    lines = _section(name, {"runs": runs, "intervals": ci, "vs_sft": vs_sft},
+                     sft_eval["summary"], plan, figures)
+    entry = {
+        "table": method_table(runs, plan.methods, plan.seeds), "intervals": ci,
+        "vs_sft": vs_sft,
+        "runs_wall_s": round(sum(r["wall_s"] for r in runs.values()), 1),
+        "train_s_mean": float(np.mean([r["train_s"] for r in runs.values()]))}
+    return lines, entry
+
+
 def report(params: Mapping, root: str | Path = ".") -> dict:
     """Stage ``synthetic_report``: build, write and log the report (module docstring); returns
     ``metrics/synthetic/summary.json``'s content.
@@ -293,15 +343,7 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
     plan = synthetic_plan(params)
     seed = as_section(params, "seed")
 
-    def load(name: str) -> dict:
-        path = root / METRICS_DIR / f"{name}.json"
-        if not path.exists():
-            stage = "synthetic_sft" if name == "sft" else f"synthetic_rl@{name}"
-            raise FileNotFoundError(f"{path} is missing: run stage {stage} "
-                                    "(dvc repro synthetic/dvc.yaml)")
-        return json.loads(path.read_text())
-
-    sft = load("sft")
+    sft = _load_metrics(root, "sft")
     summary: dict = {"cpu": describe_cpu(), "methods": list(plan.methods),
                      "seeds": list(plan.seeds), "sft": {n: sft["eval"][n]["summary"]
                                                         for n in CONFIGURATIONS},
@@ -318,37 +360,9 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
     (root / REPORT_MD).parent.mkdir(parents=True, exist_ok=True)
     with atomic_files() as place:
         for name in CONFIGURATIONS:
-            data = load(name)
-            runs = data["runs"]
-            missing = [run_name(m, s) for m in plan.methods for s in plan.seeds
-                       if run_name(m, s) not in runs]
-            if missing:
-                raise FileNotFoundError(f"{root / METRICS_DIR / (name + '.json')} lacks runs "
-                                        f"{missing}: re-run stage synthetic_rl@{name}")
-            boot = plan.bootstrap
-            ci = intervals(runs, plan.methods, plan.seeds, boot.resamples, boot.confidence,
-                           seed)
-            shown = [m for m in ("grpo", "hargo") if m in plan.methods] or list(plan.methods[:2])
-            hists = {m: [runs[run_name(m, s)]["history"] for s in plan.seeds] for m in shown}
-            figures = {}
-            for metric, title, ylabel in (
-                    ("reward_mean", "training reward per task (mean over seeds)", "reward"),
-                    ("update_mass_share", "share of the update mass sum w|A| per task",
-                     "share")):
-                fname = f"{name}_{metric}.png"
-                _plot_curves(place(figures_dir / fname), hists, metric,
-                             f"{name}: {title}", ylabel)
-                figures[f"{name}: {title}"] = f"synthetic/{fname}"
-            vs_sft = sft_intervals(runs, plan.methods, plan.seeds, sft["eval"][name],
-                                   plan.bootstrap.resamples, plan.bootstrap.confidence,
-                                   seed)
-            lines += _section(name, {"runs": runs, "intervals": ci, "vs_sft": vs_sft},
-                              sft["eval"][name]["summary"], plan, figures)
-            summary["configurations"][name] = {
-                "table": method_table(runs, plan.methods, plan.seeds), "intervals": ci,
-                "vs_sft": vs_sft,
-                "runs_wall_s": round(sum(r["wall_s"] for r in runs.values()), 1),
-                "train_s_mean": float(np.mean([r["train_s"] for r in runs.values()]))}
+            section, summary["configurations"][name] = _configuration(
+                root, name, plan, seed, sft["eval"][name], place, figures_dir)
+            lines += section
         place(root / REPORT_MD).write_text("\n".join(lines))
         write_json(place(root / METRICS_DIR / "summary.json"), summary)
         # the DVC metrics: each configuration's mean reward and correct share per method

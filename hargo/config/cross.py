@@ -50,7 +50,7 @@ def answer_budgets(max_chars: Mapping[str, int], synthetic: bool, params: Mappin
     Raises:
         ParamsError: ``rewards.answer.max_chars.<task>: N characters is less than <key>
             allows ...``, or a budget's own error by its key."""
-    from hargo.config import _check_budget
+    from hargo.config.build import _check_budget
     from hargo.config.registries import task_budget, task_names, tuned_tasks
 
     tuned = tuned_tasks(synthetic)

@@ -113,7 +113,7 @@ class _Checked:
             ParamsError: a ValueError naming the key: an unknown key
                 (``synthetic.<block>.<key>: unknown key (known: ...)``), a value of the wrong
                 type or out of range, a missing required key."""
-        from hargo.config import _build
+        from hargo.config.build import _build
 
         return _build(cls, {} if d is None else dict(d), cls._where, {})
 

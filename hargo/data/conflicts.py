@@ -130,7 +130,23 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
                          "conflict_majority": 0, "conflict_ties": 0,
                          "conflict_merged": 0, "conflict_dropped": 0, "near_duplicate_groups": 0,
                          "near_duplicate_records": 0, "label_forms": Counter()}
-    # 1. quarantine
+    cands = _quarantine(task, raws, race, c, rejects)
+    _count_near_duplicates(raws, cands, c)
+    uniq, mult = _deduplicate(raws, cands, c)
+    kept = _one_per_prompt(task, raws, uniq, mult, conflicts, c, rejects)
+    kept.sort(key=lambda r: r["source"]["index"])
+    rejects.sort(key=lambda r: r["source"]["index"])
+    c["kept"] = len(kept)
+    c["quarantined"] = dict(sorted(c["quarantined"].items()))
+    c["label_forms"] = dict(sorted(c["label_forms"].items()))
+    return kept, rejects, c
+
+
+def _quarantine(task: str, raws: list[dict], race: bool, c: dict, rejects: list[dict]
+                ) -> list[tuple[int, str, str | None]]:
+    """Step 1 of :func:`clean_task`: the candidates ``(index, answer, label)`` left after the
+    quarantine; the quarantined records go into ``rejects``, their reasons (and the race
+    outputs' label forms) into the counts ``c``."""
     cands: list[tuple[int, str, str | None]] = []  # (index, answer, label)
     for i, r in enumerate(raws):
         label = None
@@ -152,13 +168,23 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
             continue
         c["quarantined"][reason] += 1
         rejects.append(_reject(task, i, raws[i], reason, detail))
-    # near-duplicates: prompts the same after normalise_text but not as written
+    return cands
+
+
+def _count_near_duplicates(raws: list[dict], cands: list[tuple], c: dict) -> None:
+    """Near-duplicates: prompts the same after normalise_text but not as written (counted into
+    ``c``)."""
     written: dict[tuple, list[tuple]] = {}
     for i, _, _ in cands:
         written.setdefault(_key(raws[i], PROMPT_FIELDS), []).append(tuple(raws[i][f] for f in PROMPT_FIELDS))
     near = [v for v in written.values() if len(set(v)) > 1]
     c["near_duplicate_groups"], c["near_duplicate_records"] = len(near), sum(map(len, near))
-    # 2. duplicates, every field compared after normalise_text (multiplicity kept for the vote)
+
+
+def _deduplicate(raws: list[dict], cands: list[tuple[int, str, str | None]], c: dict
+                 ) -> tuple[list[tuple[int, str, str | None]], dict[int, int]]:
+    """Step 2 of :func:`clean_task`: duplicates, every field compared after normalise_text
+    (multiplicity kept for the vote): ``(the first of each, {index: multiplicity})``."""
     mult: dict[int, int] = {}
     first_of: dict[tuple, int] = {}
     uniq: list[tuple[int, str, str | None]] = []
@@ -171,7 +197,15 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
         first_of[key] = i
         mult[i] = 1
         uniq.append((i, ans, lab))
-    # 3. one record per prompt (instruction and input after normalise_text)
+    return uniq, mult
+
+
+def _one_per_prompt(task: str, raws: list[dict], uniq: list[tuple[int, str, str | None]],
+                    mult: dict[int, int], conflicts: str, c: dict, rejects: list[dict]
+                    ) -> list[dict]:
+    """Step 3 of :func:`clean_task`: one record per prompt (instruction and input after
+    normalise_text), conflicting answers decided by ``conflicts``; the kept records, in group
+    order (the rejected groups go into ``rejects``)."""
     groups: "OrderedDict[tuple, list[tuple[int, str, str | None]]]" = OrderedDict()
     for cand in uniq:
         groups.setdefault(_key(raws[cand[0]], PROMPT_FIELDS), []).append(cand)
@@ -205,9 +239,4 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
         i, ans, lab = first[best]
         kept.append(make_record(task, i, raws[i], ans, lab, [first[a][1] for a in votes if a != best]))
         c["conflict_merged"] += len(members) - 1
-    kept.sort(key=lambda r: r["source"]["index"])
-    rejects.sort(key=lambda r: r["source"]["index"])
-    c["kept"] = len(kept)
-    c["quarantined"] = dict(sorted(c["quarantined"].items()))
-    c["label_forms"] = dict(sorted(c["label_forms"].items()))
-    return kept, rejects, c
+    return kept

@@ -283,6 +283,37 @@ def run(params: Config | dict) -> dict:
         return out
 
 
+def _records(raw: dict[str, list[dict]], strategy: str, conflicts: str, mask: bool
+             ) -> tuple[list[dict], list[dict], dict[str, dict], dict[str, str]]:
+    """Steps 0-3 for every task: label names masked (``mask``), control tokens neutralised,
+    then the ``paper`` strategy's records or the cleaned ones (:func:`clean_task`, under the
+    ``conflicts`` policy). Returns ``(records, rejects, handling per task, {id: the instruction
+    it was built from})``."""
+    records: list[dict] = []
+    rejects: list[dict] = []
+    handling: dict[str, dict] = {}
+    instruction: dict[str, str] = {}
+    for task, raws in raw.items():
+        masked = {"label_name_records": 0, "label_name_occurrences": 0}
+        if mask:
+            raws, masked = mask_race_raws(task, raws)
+        raws, controls = neutralise_raws(raws)
+        masked = {**masked, **controls}
+        if strategy == "paper":
+            recs = paper_records(task, raws)
+            forms = Counter(L.parse_label(r["output"])[1] for r in raws) if task in RACE_TASKS else {}
+            handling[task] = {"raw": len(raws), "kept": len(recs), "label_forms": dict(sorted(forms.items())),
+                              "unlabelled": sum(r["label"] is None for r in recs) if task in RACE_TASKS else 0}
+        else:
+            recs, rej, handling[task] = clean_task(task, raws, conflicts)
+            rejects += rej
+        handling[task].update(masked)
+        for r in recs:
+            instruction[r["id"]] = raws[r["source"]["index"]]["instruction"]
+        records += recs
+    return records, rejects, handling, instruction
+
+
 def prepare(params: Config | dict) -> dict:
     """Run the ``prepare`` stage.
 
@@ -312,28 +343,7 @@ def prepare(params: Config | dict) -> dict:
     conflicts, mask = data.conflicts, data.mask_label_names
 
     raw = load_raw(data.raw_dir)
-    records: list[dict] = []
-    rejects: list[dict] = []
-    handling: dict[str, dict] = {}
-    instruction: dict[str, str] = {}
-    for task, raws in raw.items():
-        masked = {"label_name_records": 0, "label_name_occurrences": 0}
-        if mask:
-            raws, masked = mask_race_raws(task, raws)
-        raws, controls = neutralise_raws(raws)
-        masked = {**masked, **controls}
-        if strategy == "paper":
-            recs = paper_records(task, raws)
-            forms = Counter(L.parse_label(r["output"])[1] for r in raws) if task in RACE_TASKS else {}
-            handling[task] = {"raw": len(raws), "kept": len(recs), "label_forms": dict(sorted(forms.items())),
-                              "unlabelled": sum(r["label"] is None for r in recs) if task in RACE_TASKS else 0}
-        else:
-            recs, rej, handling[task] = clean_task(task, raws, conflicts)
-            rejects += rej
-        handling[task].update(masked)
-        for r in recs:
-            instruction[r["id"]] = raws[r["source"]["index"]]["instruction"]
-        records += recs
+    records, rejects, handling, instruction = _records(raw, strategy, conflicts, mask)
 
     def text(r: dict) -> str:
         return instruction[r["id"]]

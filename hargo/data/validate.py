@@ -42,12 +42,12 @@ a few offending ids), GX data docs (``reports/validation/index.html``) and
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
 from hargo.data.conflicts import mask_race_raws
 from hargo.data.control_tokens import CONTROL_TOKEN_REGEX
+from hargo.data.gx_adapter import MAX_IDS, run_suites  # noqa: F401  (public here too)
 from hargo.data.labels import LABEL_NAME, LABEL_NAME_REGEX
 from hargo.data.raw import TASK_FILES, load_raw, normalise_text
 from hargo.data.similarity import kernel_tokens, nearest_similarity
@@ -57,7 +57,6 @@ from hargo.tasks import tasks as _registered
 
 REPORT_DIR = "reports/validation"
 METRICS_FILE = "metrics/validation.json"
-MAX_IDS = 5  # offending ids listed per failed expectation
 
 
 def _tasks() -> tuple[str, ...]:
@@ -200,11 +199,6 @@ def expectation_specs(params: "Config | Mapping") -> list[dict]:
     ``description``. Bounds come from the ``validate`` section; ``params`` is the typed config
     or a params mapping with the ``data`` and ``validate`` sections."""
     v, data = as_section(params, "validate"), as_section(params, "data")
-    paper = data.split.strategy == "paper"
-    masked = data.mask_label_names
-    similarity = data.split.strategy == "similarity"
-    threshold = data.split.similarity_threshold
-    race, other = list(_race_tasks()), [t for t in _tasks() if t not in _race_tasks()]
     S: list[dict] = []
 
     def add(dataset, name, type_, description, where=None, enforced=True, **kwargs):
@@ -217,7 +211,19 @@ def expectation_specs(params: "Config | Mapping") -> list[dict]:
         column="output", regex=r"\S")
     add("raw", "task_in_set", "ExpectColumnValuesToBeInSet", "task is one of the four",
         column="task", value_set=list(_tasks()))
+    _prepared_specs(add, v, data)
+    _summary_specs(add, v)
+    return S
 
+
+def _prepared_specs(add, v, data) -> None:
+    """The ``prepared`` table's expectations, through :func:`expectation_specs`' ``add``; ``v``
+    and ``data`` are the ``validate`` and ``data`` sections."""
+    paper = data.split.strategy == "paper"
+    masked = data.mask_label_names
+    similarity = data.split.strategy == "similarity"
+    threshold = data.split.similarity_threshold
+    race, other = list(_race_tasks()), [t for t in _tasks() if t not in _race_tasks()]
     add("prepared", "record_schema", "ExpectColumnValuesToBeInSet",
         "every field has the schema's type (id, task, prompt turns, answer, label, alt_answers, source)",
         column="schema_ok", value_set=[True])
@@ -267,6 +273,10 @@ def expectation_specs(params: "Config | Mapping") -> list[dict]:
     add("prepared", "answer_chars_within_bounds", "ExpectColumnValuesToBeBetween",
         f"answer length in [{lo}, {hi}] characters", column="answer_chars", min_value=lo, max_value=hi)
 
+
+def _summary_specs(add, v) -> None:
+    """The ``summary`` table's expectations, through :func:`expectation_specs`' ``add``; ``v`` is
+    the ``validate`` section."""
     for t, (lo, hi) in v.task_counts.items():
         add("summary", f"count_{t}", "ExpectColumnValuesToBeBetween",
             f"{t}: train + eval records in [{lo}, {hi}]", where=("id", [t]),
@@ -277,86 +287,6 @@ def expectation_specs(params: "Config | Mapping") -> list[dict]:
     add("summary", "yes_fraction_within_bounds", "ExpectColumnValuesToBeBetween",
         f"race yes-fraction per task and split in [{lo}, {hi}]", where=("kind", ["labels"]),
         column="yes_fraction", min_value=lo, max_value=hi)
-    return S
-
-
-# ----------------------------------------------------------------------------- GX adapter
-
-def run_suites(tables: dict[str, list[dict]], specs: list[dict], docs_dir: Path | None) -> list[dict]:
-    """Validate each table with GX (ephemeral context, pandas data source, one ExpectationSuite,
-    ValidationDefinition and Checkpoint per table) and, if ``docs_dir`` is given, build GX's
-    HTML data docs there.
-
-    Args:
-        tables: ``{dataset: rows}``; every row has an ``id``.
-        specs: from :func:`expectation_specs`.
-
-    Returns:
-        One entry per spec, in order: ``dataset, name, type, column, description, enforced,
-        success, failing, element_count, ids`` (up to :data:`MAX_IDS` offending ids).
-    """
-    import warnings
-
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import great_expectations as gx
-        import pandas as pd
-        from great_expectations.data_context.types.base import ProgressBarsConfig
-        from great_expectations.expectations.row_conditions import Column
-
-        ctx = gx.get_context(mode="ephemeral")
-        ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        actions = []
-        if docs_dir is not None:
-            ctx.add_data_docs_site(site_name="hargo", site_config={
-                "class_name": "SiteBuilder",
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-                "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                                  "base_directory": str(Path(docs_dir).resolve())}})
-            actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["hargo"])]
-        source = ctx.data_sources.add_pandas("hargo")
-        entries: dict[int, dict] = {}
-        for dataset, rows in tables.items():
-            mine = [(k, s) for k, s in enumerate(specs) if s["dataset"] == dataset]
-            if not mine:
-                continue
-            suite = ctx.suites.add(gx.ExpectationSuite(name=f"hargo-{dataset}"))
-            for k, s in mine:
-                kw = dict(s["kwargs"])
-                if s["where"] is not None:
-                    kw["row_condition"] = Column(s["where"][0]).is_in(s["where"][1])
-                kw["meta"] = {"hargo_spec": k, "name": s["name"], "enforced": s["enforced"],
-                              "description": s["description"]}
-                suite.add_expectation(getattr(gx.expectations, s["type"])(**kw))
-            batch = source.add_dataframe_asset(dataset).add_batch_definition_whole_dataframe("all")
-            vd = ctx.validation_definitions.add(gx.ValidationDefinition(
-                name=f"hargo-{dataset}", data=batch, suite=suite))
-            cp = ctx.checkpoints.add(gx.Checkpoint(
-                name=f"hargo-{dataset}", validation_definitions=[vd], actions=actions,
-                result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["id"]}))
-            frame = pd.DataFrame(rows) if rows else pd.DataFrame({"id": []})
-            result = cp.run(batch_parameters={"dataframe": frame})
-            for vr in result.run_results.values():
-                for r in vr.results:
-                    k = r.expectation_config.meta["hargo_spec"]
-                    s = specs[k]
-                    res = r.result or {}
-                    ids = []
-                    for item in res.get("unexpected_index_list") or []:
-                        i = item.get("id") if isinstance(item, dict) else item
-                        if i not in ids:
-                            ids.append(i)
-                    failing = res.get("unexpected_count")
-                    if failing is None:  # an exception inside GX: count the whole table
-                        failing = 0 if r.success else len(rows)
-                    entries[k] = {"dataset": s["dataset"], "name": s["name"], "type": s["type"],
-                                  "column": s["kwargs"].get("column"), "description": s["description"],
-                                  "enforced": s["enforced"], "success": bool(r.success),
-                                  "failing": int(failing),
-                                  "element_count": int(res.get("element_count", len(rows)) or 0),
-                                  "ids": [str(i) for i in ids[:MAX_IDS]]}
-    return [entries[k] for k in sorted(entries)]
 
 
 # ----------------------------------------------------------------------------- the stage

@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -215,21 +216,34 @@ def _no_weight_loading_bars():
             hf_logging.enable_progress_bar()
 
 
-def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
-    """:func:`run`'s body."""
-    from hargo import tracking
+@dataclass
+class _Inputs:
+    """What :func:`_evaluate` checked and chose before the first token is generated."""
+
+    cfg: Config
+    ev_dict: dict            # the evaluate section as the generation and scoring helpers take it
+    dirs: dict[str, Path]
+    subset: list[dict]
+    skipped: dict[str, int]
+    n_task: dict[str, int]
+    race_idx: list[int]
+    race_labels: list
+    baselines: dict[str, dict]
+    baseline_rows: list[dict]
+    dtype: str
+    reward_fn: object
+    judge: object
+
+
+def _check_inputs(cfg: Config, root: Path) -> _Inputs:
+    """Step 1 of :func:`_evaluate`: everything that can be checked, checked (model folders,
+    splits, backend, judge) and the prompt set chosen, before the first token is generated."""
     from hargo.evaluation import generate as gen
-    from hargo.evaluation.plots import write_plots
     from hargo.judges import make_judge
-    from hargo.evaluation.scoring import score_yes_no
-    from hargo.metrics import compute_metrics, race_auc, score_samples, win_rate
     from hargo.rewards import RACE_TASKS
     from hargo.rewards import RewardConfig, TaskReward
-    from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
 
-    root = Path(root)
-    cfg, pd = as_config(params), params_dict(params)
     ev = cfg.evaluate
     # the generation, scoring and judge helpers still take the section as a mapping
     ev_dict = to_plain(ev)     # the engine settings the generation and scoring helpers take
@@ -238,7 +252,6 @@ def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
     if backend not in gen.BACKENDS:
         raise ValueError(f"evaluate.backend: must be one of {', '.join(gen.BACKENDS)}, "
                          f"got {backend!r}")
-    # 1. everything that can be checked is checked before the first token is generated
     dirs = model_dirs(cfg, root)
     eval_path = root / cfg.data.out_dir / "eval.jsonl"
     records = load_eval_records(eval_path)
@@ -252,69 +265,48 @@ def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
     if not subset:
         raise HargoInputError(eval_path, f"no eval prompt has at most evaluate.max_prompt_tokens"
                               f"={ev.max_prompt_tokens} tokens (skipped per task: {skipped})")
-    prompts = [r["prompt"] for r in subset]
     race_idx = [i for i, r in enumerate(subset) if r["task"] in RACE_TASKS]
     race_labels = [subset[i]["label"] for i in race_idx]
     baselines, baseline_rows = baseline_entries(subset, train)
     n_task = {t: sum(r["task"] == t for r in subset) for t in skipped}
     print(f"[evaluate] {len(subset)} prompts {n_task}, skipped as too long {skipped}; "
           f"backend {backend} ({dtype}), judge {judge.name}", flush=True)
+    return _Inputs(cfg, ev_dict, dirs, subset, skipped, n_task, race_idx, race_labels, baselines,
+                   baseline_rows, dtype, reward_fn, judge)
+
+
+def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
+    """:func:`run`'s body: inputs checked (:func:`_check_inputs`), then, in the stage's MLflow
+    run, each model generates and is scored (:func:`_score_model`), judged against SFT
+    (:func:`_judge_against_sft`), and the outputs written (:func:`_write_outputs`) and logged
+    (:func:`_log_to_mlflow`)."""
+    from hargo import tracking
+    from hargo.hardware import setup_torch
+
+    root = Path(root)
+    cfg, pd = as_config(params), params_dict(params)
+    ev = cfg.evaluate
+    # 1. everything that can be checked is checked before the first token is generated
+    x = _check_inputs(cfg, root)
+    dirs, baselines = x.dirs, x.baselines
 
     setup_torch(pd)
     with tracking.stage_run("evaluate", pd, root) as mlrun:
-        import mlflow
-
         tracking.log_split("eval", "evaluation", pd, root)
 
         completions: dict[str, list[str]] = {}
         scored: dict[str, list[dict]] = {}
         entries: dict[str, dict] = {}
         for name, d in dirs.items():
-            t0 = time.perf_counter()
-            res = gen.run_generation(d, prompts, ev_dict, backend, seed=seed,
-                                     tasks=[r["task"] for r in subset])
-            s = score_samples(subset, res.completions, reward_fn)
-            m = compute_metrics(subset, res.completions, rewards=[r["reward"] for r in s],
-                                reward_fn=reward_fn)
-            yn, score_s = score_yes_no(d, [subset[i]["prompt"] for i in race_idx], ev_dict)
-            for i, row in zip(race_idx, yn):
-                s[i].update(row)
-            entry = eval_json_entry(m)
-            entry["dr_auc"] = race_auc(race_labels, [r["yes_no_score"] for r in yn]) \
-                if race_idx else None
-            entry.update(wall_s=time.perf_counter() - t0, load_s=res.load_s, score_s=score_s,
-                         generate_s=res.generate_s, completion_tokens=sum(res.completion_tokens),
-                         prompt_tokens=sum(res.prompt_tokens), gen_tokens_per_s=res.tokens_per_s)
-            completions[name], scored[name], entries[name] = res.completions, s, entry
-            rss = _rss_mib()
-            if rss is not None:
-                mlflow.log_metric(f"{name}/rss_mib_after", rss)
-            print(f"[evaluate] {name}: {len(s)} completions in {res.generate_s:.1f} s "
-                  f"({res.tokens_per_s:.0f} tokens/s, load {res.load_s:.1f} s); "
-                  f"DR-F1 {_fmt(entry.get('dr_f1'))}, DR MCC {_fmt(entry.get('dr_mcc'))}, "
-                  f"DR AUC {_fmt(entry.get('dr_auc'))}, PLP {_fmt(entry.get('plp_similarity'))}, "
-                  f"MLPerf EM {_fmt(entry.get('mlperf_em'))}, AvgScore "
-                  f"{_fmt(entry.get('avg_score'))}", flush=True)
-        for name in dirs:
-            if name == SFT:   # against itself: a tie on every prompt (the gate reads "win")
-                for row in scored[name]:
-                    row["win"] = 0
-                continue
-            w = win_rate(subset, completions[name], completions[SFT], judge)
-            for row, verdict in zip(scored[name], w["verdicts"], strict=True):
-                row["win"] = verdict
-            entries[name].update(win_rate=w["win_rate"], win_wins=w["wins"],
-                                 win_ties=w["ties"], win_losses=w["losses"])
-            print(f"[evaluate] {name} vs sft: WinRate {_fmt(w['win_rate'])} "
-                  f"({w['wins']} wins, {w['ties']} ties, {w['losses']} losses; judge {judge.name})",
-                  flush=True)
-        info = {"judge": judge.name, "backend": backend, "dtype": dtype,
-                "n_prompts": len(subset), "skipped_total": sum(skipped.values()),
+            completions[name], scored[name], entries[name] = _score_model(x, name, d)
+        _judge_against_sft(x, completions, scored, entries)
+        info = {"judge": x.judge.name, "backend": ev.backend, "dtype": x.dtype,
+                "n_prompts": len(x.subset), "skipped_total": sum(x.skipped.values()),
                 "max_prompt_tokens": int(ev.max_prompt_tokens),
-                "max_new_tokens": budget_record(ev_dict["max_new_tokens"]),
+                "max_new_tokens": budget_record(x.ev_dict["max_new_tokens"]),
                 "temperature": float(ev.temperature),
-                **{f"n_{t}": n for t, n in n_task.items()},
-                **{f"skipped_{t}": k for t, k in skipped.items()}}
+                **{f"n_{t}": n for t, n in x.n_task.items()},
+                **{f"skipped_{t}": k for t, k in x.skipped.items()}}
         for name, b in baselines.items():
             print(f"[evaluate] baseline {name}: DR-F1 {_fmt(b['dr_f1'])}, DR MCC "
                   f"{_fmt(b['dr_mcc'])}, DR AUC {_fmt(b['dr_auc'])}, yes share "
@@ -322,37 +314,112 @@ def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
         doc = {**entries, **baselines, "run": info}
 
         # 2. outputs, each whole or not at all
-        with atomic_dir(root / GENERATIONS_DIR) as tmp:
-            for name, rows in scored.items():
-                atomic_write_jsonl(tmp / f"{name}.jsonl", rows)
-            atomic_write_jsonl(tmp / "baselines.jsonl", baseline_rows)
-            atomic_write_json(tmp / "prompts.json",
-                              {"ids": [r["id"] for r in subset], "skipped": skipped,
-                               "judge": judge.name})
-        with atomic_dir(root / PLOTS_DIR) as tmp:
-            write_plots(tmp, subset, scored)
-        atomic_write_json(root / METRICS_FILE, doc)
-        atomic_write_json(root / HEADLINE_FILE, headline(doc))
-
+        _write_outputs(root, x, scored, doc)
         # 3. MLflow: metrics, generations table, plots
-        mlflow.set_tags({"hargo.judge": judge.name, "hargo.eval_backend": backend})
-        flat: dict[str, float] = {}
-        for name, entry in {**entries, **baselines}.items():
-            flat.update(_mlflow_metrics(entry, name))
-        flat.update(_mlflow_metrics({k: v for k, v in info.items()
-                                     if isinstance(v, (int, float))}, "eval"))
-        mlflow.log_metrics(flat)
-        mlflow.log_table(_generations_table(subset, scored), artifact_file="eval/generations.json")
-        mlflow.log_artifacts(str(root / PLOTS_DIR), artifact_path="eval/plots")
-        mlflow.log_artifact(str(root / METRICS_FILE), artifact_path="eval")
+        _log_to_mlflow(root, x, {**entries, **baselines}, info, scored)
         run_id = mlrun.info.run_id
 
-    return {"models": list(dirs), "baselines": list(baselines), "n_prompts": len(subset),
-            "skipped": skipped, "judge": judge.name, "backend": backend, "run_id": run_id,
+    return {"models": list(dirs), "baselines": list(baselines), "n_prompts": len(x.subset),
+            "skipped": x.skipped, "judge": x.judge.name, "backend": ev.backend, "run_id": run_id,
             "metrics": {n: {k: e.get(k) for k in ("dr_f1", "dr_mcc", "dr_auc", "dr_yes_share",
                                                   "plp_similarity", "mlperf_em", "avg_score",
                                                   "win_rate", "gen_tokens_per_s")}
                         for n, e in {**entries, **baselines}.items()}}
+
+
+def _score_model(x: _Inputs, name: str, d: Path) -> tuple[list[str], list[dict], dict]:
+    """Model ``name`` (folder ``d``) generates for the prompt set and is scored: its
+    completions, per-prompt rows and ``metrics/eval.json`` entry (``win_rate`` added later)."""
+    import mlflow
+
+    from hargo.evaluation import generate as gen
+    from hargo.evaluation.scoring import score_yes_no
+    from hargo.metrics import compute_metrics, race_auc, score_samples
+
+    subset, race_idx = x.subset, x.race_idx
+    t0 = time.perf_counter()
+    res = gen.run_generation(d, [r["prompt"] for r in subset], x.ev_dict, x.cfg.evaluate.backend,
+                             seed=x.cfg.seed, tasks=[r["task"] for r in subset])
+    s = score_samples(subset, res.completions, x.reward_fn)
+    m = compute_metrics(subset, res.completions, rewards=[r["reward"] for r in s],
+                        reward_fn=x.reward_fn)
+    yn, score_s = score_yes_no(d, [subset[i]["prompt"] for i in race_idx], x.ev_dict)
+    for i, row in zip(race_idx, yn):
+        s[i].update(row)
+    entry = eval_json_entry(m)
+    entry["dr_auc"] = race_auc(x.race_labels, [r["yes_no_score"] for r in yn]) \
+        if race_idx else None
+    entry.update(wall_s=time.perf_counter() - t0, load_s=res.load_s, score_s=score_s,
+                 generate_s=res.generate_s, completion_tokens=sum(res.completion_tokens),
+                 prompt_tokens=sum(res.prompt_tokens), gen_tokens_per_s=res.tokens_per_s)
+    rss = _rss_mib()
+    if rss is not None:
+        mlflow.log_metric(f"{name}/rss_mib_after", rss)
+    print(f"[evaluate] {name}: {len(s)} completions in {res.generate_s:.1f} s "
+          f"({res.tokens_per_s:.0f} tokens/s, load {res.load_s:.1f} s); "
+          f"DR-F1 {_fmt(entry.get('dr_f1'))}, DR MCC {_fmt(entry.get('dr_mcc'))}, "
+          f"DR AUC {_fmt(entry.get('dr_auc'))}, PLP {_fmt(entry.get('plp_similarity'))}, "
+          f"MLPerf EM {_fmt(entry.get('mlperf_em'))}, AvgScore "
+          f"{_fmt(entry.get('avg_score'))}", flush=True)
+    return res.completions, s, entry
+
+
+def _judge_against_sft(x: _Inputs, completions: Mapping[str, list[str]],
+                       scored: Mapping[str, list[dict]], entries: Mapping[str, dict]) -> None:
+    """Every model but SFT judged against SFT (``win_rate``): the verdicts go into its rows'
+    ``win``, the counts into its entry; SFT's own rows get ``win = 0``. In place."""
+    from hargo.metrics import win_rate
+
+    judge = x.judge
+    for name in x.dirs:
+        if name == SFT:   # against itself: a tie on every prompt (the gate reads "win")
+            for row in scored[name]:
+                row["win"] = 0
+            continue
+        w = win_rate(x.subset, completions[name], completions[SFT], judge)
+        for row, verdict in zip(scored[name], w["verdicts"], strict=True):
+            row["win"] = verdict
+        entries[name].update(win_rate=w["win_rate"], win_wins=w["wins"],
+                             win_ties=w["ties"], win_losses=w["losses"])
+        print(f"[evaluate] {name} vs sft: WinRate {_fmt(w['win_rate'])} "
+              f"({w['wins']} wins, {w['ties']} ties, {w['losses']} losses; judge {judge.name})",
+              flush=True)
+
+
+def _write_outputs(root: Path, x: _Inputs, scored: Mapping[str, list[dict]], doc: dict) -> None:
+    """The generations, the plots, ``metrics/eval.json`` and the headline, each whole or not at
+    all."""
+    from hargo.evaluation.plots import write_plots
+
+    with atomic_dir(root / GENERATIONS_DIR) as tmp:
+        for name, rows in scored.items():
+            atomic_write_jsonl(tmp / f"{name}.jsonl", rows)
+        atomic_write_jsonl(tmp / "baselines.jsonl", x.baseline_rows)
+        atomic_write_json(tmp / "prompts.json",
+                          {"ids": [r["id"] for r in x.subset], "skipped": x.skipped,
+                           "judge": x.judge.name})
+    with atomic_dir(root / PLOTS_DIR) as tmp:
+        write_plots(tmp, x.subset, scored)
+    atomic_write_json(root / METRICS_FILE, doc)
+    atomic_write_json(root / HEADLINE_FILE, headline(doc))
+
+
+def _log_to_mlflow(root: Path, x: _Inputs, entries: Mapping[str, dict], info: Mapping,
+                   scored: Mapping[str, list[dict]]) -> None:
+    """Into the active run: tags, every model's and baseline's metrics (``entries``) and the
+    run's numbers (``eval/...``), the generations table, the plots and ``metrics/eval.json``."""
+    import mlflow
+
+    mlflow.set_tags({"hargo.judge": x.judge.name, "hargo.eval_backend": x.cfg.evaluate.backend})
+    flat: dict[str, float] = {}
+    for name, entry in entries.items():
+        flat.update(_mlflow_metrics(entry, name))
+    flat.update(_mlflow_metrics({k: v for k, v in info.items()
+                                 if isinstance(v, (int, float))}, "eval"))
+    mlflow.log_metrics(flat)
+    mlflow.log_table(_generations_table(x.subset, scored), artifact_file="eval/generations.json")
+    mlflow.log_artifacts(str(root / PLOTS_DIR), artifact_path="eval/plots")
+    mlflow.log_artifact(str(root / METRICS_FILE), artifact_path="eval")
 
 
 def _fmt(v) -> str:

@@ -228,17 +228,25 @@ def run_generation(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],
         res = _hf_generate(model_dir, tokenizer, ids, eos, budgets, temperature, seed, dtype,
                            int(params_evaluate.get("batch_size", 8)), num_samples)
     gen_ids, load_s, gen_s, extra = res
+    completions, n_tokens = _decode(tokenizer, gen_ids, eos)
+    if num_samples > 1:
+        extra = {**extra, "num_samples": num_samples}
+    return GenerationResult(completions, n_tokens,
+                            [len(x) for x in ids for _ in range(num_samples)], load_s, gen_s,
+                            backend, dtype, extra)
+
+
+def _decode(tokenizer, gen_ids: Sequence[Sequence[int]], eos: Sequence[int]
+            ) -> tuple[list[str], list[int]]:
+    """Each generated id list cut at its first stop token (:func:`_cut_at_eos`) and decoded
+    without special tokens: ``(completions, completion token counts)``."""
     completions, n_tokens = [], []
     eos_set = set(eos)
     for g in gen_ids:
         kept, n = _cut_at_eos(g, eos_set)
         completions.append(tokenizer.decode(kept, skip_special_tokens=True))
         n_tokens.append(n)
-    if num_samples > 1:
-        extra = {**extra, "num_samples": num_samples}
-    return GenerationResult(completions, n_tokens,
-                            [len(x) for x in ids for _ in range(num_samples)], load_s, gen_s,
-                            backend, dtype, extra)
+    return completions, n_tokens
 
 
 def generate(model_dir: str | Path, prompts: Sequence[Sequence[Mapping]],

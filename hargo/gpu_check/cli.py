@@ -70,6 +70,24 @@ def _summary_lines(res: Mapping) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: one of the tools (payload, preflight, MLflow import, rescoring) or a
+    run of the check (:func:`_run`); the exit status."""
+    ap = _parser()
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    status = _tool(args)
+    if status is not None:
+        return status
+    return _run(ap, args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line's options (the description is the package docstring's first
+    paragraph)."""
     import hargo.gpu_check as package
 
     ap = argparse.ArgumentParser(prog="python -m hargo.gpu_check",
@@ -102,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--import-mlflow", type=Path, metavar="DIR", default=None)
     ap.add_argument("--tracking-uri", default=None)
     ap.add_argument("--rescore", type=Path, metavar="DIR", default=None)
-    args = ap.parse_args(argv)
+    return ap
 
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+def _tool(args: argparse.Namespace) -> int | None:
+    """Run the one tool ``args`` asks for and return its exit status; None when they ask for a
+    run of the check."""
     if args.pack_minilm:
         print(json.dumps(pack_minilm(*args.pack_minilm)))
         return 0
@@ -131,7 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         res = rescore(args.rescore, args.data or ROOT / "data" / "prepared", args.out)
         print("\n".join(_summary_lines({"compare": res})))
         return 0
+    return None
 
+
+def _run(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """A run of the check (dry, smoke or GPU), its output teed into ``gpu_check.log``; 0 when
+    it passed."""
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]
     if bad:

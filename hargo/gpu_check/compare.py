@@ -190,7 +190,11 @@ def _train_rl(ctx: dict, method: str, sft_dir: Path, records: list[dict], steps:
     return res
 
 
-def run_compare(ctx: dict) -> dict:
+def _compare_inputs(ctx: dict) -> dict:
+    """The part's params (the plan's SFT and RL sizes, stored back into ``ctx["params"]``) and
+    inputs: ``seed``, ``ev`` (the evaluate block as the mapping the evaluation helpers take),
+    the SFT examples, the RL prompt pool, the eval ``subset``, ``reward_fn`` and the ``setup``
+    the tracker and the results record."""
     from hargo.data.records import select_subset
     from hargo.evaluation.evaluate import select_prompts
     from hargo.io import read_jsonl
@@ -198,7 +202,7 @@ def run_compare(ctx: dict) -> dict:
     from hargo.rewards import RewardConfig, TaskReward
     from hargo.training.rl import prompt_cap
 
-    plan, work, dl = ctx["plan"], ctx["work"], ctx["deadline"]
+    plan = ctx["plan"]
     # the part's params: the plan's SFT and RL sizes (the RL steps are per method, _train_rl)
     p = ctx["params"] = apply_overrides(
         ctx["params"], {**{f"sft.{k}": v for k, v in plan.sft.items()},
@@ -224,14 +228,12 @@ def run_compare(ctx: dict) -> dict:
              "rl": dict(plan.rl), "sft": dict(plan.sft),
              "eval": {k: ev[k] for k in ("max_new_tokens", "batch_size", "max_prompt_tokens")},
              "judge": "task-reward", "methods": list(plan.rl_methods)}
-    ctx["tracker"].params("compare", {"setup": setup})
-    result: dict[str, Any] = {"setup": setup, "models": {}, "rl": {}, "bootstrap": {}}
-    evals: dict[str, dict] = {}
+    return {"seed": seed, "ev": ev, "sft_records": sft_records, "rl_records": rl_records,
+            "subset": subset, "reward_fn": reward_fn, "setup": setup}
 
-    def budget_left() -> float:
-        return dl.end - RESERVE_S - _now()
 
-    # always-yes: the trivial answerer
+def _always_yes(subset: list[dict], reward_fn) -> dict:
+    """The trivial answerer's evaluation: "yes" to every prompt."""
     yes = ["yes"] * len(subset)
     from hargo.metrics import compute_metrics, score_samples
 
@@ -239,16 +241,46 @@ def run_compare(ctx: dict) -> dict:
     m = compute_metrics(subset, yes, rewards=[s["reward"] for s in sc], reward_fn=reward_fn)
     m["dr_confusion"] = None if m.get("dr_confusion") is None else {
         c: int(m["dr_confusion"][c]) for c in ("tp", "fp", "fn", "tn")}
-    evals["always_yes"] = {"completions": yes, "scored": sc, "metrics": m}
+    return {"completions": yes, "scored": sc, "metrics": m}
+
+
+def run_compare(ctx: dict) -> dict:
+    """The part (module docstring): the results (``setup``, ``sft``, ``rl`` per method,
+    ``models``, ``bootstrap``, ``budget``, ``errors``, ``equal_budget``, ``steps_requested``);
+    the answers are left in ``ctx["generations"]``."""
+    work, dl = ctx["work"], ctx["deadline"]
+    x = _compare_inputs(ctx)
+    subset, ev, reward_fn, seed = x["subset"], x["ev"], x["reward_fn"], x["seed"]
+    ctx["tracker"].params("compare", {"setup": x["setup"]})
+    result: dict[str, Any] = {"setup": x["setup"], "models": {}, "rl": {}, "bootstrap": {}}
+    evals: dict[str, dict] = {}
+
+    def budget_left() -> float:
+        return dl.end - RESERVE_S - _now()
+
+    # always-yes: the trivial answerer
+    evals["always_yes"] = _always_yes(subset, reward_fn)
 
     # SFT: up to a fifth of what is left
-    log(f"compare: SFT on {len(sft_records)} examples ({budget_left():.0f} s left)")
+    log(f"compare: SFT on {len(x['sft_records'])} examples ({budget_left():.0f} s left)")
     sft_dir = work / "sft"
-    result["sft"] = _train_sft(ctx, sft_records, sft_dir, _now() + 0.2 * budget_left())
+    result["sft"] = _train_sft(ctx, x["sft_records"], sft_dir, _now() + 0.2 * budget_left())
     ctx["save_partial"]("compare", result)
     evals["sft"] = _eval_model("sft", sft_dir, subset, ev, reward_fn, seed)
-    eval_s = evals["sft"]["metrics"]["eval_s"]
+    _train_methods(ctx, x, sft_dir, result, evals, budget_left)
+    _record_comparison(ctx, x, result, evals)
+    ctx["generations"] = {"subset": subset, "evals": evals}
+    return result
 
+
+def _train_methods(ctx: dict, x: dict, sft_dir: Path, result: dict, evals: dict,
+                   budget_left) -> None:
+    """Each RL method of the plan from the SFT model, in turn, on an equal share of what is
+    left (its evaluation, timed on SFT's, kept back), then evaluated: into ``result["rl"]`` and
+    ``evals``. A method stopped early by its deadline imposes its step count on the methods
+    after it; one that fails is recorded and the next one runs."""
+    plan, work = ctx["plan"], ctx["work"]
+    eval_s = evals["sft"]["metrics"]["eval_s"]
     methods = list(plan.rl_methods)
     steps = int(plan.rl["steps"])
     for i, method in enumerate(methods):
@@ -262,21 +294,29 @@ def run_compare(ctx: dict) -> dict:
         log(f"compare: {method}, {steps} steps x {plan.rl['prompts_per_step']} prompts x "
             f"G={plan.rl['num_generations']} ({share:.0f} s for it)")
         try:
-            r = _train_rl(ctx, method, sft_dir, rl_records, steps, work / f"rl-{method}-model",
-                          _now() + share)
+            r = _train_rl(ctx, method, sft_dir, x["rl_records"], steps,
+                          work / f"rl-{method}-model", _now() + share)
             result["rl"][method] = r
             if r["steps"] < steps:
                 log(f"compare: {method} stopped at step {r['steps']} by the time budget; the "
                     f"methods after it get {r['steps']} steps")
                 steps = max(1, r["steps"])
-            evals[method] = _eval_model(method, work / f"rl-{method}-model", subset, ev,
-                                        reward_fn, seed)
+            evals[method] = _eval_model(method, work / f"rl-{method}-model", x["subset"],
+                                        x["ev"], x["reward_fn"], x["seed"])
         except Exception as e:   # one method failing must not lose the others
             traceback.print_exc()
             result["rl"][method] = {"error": f"{type(e).__name__}: {e}"}
             _free_memory()
         ctx["save_partial"]("compare", result)
-    models, ci = _comparison_tables(subset, evals, reward_fn, plan.bootstrap_resamples, seed)
+
+
+def _record_comparison(ctx: dict, x: dict, result: dict, evals: Mapping[str, Mapping]) -> None:
+    """The comparison tables and intervals (:func:`_comparison_tables`), the budget each method
+    got and its errors, into ``result`` and the tracker."""
+    plan = ctx["plan"]
+    methods = list(plan.rl_methods)
+    models, ci = _comparison_tables(x["subset"], evals, x["reward_fn"], plan.bootstrap_resamples,
+                                    x["seed"])
     result["models"], result["bootstrap"] = models, ci
     done = [m for m in methods if m in evals]
     result["budget"] = {m: result["rl"][m].get("steps") for m in done}
@@ -291,8 +331,6 @@ def run_compare(ctx: dict) -> dict:
             ctx["tracker"].metrics(f"compare/bootstrap-{pair}",
                                    {f"{k}/diff": v["diff"], f"{k}/low": v["low"],
                                     f"{k}/high": v["high"]})
-    ctx["generations"] = {"subset": subset, "evals": evals}
-    return result
 
 
 def rescore(src: Path, data_dir: Path, out: Path, resamples: int = 2000, seed: int = 42) -> dict:

@@ -86,56 +86,71 @@ def run_check(out: Path, parts: Sequence[str] = PARTS, dry_run: bool = False,
         save()
         ctx = {"plan": plan, "params": params, "model_dir": model_dir, "data_dir": data_dir,
                "work": work, "tracker": tracker, "deadline": dl, "save_partial": save_partial}
-        runners: dict[str, Callable[[dict], dict]] = {
-            "correctness": run_correctness, "speed": run_speed, "compare": run_compare}
-        for part in parts:
-            left = dl.left() - RESERVE_S
-            if left <= 0:
-                results["parts"][part] = {"status": "skipped", "reason": "time budget"}
-                save()
-                continue
-            later = list(parts)[list(parts).index(part) + 1:]
-            if part in PART_CAPS and later:   # the cap leaves room for the parts after it
-                cap_s, cap_share = PART_CAPS[part]
-                ctx["part_end"] = _now() + min(cap_s, cap_share * time_budget_s, left)
-            else:
-                ctx["part_end"] = dl.end - RESERVE_S
-            ctx["params"] = copy.deepcopy(params)
-            log(f"part {part}: {ctx['part_end'] - _now():.0f} s of {dl.left():.0f} s left")
-            t0 = _now()
-            results["parts"][part] = {"status": "running"}
-            save()
-            try:
-                results[part] = runners[part](ctx)
-                results["parts"][part] = {"status": "done", "wall_s": round(_now() - t0, 2)}
-            except Exception as e:  # one part failing must not lose the others
-                traceback.print_exc()
-                results["parts"][part] = {"status": "error", "wall_s": round(_now() - t0, 2),
-                                          "error": f"{type(e).__name__}: {e}",
-                                          "traceback": traceback.format_exc()[-4000:]}
-            tracker.metrics(part, {"wall_s": results["parts"][part]["wall_s"]})
-            _free_memory()
-            save()
+        _run_parts(parts, ctx, params, results, save, tracker, dl, time_budget_s)
         gens = ctx.get("generations")
         if gens:
             _write_generations(out / "generations.jsonl.gz", gens["subset"], gens["evals"])
             tracker.artifact("compare", "generations.jsonl.gz")
     finally:
-        for name, fn, part in (("speed.png", _figure_speed, "speed"),
-                               ("compare.png", _figure_compare, "compare")):
-            if part not in parts:
-                continue
-            try:
-                fn(out / name, results.get(part))
-                tracker.artifact(part, name)
-            except Exception:
-                traceback.print_exc()
+        _write_figures(out, parts, results, tracker)
         results["passed"] = _overall(results)
         results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         save()
         if not keep_work:
             shutil.rmtree(work, ignore_errors=True)
     return results
+
+
+def _run_parts(parts: Sequence[str], ctx: dict, params: dict, results: dict,
+               save: Callable[[], None], tracker: Tracker, dl: Deadline,
+               time_budget_s: float) -> None:
+    """Each part in turn into ``results`` (saved before and after it), within its share of the
+    time budget (:data:`~hargo.gpu_check.common.PART_CAPS`), on a fresh copy of ``params``; a
+    part that raises is recorded with its traceback and the next one runs."""
+    runners: dict[str, Callable[[dict], dict]] = {
+        "correctness": run_correctness, "speed": run_speed, "compare": run_compare}
+    for part in parts:
+        left = dl.left() - RESERVE_S
+        if left <= 0:
+            results["parts"][part] = {"status": "skipped", "reason": "time budget"}
+            save()
+            continue
+        later = list(parts)[list(parts).index(part) + 1:]
+        if part in PART_CAPS and later:   # the cap leaves room for the parts after it
+            cap_s, cap_share = PART_CAPS[part]
+            ctx["part_end"] = _now() + min(cap_s, cap_share * time_budget_s, left)
+        else:
+            ctx["part_end"] = dl.end - RESERVE_S
+        ctx["params"] = copy.deepcopy(params)
+        log(f"part {part}: {ctx['part_end'] - _now():.0f} s of {dl.left():.0f} s left")
+        t0 = _now()
+        results["parts"][part] = {"status": "running"}
+        save()
+        try:
+            results[part] = runners[part](ctx)
+            results["parts"][part] = {"status": "done", "wall_s": round(_now() - t0, 2)}
+        except Exception as e:  # one part failing must not lose the others
+            traceback.print_exc()
+            results["parts"][part] = {"status": "error", "wall_s": round(_now() - t0, 2),
+                                      "error": f"{type(e).__name__}: {e}",
+                                      "traceback": traceback.format_exc()[-4000:]}
+        tracker.metrics(part, {"wall_s": results["parts"][part]["wall_s"]})
+        _free_memory()
+        save()
+
+
+def _write_figures(out: Path, parts: Sequence[str], results: Mapping, tracker: Tracker) -> None:
+    """``speed.png`` and ``compare.png`` for the parts requested; a figure that fails is
+    reported and skipped."""
+    for name, fn, part in (("speed.png", _figure_speed, "speed"),
+                           ("compare.png", _figure_compare, "compare")):
+        if part not in parts:
+            continue
+        try:
+            fn(out / name, results.get(part))
+            tracker.artifact(part, name)
+        except Exception:
+            traceback.print_exc()
 
 
 def _overall(results: Mapping) -> bool:

@@ -1,6 +1,6 @@
 """The RL trainers' checkpoint folders: transformers' ``checkpoint-N`` plus hargo's
 ``method_state.json`` (written by
-:meth:`hargo.training.resume.ResumeMixin._save_checkpoint`, read back on resume),
+:meth:`hargo.training.resume.ResumeMixin.write_method_state`, read back on resume),
 and the rule for resuming: ``checkpoints/rl/<method>/run_fingerprint.json`` records what the run
 was started with (:func:`run_fingerprint`); a stage resumes only a checkpoint of the same
 fingerprint that is short of ``rl.steps`` (:func:`resumable_checkpoint`), and otherwise starts

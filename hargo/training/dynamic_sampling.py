@@ -23,7 +23,7 @@ carry a signal:
    with vLLM, its old-log-prob forward run inside each scored call, refills included.
 
 This module holds the pure parts (which groups, which prompts, how two scored batches are joined);
-:class:`hargo.training.grpo.HargoGRPOTrainer` calls them inside ``_generate_and_score_completions``.
+:class:`hargo.training.grpo_batches.DynamicSamplingMixin` (a base of ``HargoGRPOTrainer``) calls them.
 What it changes in the method (the all-equal fallback, the KL term): ``docs/method.md``.
 """
 from __future__ import annotations

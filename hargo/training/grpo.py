@@ -5,34 +5,27 @@ functions: group advantages and per-response weights in :mod:`hargo.advantages`;
 surrogate, the KL estimators, the clip fractions, the masked means and the weighted loss in
 :mod:`hargo.losses`. The method itself is specified in ``docs/method.md``.
 
-Pinned to **TRL 1.16.0** (``pyproject.toml``: ``trl==1.16.0``). The extension overrides these
-*private* methods of TRL 1.16's ``trl.trainer.grpo_trainer.GRPOTrainer``, whose layout changes
-between TRL minors; each is declared, with why no public API serves and the signature it was
-written against, in :mod:`hargo.training.trl_seam`, which the trainer checks when it is built
-(``tests/test_trl_seam.py``). Re-read them and re-run ``tests/test_rl.py`` and
-``tests/test_loss_path.py`` before moving the pin:
+Pinned to **TRL 1.16.0** (``pyproject.toml``: ``trl==1.16.0``). The private ``GRPOTrainer``
+methods hargo overrides all sit in :class:`hargo.training.trl_overrides.GRPOOverrides` (first
+among the bases), each calling this trainer's own step; :mod:`hargo.training.trl_seam` declares
+them with why no public API serves and the signature written against, and the trainer checks it
+when built. Re-run ``tests/test_rl.py`` and ``tests/test_loss_path.py`` before moving the pin.
+The steps:
 
-``_calculate_rewards``
-    calls TRL's and keeps the rewards it returns, already gathered from every process.
-``_generate`` / ``_generate_single_turn``
-    call TRL's; time the rollout and run transformers sampling under the bf16 autocast the
-    policy forward uses (TRL samples in full precision otherwise).
-``_generate_and_score_completions``
-    calls TRL's, then recomputes the group statistics of the method's estimator over the *whole
-    gathered batch* and re-slices them to this process (see below); records the per-task
-    diagnostics and adds two per-response tensors, ``response_weights`` and ``task_ids``, that
-    TRL's shuffle/split of the generation batch carries along.
-``_get_per_token_logps_and_entropies``
-    calls TRL's; keeps a detached copy of the policy log-probs of the loss forward for the per-task
-    KL and clip-fraction diagnostics (no extra forward pass).
-``_compute_loss``
-    every GRPO-family method: hargo's one loss, ``_group_weighted_loss`` (below), which calls
-    :func:`hargo.losses.group_weighted_aggregate`; TRL's own loss only for batches scored outside
-    training (TRL's eval path, no weights).
-``_get_train_sampler`` / ``_run_epoch`` / ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``
-    exact resume (the prompt order of the right epoch, and ``method_state.json`` with the EMA
-    baseline and the per-step history in every checkpoint): :class:`hargo.training.resume.
-    ResumeMixin`, first among the bases.
+rollout
+    :meth:`~HargoGRPOTrainer.timed_rollout`, :meth:`~HargoGRPOTrainer.rollout_budgets`
+    (transformers sampling under the policy forward's bf16 autocast; each completion cut at
+    its task's budget), :meth:`~HargoGRPOTrainer.keep_gathered_rewards` (all processes').
+scoring
+    :meth:`HargoGRPOTrainer.score_training_batch`: TRL's scored batch (with dynamic sampling,
+    :mod:`hargo.training.grpo_batches`), then the method's group statistics over the *whole
+    gathered batch*, re-sliced to this process (see below), the per-task diagnostics, and two
+    per-response tensors, ``response_weights`` and ``task_ids``, that TRL's shuffle/split of
+    the generation batch carries along. TRL's own reference pass is skipped where hargo runs
+    its own (:meth:`~HargoGRPOTrainer.skips_trl_reference_pass`).
+loss, exact resume
+    :class:`hargo.training.grpo_loss.GroupWeightedLossMixin` (transformers' public
+    ``compute_loss``), :class:`hargo.training.resume.ResumeMixin`.
 
 Methods: the trainer asks the method's :class:`hargo.methods.Method` (``family="grpo_family"``)
 what to do -- its advantage ``estimator``, whether it ``needs_reference``, its ``policy_loss``
@@ -67,19 +60,16 @@ in what they declare. Today's methods:
     classic PPO with a learned value head, in the subclass ``hargo.training.ppo.HargoPPOTrainer``
     (it overrides the two hooks ``_response_advantages`` and ``_method_compute_loss``).
 
-Beside this module: :mod:`hargo.training.trl_options` (the methods' TRL loss settings, the TRL
-options hargo's losses do not implement), :mod:`hargo.training.reference` (the reference model
-when TRL builds none, and its log-probs), :mod:`hargo.training.task_diagnostics` (per-task KL and
-clip fraction for the recorder) and :mod:`hargo.training.checkpoints` (finding and reading the
-checkpoint folders ``_save_checkpoint`` writes).
+Beside this module: :mod:`hargo.training.trl_options` (TRL loss settings, unsupported options),
+:mod:`hargo.training.reference` (the reference model when TRL builds none, its log-probs),
+:mod:`hargo.training.task_diagnostics` (per-task KL and clip fraction for the recorder),
+:mod:`hargo.training.checkpoints` (the checkpoint folders ``_save_checkpoint`` writes).
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -88,18 +78,19 @@ from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from hargo.advantages import EMABaseline, HargoConfig, estimate, group_rewards
+from hargo.losses import masked_mean
 from hargo.methods import get_method
 from hargo.methods._check import check_method_names
-from hargo.training.dynamic_sampling import (DynamicSamplingConfig, draw_refill_indices,
-                                             informative_groups, join_rows, refill_prompt_count,
-                                             select_groups)
-from hargo.losses import (clip_fraction, group_weighted_aggregate, kl_penalty, masked_mean,
-                          masked_token_mean, policy_loss)
-from hargo.training.reference import (build_reference_model, check_temperatures, lm_head_scaling,
-                                      logps_at_temperatures, reference_lm)
+from hargo.training.dynamic_sampling import DynamicSamplingConfig
+from hargo.training.grpo_batches import DynamicSamplingMixin, _ScoredBatch
+from hargo.training.grpo_loss import GroupWeightedLossMixin
+from hargo.training.reference import (build_reference_model, check_temperatures,
+                                      is_reference_call, lm_head_scaling, logps_at_temperatures,
+                                      reference_lm)
 from hargo.training.resume import ResumeMixin
-from hargo.training.task_diagnostics import dataset_tasks, loss_diagnostics, task_index
+from hargo.training.task_diagnostics import dataset_tasks, task_index
 from hargo.training.trl_options import unsupported_trl_options
+from hargo.training.trl_overrides import GRPOOverrides
 
 __all__ = ["HargoGRPOTrainer", "TRL_VERSION"]
 
@@ -107,7 +98,8 @@ __all__ = ["HargoGRPOTrainer", "TRL_VERSION"]
 TRL_VERSION = "1.16.0"
 
 
-class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
+class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWeightedLossMixin,
+                       GRPOTrainer):
     """TRL 1.16 ``GRPOTrainer`` running a method of the ``grpo_family`` (:mod:`hargo.methods`).
 
     Args:
@@ -191,8 +183,6 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
                                                    self.accelerator)
         self.task_names: list[str] = dataset_tasks(self.train_dataset, task_column)
 
-    # ------------------------------------------------------------------------------ setup
-
     def _is_peft(self) -> bool:
         from accelerate.utils import is_peft_model
 
@@ -222,240 +212,156 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------------- rollout
 
-    def _generate(self, prompts: list):
+    @contextlib.contextmanager
+    def timed_rollout(self):
+        """Add the seconds spent inside to ``timing["generation_s"]`` (TRL's ``_generate``)."""
         t0 = time.perf_counter()
         try:
-            return super()._generate(prompts)
+            yield
         finally:
             self.timing["generation_s"] += time.perf_counter() - t0
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
-                              has_tool_images=False):
-        # TRL samples with transformers in full precision; run it under the same (bf16) autocast
-        # as the policy forward, which is ~3x faster on a CPU with AMX (stack.md).
+    @contextlib.contextmanager
+    def rollout_budgets(self, n_rows: int):
+        """Context of TRL's ``_generate_single_turn`` for ``n_rows`` prompts: the policy's
+        (bf16) autocast on the transformers path (~3x faster on a CPU with AMX, stack.md) and,
+        with per-task budgets for exactly these rows, ``max_new_tokens`` = the batch's largest.
+        Yields ``cut(completion_ids, logprobs)``, which stops each completion (and its
+        log-probs, when not None) at its own task's budget (unchanged without budgets)."""
         ctx = self.accelerator.autocast() if not self.use_vllm else contextlib.nullcontext()
         budgets = self._row_budgets
-        if budgets is not None and len(budgets) != len(prompt_ids):
+        if budgets is not None and len(budgets) != n_rows:
             budgets = None     # not the rows of the batch being scored (e.g. TRL's eval path)
         cap = contextlib.nullcontext()
         if budgets is not None and not self.use_vllm:
             cap = _max_new_tokens(self.generation_config, max(budgets))   # the batch's largest
-        with ctx, cap:
-            completion_ids, logprobs = super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-        if budgets is not None:   # each completion stops at its own task's budget
+
+        def cut(completion_ids, logprobs):
+            if budgets is None:
+                return completion_ids, logprobs
             completion_ids = [list(c)[:b] for c, b in zip(completion_ids, budgets)]
             if logprobs is not None:
                 logprobs = [list(lp)[:b] for lp, b in zip(logprobs, budgets)]
-        return completion_ids, logprobs
+            return completion_ids, logprobs
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
-                                                      completion_ids_list)
-        self._gathered_rewards_per_func = rewards_per_func  # (B_total, n_funcs), all processes
-        return rewards_per_func
+        with ctx, cap:
+            yield cut
 
-    def _generate_and_score_completions(self, inputs):
-        mode = "train" if self.model.training else "eval"
-        t0 = time.perf_counter()
-        gen_before = self.timing["generation_s"]
+    def keep_gathered_rewards(self, rewards_per_func: torch.Tensor) -> None:
+        """Keep TRL's (B_total, n_funcs) rewards per function, gathered from all processes."""
+        self._gathered_rewards_per_func = rewards_per_func
+
+    # ------------------------------------------------------------------------- scoring
+
+    def score_training_batch(self, inputs: list) -> dict:
+        """TRL's ``_generate_and_score_completions`` of the training rows ``inputs``, with the
+        method's advantages and ``response_weights``, ``task_ids`` (and, for a method that needs
+        the reference, ``ref_per_token_logps`` from hargo's own reference pass) in the returned
+        dict; with dynamic sampling, of the step's kept groups. Hands the gathered per-response
+        values to the recorder.
+
+        Raises:
+            ValueError: a weighted method got a None reward (TRL's NaN) for some completion.
+        """
+        t0, gen_before = time.perf_counter(), self.timing["generation_s"]
         self._gathered_rewards_per_func = None
-        own_ref = self._needs_ref and mode == "train"
-        if mode != "train":
-            return super()._generate_and_score_completions(inputs)
-        with self._trl_reference_pass_skipped() if own_ref else contextlib.nullcontext():
-            scored = self._scored_batch(inputs)
-            sampled = None
-            if self.dynamic_sampling.enabled:
-                scored, sampled = self._dynamic_sampling(scored)
-        inputs, output = scored.inputs, scored.output
+        scored, sampled = self._scored_batch(inputs), None
+        if self.dynamic_sampling.enabled:
+            scored, sampled = self._dynamic_sampling(scored)
+        output = scored.output
         self._gathered_rewards_per_func = scored.rewards_per_func
         for key, texts in (("prompt", scored.prompts), ("completion", scored.completions)):
             self._logs[key] = deque(texts, maxlen=self._logs[key].maxlen)
-        device = self.accelerator.device
-        G = self.num_generations
         B_local = output["completion_ids"].size(0)
         rank = self.accelerator.process_index
         local = slice(rank * B_local, (rank + 1) * B_local)
         mask = self._loss_mask(output)
-
         # Rewards of the whole gathered batch, combined as TRL does ("sum_then_normalize").
         rpf = self._gathered_rewards_per_func
         rewards = (rpf * self.reward_weights.to(rpf.device).unsqueeze(0)).nansum(dim=1)
-        B_total = rewards.numel()
-
-        l_all = None
-        if own_ref:
-            # One reference pass: log-probs at the sampling temperature for the KL term (TRL's
-            # values; read by the per-task KL diagnostic even when beta == 0) and at T = 1 for
-            # the confidence input l_i (docs/method.md).
-            at_sampling_T, at_1 = self._reference_logps(output, (self.temperature, 1.0))
-            output["ref_per_token_logps"] = at_sampling_T
-            l_all = self.accelerator.gather(masked_mean(at_1, mask).float())  # (B_total,)
-
-        conf_all, baseline = None, None
-        if self._hargo_loss:
-            if torch.isnan(rewards).any():
-                raise ValueError(f"method {self.method}: a reward function returned None for some "
-                                 "completions; HARGO needs a reward for every completion")
-            est = estimate(self.spec.estimator, group_rewards(rewards, G),
-                           None if l_all is None else group_rewards(l_all, G), self.ema,
-                           self.hargo_config)
-            adv_all = est.advantages.reshape(-1).to(device)
-            w_all = est.weights.reshape(-1).to(device)
-            if est.confidence is not None:
-                conf_all = est.confidence.reshape(-1)
-            baseline = est.baseline
-            output["advantages"] = adv_all[local].to(output["advantages"].dtype)
-            # TRL logged the stale group advantages; log the ones the loss uses instead.
-            self._logs["advantages"].clear()
-            self._logs["advantages"].extend(adv_all.tolist())
-        else:
-            adv_all = self._response_advantages(output, rewards, local, mask)
-            w_all = torch.full((B_total,), 1.0 / G, device=device)
-        output["response_weights"] = w_all[local].float()
-
-        tasks_local = [x.get(self.task_column) if isinstance(x, dict) else None for x in inputs]
-        tasks_all = [("all" if t is None else str(t)) for t in gather_object(tasks_local)]
-        for t in tasks_all:  # global order first: the same task index on every process
-            task_index(self.task_names, t)
-        output["task_ids"] = torch.tensor([task_index(self.task_names, t) for t in tasks_local],
-                                          dtype=torch.long, device=device)
+        l_all = self._own_reference_pass(output, mask) if self._needs_ref else None
+        stats = self._estimator_stats(output, rewards, l_all, local, mask)
+        output["response_weights"] = stats["weights"][local].float()
+        tasks_all = self._tag_tasks(output, scored.inputs)
         lengths_all = self.accelerator.gather(mask.sum(dim=1).float())
         gen_s = self.timing["generation_s"] - gen_before
         score_s = time.perf_counter() - t0 - gen_s
         self.timing["scoring_s"] += score_s
         if self.recorder is not None:
-            prompts, completions = scored.prompts, scored.completions
-            self.recorder.add_generation(
-                tasks=tasks_all, rewards=rewards.tolist(), advantages=adv_all.tolist(),
-                weights=w_all.tolist(), completion_lengths=lengths_all.tolist(), group_size=G,
-                confidence=None if conf_all is None else conf_all.tolist(),
-                ref_logprob=None if l_all is None else l_all.tolist(), baseline=baseline,
-                prompts=prompts if len(prompts) == B_total else None,
-                completions=completions if len(completions) == B_total else None,
-                generation_s=gen_s, scoring_s=score_s, sampled_groups=sampled)
+            self._record_generation(scored, sampled, tasks_all, rewards, l_all, stats,
+                                    lengths_all, gen_s, score_s)
         return output
 
-    # ------------------------------------------------------------------- dynamic sampling
+    def skips_trl_reference_pass(self, model) -> bool:
+        """Whether a log-prob call is TRL 1.16's reference pass inside the scoring of a training
+        batch, for a method that runs its own (:meth:`_reference_logps`, both temperatures from
+        one pass): ``model`` is the reference (``self.ref_model``, or the policy with its LoRA
+        adapter off: :func:`~hargo.training.reference.is_reference_call`) while the policy
+        trains. TRL then keeps no reference log-probs, exactly as with ``beta = 0``."""
+        return bool(self._needs_ref and self.model.training
+                    and is_reference_call(model, self.ref_model, self.accelerator.unwrap_model))
 
-    def _scored_batch(self, inputs: list) -> "_ScoredBatch":
-        """TRL's ``_generate_and_score_completions`` on ``inputs`` (training), with the gathered
-        rewards per function and the gathered prompt and completion texts of exactly this call
-        (TRL's ``_logs`` deques are bounded by one generation batch; a refill can be larger)."""
-        saved = {k: self._logs[k] for k in ("prompt", "completion")}
-        self._logs["prompt"], self._logs["completion"] = deque(), deque()
-        self._gathered_rewards_per_func = None
-        if self.task_budgets is not None:
-            from hargo.generation_budget import row_budgets
+    def _own_reference_pass(self, output: dict, mask: torch.Tensor) -> torch.Tensor:
+        """One reference pass: log-probs at the sampling temperature for the KL term (TRL's
+        values, into ``output["ref_per_token_logps"]``; read by the per-task KL diagnostic even
+        when beta == 0) and at T = 1 for the confidence input: (B_total,) gathered ``l_i``
+        (docs/method.md)."""
+        at_sampling_T, at_1 = self._reference_logps(output, (self.temperature, 1.0))
+        output["ref_per_token_logps"] = at_sampling_T
+        return self.accelerator.gather(masked_mean(at_1, mask).float())  # (B_total,)
 
-            self._row_budgets = row_budgets(
-                self.task_budgets, [str(x.get(self.task_column)) for x in inputs],
-                "rl.max_new_tokens")
-        try:
-            output = super()._generate_and_score_completions(inputs)
-            texts = list(self._logs["prompt"]), list(self._logs["completion"])
-        finally:
-            self._logs.update(saved)
-            self._row_budgets = None
-        return _ScoredBatch(list(inputs), output, self._gathered_rewards_per_func, *texts)
+    def _estimator_stats(self, output: dict, rewards: torch.Tensor, l_all, local: slice,
+                         mask: torch.Tensor) -> dict:
+        """The method's (B_total,) ``advantages`` and ``weights`` over the gathered batch, with
+        ``confidence`` (or None) and the EMA ``baseline``; writes this process's advantages into
+        ``output`` (weighted methods) and TRL's advantage log."""
+        device, G = self.accelerator.device, self.num_generations
+        if not self._hargo_loss:
+            adv_all = self._response_advantages(output, rewards, local, mask)
+            return {"advantages": adv_all, "confidence": None, "baseline": None,
+                    "weights": torch.full((rewards.numel(),), 1.0 / G, device=device)}
+        if torch.isnan(rewards).any():
+            raise ValueError(f"method {self.method}: a reward function returned None for some "
+                             "completions; HARGO needs a reward for every completion")
+        est = estimate(self.spec.estimator, group_rewards(rewards, G),
+                       None if l_all is None else group_rewards(l_all, G), self.ema,
+                       self.hargo_config)
+        adv_all = est.advantages.reshape(-1).to(device)
+        output["advantages"] = adv_all[local].to(output["advantages"].dtype)
+        # TRL logged the stale group advantages; log the ones the loss uses instead.
+        self._logs["advantages"].clear()
+        self._logs["advantages"].extend(adv_all.tolist())
+        return {"advantages": adv_all, "weights": est.weights.reshape(-1).to(device),
+                "confidence": None if est.confidence is None else est.confidence.reshape(-1),
+                "baseline": est.baseline}
 
-    def _combined_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """(B,) rewards from (B, n_funcs), combined as TRL does ("sum_then_normalize")."""
-        rpf = rewards_per_func
-        out = (rpf * self.reward_weights.to(rpf.device).unsqueeze(0)).nansum(dim=1)
-        out[torch.isnan(rpf).all(dim=1)] = float("nan")
-        return out
+    def _tag_tasks(self, output: dict, inputs: list) -> list[str]:
+        """Every process's tasks of the batch, in global order (registering each task's index
+        in that order, so it is the same on every process), and this process's task indices
+        into ``output["task_ids"]``."""
+        tasks_local = [x.get(self.task_column) if isinstance(x, dict) else None for x in inputs]
+        tasks_all = [("all" if t is None else str(t)) for t in gather_object(tasks_local)]
+        for t in tasks_all:  # global order first: the same task index on every process
+            task_index(self.task_names, t)
+        output["task_ids"] = torch.tensor([task_index(self.task_names, t) for t in tasks_local],
+                                          dtype=torch.long, device=self.accelerator.device)
+        return tasks_all
 
-    def _refill_rows(self, n: int, round_: int, used: list) -> list[int]:
-        """Train-split rows of a refill round (``draw_refill_indices``), avoiding the prompts in
-        ``used`` (dataset rows)."""
-        if self._prompt_rows is None:
-            self._prompt_rows = {}
-            for i, row in enumerate(self.train_dataset):
-                self._prompt_rows.setdefault(_prompt_key(row["prompt"]), []).append(i)
-        exclude = sorted({i for x in used for i in self._prompt_rows.get(_prompt_key(x["prompt"]),
-                                                                          [])})
-        return draw_refill_indices(len(self.train_dataset), n, seed=int(self.args.seed),
-                                   step=int(self.state.global_step), round_=round_,
-                                   process=self.accelerator.process_index, exclude=exclude)
-
-    def _dynamic_sampling(self, own: "_ScoredBatch") -> tuple["_ScoredBatch", dict]:
-        """Drop the zero-variance groups of the step and refill it (``hargo.training.
-        dynamic_sampling``, DAPO). Returns the batch the step trains on (same size as ``own``) and
-        what was sampled, per group of all processes: ``tasks``, ``zero_variance``, ``kept``,
-        ``refill`` (for the recorder).
-
-        Every process runs the same number of refill rounds of the same size (TRL gathers inside
-        each call): a round runs while any process misses informative groups."""
-        G, world = self.num_generations, self.accelerator.num_processes
-        rank = self.accelerator.process_index
-        cfg = self.dynamic_sampling
-        batches = [own]
-        flags = [informative_groups(self._combined_rewards(own.rewards_per_func), G).tolist()]
-        needed = own.output["completion_ids"].size(0) // G
-
-        def local(flag_list: list, n_local: int, p: int) -> list:
-            return flag_list[p * n_local:(p + 1) * n_local]
-
-        for round_ in range(1, cfg.max_refills + 1):
-            have = [sum(sum(local(f, len(f) // world, p)) for f in flags) for p in range(world)]
-            missing = max(needed - h for h in have)
-            if missing <= 0:
-                break
-            n = refill_prompt_count(missing, cfg.refill_factor)
-            used = [x for b in batches for x in b.inputs[::G]]
-            rows = self._refill_rows(n, round_, used)
-            extra = [dict(self.train_dataset[i]) for i in rows for _ in range(G)]
-            batch = self._scored_batch(extra)
-            batches.append(batch)
-            flags.append(informative_groups(self._combined_rewards(batch.rewards_per_func),
-                                            G).tolist())
-
-        local_flags = [local(f, len(f) // world, rank) for f in flags]
-        sel = select_groups(local_flags, needed)
-        kept = set(sel.keep)
-        tasks_local = [[str(x.get(self.task_column, "all")) for x in b.inputs[::G]]
-                       for b in batches]
-        sampled_local = [(tasks_local[b][i], not local_flags[b][i], (b, i) in kept, b > 0)
-                         for b in range(len(batches)) for i in range(len(local_flags[b]))]
-        sampled_all = [s for part in gather_object([sampled_local]) for s in part]
-        sampled = {k: [s[j] for s in sampled_all]
-                   for j, k in enumerate(("tasks", "zero_variance", "kept", "refill"))}
-        if len(batches) == 1 and sel.keep == [(0, i) for i in range(needed)]:
-            return own, sampled   # nothing dropped: the step's own batch, untouched
-
-        rows = [(b, i * G + j) for b, i in sel.keep for j in range(G)]
-        joined = join_rows([b.output for b in batches], rows,
-                           pad_token_id=int(self._tokenizer.pad_token_id or 0))
-        mask = self._loss_mask(joined)
-        joined["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        inputs = [batches[b].inputs[r] for b, r in rows]
-
-        def local_rows(b: int) -> slice:
-            n = batches[b].output["completion_ids"].size(0)
-            return slice(rank * n, (rank + 1) * n)
-
-        rpf_local = torch.stack([batches[b].rewards_per_func[local_rows(b)][r] for b, r in rows])
-        texts = []
-        for attr in ("prompts", "completions"):
-            mine = [getattr(batches[b], attr)[local_rows(b)][r] for b, r in rows] \
-                if all(len(getattr(x, attr)) == x.rewards_per_func.size(0) for x in batches) \
-                else []
-            texts.append([t for part in gather_object([mine]) for t in part])
-        return _ScoredBatch(inputs, joined, self.accelerator.gather(rpf_local), *texts), sampled
-
-    @contextlib.contextmanager
-    def _trl_reference_pass_skipped(self):
-        """TRL 1.16's ``_generate_and_score_completions`` runs its reference forward only when
-        ``self.beta != 0`` (and reads ``beta`` nowhere else); the HARGO methods that need the
-        reference run it themselves (:meth:`_reference_logps`, both temperatures from one pass),
-        so TRL's is skipped by hiding ``beta`` for the call."""
-        beta, self.beta = self.beta, 0.0
-        try:
-            yield
-        finally:
-            self.beta = beta
+    def _record_generation(self, scored: "_ScoredBatch", sampled, tasks_all, rewards, l_all,
+                           stats: dict, lengths_all, gen_s: float, score_s: float) -> None:
+        """Hand the recorder the gathered per-response values of the scored batch."""
+        B_total = rewards.numel()
+        prompts, completions = scored.prompts, scored.completions
+        conf = stats["confidence"]
+        self.recorder.add_generation(
+            tasks=tasks_all, rewards=rewards.tolist(), advantages=stats["advantages"].tolist(),
+            weights=stats["weights"].tolist(), completion_lengths=lengths_all.tolist(),
+            group_size=self.num_generations,
+            confidence=None if conf is None else conf.tolist(),
+            ref_logprob=None if l_all is None else l_all.tolist(), baseline=stats["baseline"],
+            prompts=prompts if len(prompts) == B_total else None,
+            completions=completions if len(completions) == B_total else None,
+            generation_s=gen_s, scoring_s=score_s, sampled_groups=sampled)
 
     def _response_advantages(self, output: dict, rewards: torch.Tensor, local: slice,
                              mask: torch.Tensor) -> torch.Tensor:
@@ -467,22 +373,6 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
         mask, and may add tensors to ``output`` for its loss.
         """
         return self.accelerator.gather(output["advantages"].float())
-
-    # ---------------------------------------------------------------------------- loss
-
-    @staticmethod
-    def _loss_mask(batch: dict) -> torch.Tensor:
-        """(B, T) tokens the loss counts: the completion mask, times TRL's tool mask if any."""
-        mask = batch["completion_mask"]
-        return mask * batch["tool_mask"] if "tool_mask" in batch else mask
-
-    def _completion_logps(self, model, batch: dict, **kwargs):
-        """TRL's ``(logps, entropies, aux)`` of ``batch``'s completion tokens under ``model``
-        (``kwargs`` go to ``_get_per_token_logps_and_entropies``)."""
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask,
-                                                       batch["completion_ids"].size(1), **kwargs)
 
     @torch.no_grad()
     def _reference_logps(self, output: dict, temperatures=(1.0,)) -> list[torch.Tensor]:
@@ -530,7 +420,8 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
             with disable_gradient_checkpointing(self.model,
                                                 self.args.gradient_checkpointing_kwargs), \
                     as_reference:
-                at_sampling_T = self._completion_logps(call_model, output, batch_size=bs)[0]
+                at_sampling_T = self._completion_logps(call_model, output, upstream=True,
+                                                       batch_size=bs)[0]
         finally:
             if hook is not None:
                 hook.remove()
@@ -544,142 +435,6 @@ class HargoGRPOTrainer(ResumeMixin, GRPOTrainer):
                                         self.accelerator.autocast)
             result.update({t: lp.to(at_sampling_T.device) for t, lp in zip(extra, lps)})
         return [result[t] for t in temps]
-
-    def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        return self.accelerator.reduce(t, reduction="sum")
-
-    def _global_token_mean(self, x: torch.Tensor, mask: torch.Tensor) -> float:
-        """Mean of ``x`` over the valid tokens of all processes (a logged metric)."""
-        return float(masked_token_mean(x.detach(), mask, reduce=self._reduce_sum))
-
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
-                                           *args, **kwargs):
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        if self._capture_logps:
-            self._captured_logps = logps.detach()
-        return logps, entropies, aux
-
-    def _compute_loss(self, model, inputs):
-        self._capture_logps, self._captured_logps = True, None
-        try:
-            loss = self._method_compute_loss(model, inputs)
-        finally:
-            self._capture_logps = False
-        if self.model.training:
-            self._record_loss_diagnostics(inputs)
-        return loss
-
-    def _record_loss_diagnostics(self, inputs: dict) -> None:
-        """Per response of the micro-batch ``inputs``, from the policy log-probs its loss forward
-        captured: :func:`~hargo.training.task_diagnostics.loss_diagnostics` (KL, clip fraction,
-        advantage-weighted log-prob and log-ratio), gathered from all processes and handed to
-        the recorder with the responses' tasks. Nothing without captured log-probs or task ids."""
-        logps = self._captured_logps
-        if logps is None or "task_ids" not in inputs:
-            return
-        d = loss_diagnostics(logps, self._loss_mask(inputs), inputs["advantages"],
-                             self.num_generations, self.epsilon_low, self.epsilon_high,
-                             self.args.delta, ref_logps=inputs.get("ref_per_token_logps"),
-                             old_logps=inputs.get("old_per_token_logps"),
-                             weights=inputs.get("response_weights"))
-        clip = self.accelerator.gather(d.clip_fraction)
-        task_ids = self.accelerator.gather(inputs["task_ids"])
-        gather = lambda x: None if x is None else self.accelerator.gather(x).tolist()  # noqa: E731
-        kl, adv_logp, adv_lr = gather(d.kl), gather(d.adv_logprob), gather(d.adv_log_ratio)
-        if self.recorder is not None:
-            self.recorder.add_loss(tasks=[self.task_names[i] for i in task_ids.tolist()],
-                                   kl=kl, clip_fraction=clip.tolist(), adv_logprob=adv_logp,
-                                   adv_log_ratio=adv_lr)
-
-    def _method_compute_loss(self, model, inputs) -> torch.Tensor:
-        """The loss of ``self.method`` on one micro-batch (a subclass with its own loss overrides
-        this; the diagnostics around it stay in ``_compute_loss``)."""
-        # Batches scored outside training (TRL's eval path) carry no group weights: TRL's loss.
-        if self._hargo_loss and "response_weights" in inputs:
-            return self._group_weighted_loss(model, inputs)
-        return super()._compute_loss(model, inputs)
-
-    def _aggregation_kwargs(self, inputs, mode: str) -> dict:
-        """What the aggregation needs beyond the batch: ``max_completion_length`` (Dr. GRPO's
-        constant) and, for ``token_mean``, the token count of this process's share of the
-        optimiser step, as TRL 1.16's ``dapo`` normaliser: the generation batch's tokens over all
-        processes (``num_items_in_batch``) / processes x accumulation steps / steps per
-        generation. (Returns the count already divided for accumulation: the caller does not
-        divide ``token_mean`` again.)"""
-        kw: dict[str, Any] = {"max_completion_length": self.max_completion_length}
-        if self.aggregation == "token_mean":
-            n = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            if mode == "train":
-                n = n * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-            kw["num_tokens"] = n
-        return kw
-
-    def _group_weighted_loss(self, model, inputs) -> torch.Tensor:
-        """The GRPO family's one loss on this process's micro-batch (docs/method.md step 6):
-        ``hargo.losses.group_weighted_aggregate`` of the per-token loss with the batch's
-        ``response_weights`` in the method's ``aggregation`` mode.
-
-        The per-token loss is the method's ``policy_loss`` (``clipped_surrogate``, written
-        operation for operation as TRL 1.16's) with the estimator's advantages, times the vLLM
-        importance-sampling ratio when on, plus ``beta`` x the method's ``kl`` estimator (k3,
-        times the ratio under ``use_bias_correction_kl``). ``response_mean`` and
-        ``constant_length`` are divided by the accumulation steps, as TRL does; ``token_mean``'s
-        token count already spans the optimiser step. With the gradient averaging across
-        processes this is the global ``(1/N) sum w_i L_i`` (the sum is linear, so groups split
-        across processes or micro-batches add up). With weights ``1/G`` it is TRL 1.16's
-        ``grpo`` / ``dr_grpo`` / ``dapo`` loss, value and gradients (tests/test_loss_path.py).
-        """
-        mask = self._loss_mask(inputs)
-        logps, entropies, _ = self._completion_logps(model, inputs, compute_entropy=True)
-        old = inputs.get("old_per_token_logps")
-        old = logps.detach() if old is None else old
-        advantages = inputs["advantages"]
-        per_token_loss, ratio = policy_loss(self.spec.policy_loss)(
-            logps, old, advantages, self.epsilon_low, self.epsilon_high, self.args.delta)
-        if self.use_vllm and self.vllm_importance_sampling_correction:
-            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
-        per_token_kl = None
-        if self.beta != 0.0:
-            per_token_kl = kl_penalty(logps, inputs["ref_per_token_logps"], self.spec.kl)
-            if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * ratio
-            per_token_loss = per_token_loss + self.beta * per_token_kl
-
-        mode = "train" if self.model.training else "eval"
-        loss = group_weighted_aggregate(per_token_loss, mask, inputs["response_weights"],
-                                        self.num_generations, self.aggregation,
-                                        **self._aggregation_kwargs(inputs, mode))
-        if mode == "train" and self.aggregation != "token_mean":
-            loss = loss / self.current_gradient_accumulation_steps
-        # The metrics TRL's own loss logs (same names), so its log lines stay comparable.
-        metrics = self._metrics[mode]
-        if per_token_kl is not None:
-            metrics["kl"].append(self._global_token_mean(per_token_kl, mask))
-        metrics["entropy"].append(self._global_token_mean(entropies, mask))
-        clipped = clip_fraction(ratio, advantages, self.epsilon_low, self.epsilon_high,
-                                self.args.delta)
-        for name, x in zip(("low_mean", "high_mean", "region_mean"), clipped):
-            metrics[f"clip_ratio/{name}"].append(self._global_token_mean(x.float(), mask))
-        return loss
-
-
-@dataclass
-class _ScoredBatch:
-    """One call of TRL's ``_generate_and_score_completions`` in training: this process's
-    ``inputs`` rows and ``output`` (B_local rows), and, gathered from every process,
-    ``rewards_per_func`` (B_total, n_funcs) and the prompt and completion texts."""
-
-    inputs: list
-    output: dict
-    rewards_per_func: torch.Tensor
-    prompts: list
-    completions: list
-
-
-def _prompt_key(prompt: Any) -> str:
-    """A hashable identity of a dataset prompt (text, or a chat as JSON)."""
-    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
 
 
 @contextlib.contextmanager

@@ -296,21 +296,10 @@ def train_preference(params: "Config | Mapping", method: str, model_dir: str | P
         FileNotFoundError: ``model_dir`` missing or incomplete.
         HargoInputError: no pairs, or malformed ones (names pairs.jsonl, record, field).
     """
-    from hargo.training.sft import loss_curve
-
     cfg = check_params(params, method)
-    c = cfg.compare
-    if isinstance(pairs, (str, Path)):
-        path = Path(pairs)
-        pairs = read_jsonl(path)
-    else:
-        path = Path(c.preferences.out_dir) / "pairs.jsonl"
-    check_pairs(path, pairs)
+    pairs = _checked_pairs(cfg, pairs)
     model_dir = loading.resolve_model_dir(model_dir)
-    steps, pps = int(c.steps), int(c.prompts_per_step)
-    order = pair_order(len(pairs), steps * pps, int(seed))
-    rows = kto_rows(pairs, order, pps) if method == "kto" else dpo_rows(pairs, order)
-
+    order, rows = _training_rows(cfg, method, pairs, int(seed))
     hardware.setup_torch({**params_dict(cfg), "seed": int(seed)})
     model = loading.load_model(model_dir, dtype="float32",
                               trust_remote_code=bool(cfg.model.trust_remote_code))
@@ -323,20 +312,7 @@ def train_preference(params: "Config | Mapping", method: str, model_dir: str | P
         t0 = time.perf_counter()
         trainer.train()
         train_s = time.perf_counter() - t0
-        curve = loss_curve(trainer.state.log_history)
-        result = {
-            "method": method, "seed": int(seed), "steps": int(trainer.state.global_step),
-            "pairs_available": len(pairs), "pairs_used": len(set(order)),
-            "prompts_seen": int(trainer.state.global_step) * pps,
-            "completions_seen": int(trainer.state.global_step) * pps * 2,
-            "train_s": round(train_s, 3),
-            "loss_curve": curve,
-            "initial_loss": curve[0][1] if curve else None,
-            "final_loss": curve[-1][1] if curve else None,
-            "final": _final_metrics(trainer.state.log_history),
-            "bf16": bool(args.bf16), "lora": bool(cfg.rl.lora.enabled),
-            "trainable_parameters": counts["trainable"],
-        }
+        result = _result(cfg, method, int(seed), trainer, pairs, order, train_s, counts, args)
         if out_dir is not None:
             from hargo.training.divergence import DivergenceBounds, training_record
 
@@ -348,3 +324,50 @@ def train_preference(params: "Config | Mapping", method: str, model_dir: str | P
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _checked_pairs(cfg: Config, pairs: Sequence[Mapping] | str | Path) -> Sequence[Mapping]:
+    """The pair records (read when ``pairs`` is a path), checked.
+
+    Raises:
+        HargoInputError: no pairs, or malformed ones (names pairs.jsonl, record, field).
+    """
+    if isinstance(pairs, (str, Path)):
+        path = Path(pairs)
+        pairs = read_jsonl(path)
+    else:
+        path = Path(cfg.compare.preferences.out_dir) / "pairs.jsonl"
+    check_pairs(path, pairs)
+    return pairs
+
+
+def _training_rows(cfg: Config, method: str, pairs: Sequence[Mapping],
+                   seed: int) -> tuple[list[int], list[dict]]:
+    """``(order, rows)``: the pair order of ``compare.steps x compare.prompts_per_step`` draws
+    (:func:`pair_order`) and the trainer's rows in that order."""
+    steps, pps = int(cfg.compare.steps), int(cfg.compare.prompts_per_step)
+    order = pair_order(len(pairs), steps * pps, seed)
+    rows = kto_rows(pairs, order, pps) if method == "kto" else dpo_rows(pairs, order)
+    return order, rows
+
+
+def _result(cfg: Config, method: str, seed: int, trainer, pairs: Sequence[Mapping],
+            order: list[int], train_s: float, counts: dict, args) -> dict[str, Any]:
+    """What :func:`train_preference` returns (see there) for the trained ``trainer``."""
+    from hargo.training.sft import loss_curve
+
+    pps = int(cfg.compare.prompts_per_step)
+    curve = loss_curve(trainer.state.log_history)
+    return {
+        "method": method, "seed": seed, "steps": int(trainer.state.global_step),
+        "pairs_available": len(pairs), "pairs_used": len(set(order)),
+        "prompts_seen": int(trainer.state.global_step) * pps,
+        "completions_seen": int(trainer.state.global_step) * pps * 2,
+        "train_s": round(train_s, 3),
+        "loss_curve": curve,
+        "initial_loss": curve[0][1] if curve else None,
+        "final_loss": curve[-1][1] if curve else None,
+        "final": _final_metrics(trainer.state.log_history),
+        "bf16": bool(args.bf16), "lora": bool(cfg.rl.lora.enabled),
+        "trainable_parameters": counts["trainable"],
+    }

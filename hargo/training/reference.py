@@ -14,8 +14,8 @@ from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import (add_fused_lm_head, create_model_from_path, disable_dropout_in_model,
                                get_config_model_id, use_adapter)
 
-__all__ = ["build_reference_model", "reference_lm", "logps_at_temperatures", "lm_head_scaling",
-           "check_temperatures"]
+__all__ = ["build_reference_model", "reference_lm", "is_reference_call", "logps_at_temperatures",
+           "lm_head_scaling", "check_temperatures"]
 
 #: Vocabulary columns per projection tile (TRL 1.16's ``_CHUNKED_LOGPROB_CHUNK_SIZE``).
 _VOCAB_CHUNK = 32768
@@ -76,6 +76,23 @@ def reference_lm(ref_model, model, unwrap: Callable):
     peft = unwrap(model)
     name = "ref" if "ref" in getattr(peft, "peft_config", {}) else None
     return model, peft.get_base_model(), use_adapter(peft, adapter_name=name)
+
+
+def is_reference_call(model, ref_model, unwrap: Callable) -> bool:
+    """Whether calling ``model`` now computes the reference model's log-probs, as TRL 1.16's
+    reference pass calls it (:func:`reference_lm`): ``model`` is the separate ``ref_model``
+    when there is one; else it is the PEFT policy with TRL's ``"ref"`` adapter active, or with
+    its adapters switched off (PEFT's ``has_active_enabled_adapter`` is False inside
+    ``disable_adapter()``). ``unwrap`` is the accelerator's ``unwrap_model``."""
+    if ref_model is not None:
+        return model is ref_model
+    peft = unwrap(model)
+    configs = getattr(peft, "peft_config", None)
+    if not configs:
+        return False
+    if "ref" in configs:
+        return peft.active_adapter == "ref"
+    return not peft.has_active_enabled_adapter
 
 
 def check_temperatures(temperatures: Sequence[float]) -> list[float]:

@@ -47,19 +47,23 @@ computed here, in the trainer processes, from the completions the server returns
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
-from hargo.config import Config, ParamsError, as_config, as_section, params_dict
-from hargo.data.records import read_prepared
+from hargo.config import Config, as_config, params_dict
 from hargo.generation_budget import budget_record, describe_budget, max_budget
 from hargo.io import HargoInputError, atomic_write_json
-from hargo.methods import RL_FAMILIES, get_method
+from hargo.methods import get_method
+# the run's settings, re-exported here where the stage and its callers import them
+from hargo.training.rl_config import (VLLM_GPU_MEMORY_UTILIZATION, _check_method,
+                                      _check_vllm_usable, _hargo_config, _plain, _task_reward,
+                                      build_grpo_config, check_generation_backend,
+                                      dynamic_sampling_config, load_rl_records, prompt_cap,
+                                      prompt_cap_name, to_dataset, vllm_max_len)
 
 __all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "vllm_max_len",
            "load_rl_records", "to_dataset", "build_trainer", "dynamic_sampling_config", "CHECKPOINT_ROOT", "METRICS_ROOT"]
@@ -67,202 +71,8 @@ __all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "vllm_ma
 #: ``checkpoints/rl/<method>`` and ``metrics/rl/<method>.json`` (dvc.yaml outputs).
 CHECKPOINT_ROOT = Path("checkpoints") / "rl"
 METRICS_ROOT = Path("metrics") / "rl"
-#: rl.* keys that do not change what training computes (so a checkpoint stays resumable).
-#: GPU share of TRL's colocated vLLM engine (GPU only; on CPU the KV cache is
-#: ``VLLM_CPU_KVCACHE_SPACE`` GiB, default 1 here).
-VLLM_GPU_MEMORY_UTILIZATION = 0.3
 #: Completions-table rows logged per table.
 TABLE_ROWS = 32
-
-
-def _hargo_config(cfg: Config, method: str):
-    """The estimator constants of a GRPO-family method (``rl.<method>``); PPO: the defaults
-    (its advantages are GAE's)."""
-    from hargo.advantages import HargoConfig
-
-    return HargoConfig.of(cfg.rl.method(method), get_method(method).estimator)
-
-
-def _check_method(method: str):
-    """The registered RL method ``method`` (:mod:`hargo.methods`). Raises ParamsError naming
-    the valid ones."""
-    try:
-        return get_method(method, *RL_FAMILIES)
-    except ParamsError as e:
-        raise ParamsError(f"rl method: {e}") from None
-
-
-def prompt_cap(params: "Config | Mapping") -> int | dict[str, int]:
-    """Longest prompt (chat-templated tokens) RL trains on: ``rl.max_prompt_tokens`` when set
-    (one int, or a plain dict task -> int, checked by the typed config), else
-    ``train.max_prompt_tokens``. :func:`hargo.generation_budget.max_budget` gives the longest.
-
-    ``params``: the typed config or a params mapping (built: :func:`hargo.config.as_config`).
-
-    Raises:
-        ParamsError: a bad params mapping (names the key)."""
-    cfg = as_config(params)
-    cap = cfg.rl.max_prompt_tokens
-    return int(cfg.train.max_prompt_tokens) if cap is None else _plain(cap)
-
-
-def prompt_cap_name(params: "Config | Mapping") -> str:
-    """The params.yaml name of :func:`prompt_cap`'s value (the one a user should change)."""
-    return "rl.max_prompt_tokens" if as_section(params, "rl").max_prompt_tokens is not None \
-        else "train.max_prompt_tokens"
-
-
-def _plain(budget):
-    """A budget of the typed config (an int or a read-only task map) as the int or plain dict
-    :mod:`hargo.generation_budget` and the run records take."""
-    return dict(budget) if isinstance(budget, Mapping) else int(budget)
-
-
-def load_rl_records(path: str | os.PathLike) -> list[dict]:
-    """The prepared train split, checked (:func:`hargo.data.records.read_prepared`).
-
-    Raises:
-        HargoInputError: missing file or a bad record (names file, record, field).
-    """
-    return read_prepared(path)
-
-
-def to_dataset(records: list[dict]):
-    """A ``datasets.Dataset`` with TRL's ``prompt`` column plus ``task``, ``answer``, ``label``
-    (forwarded by TRL to the reward function as keyword lists)."""
-    from datasets import Dataset
-
-    return Dataset.from_list([{"prompt": r["prompt"], "task": r["task"], "answer": r["answer"],
-                               "label": r.get("label")} for r in records])
-
-
-def build_grpo_config(params: "Config | Mapping", method: str, output_dir: str | os.PathLike,
-                      world_size: int = 1, **overrides):
-    """The ``trl.GRPOConfig`` of one RL run from params.yaml (``params``: the typed config or a
-    params mapping, :func:`hargo.config.as_config`).
-
-    Mapping: ``num_generations=G``, ``per_device_train_batch_size = prompts_per_step * G /
-    world_size`` (TRL counts completions), ``max_completion_length`` = the largest of
-    ``max_new_tokens`` (an int, or per task: the trainer cuts each completion at its task's),
-    ``epsilon=clip_range``, ``max_steps=steps``, ``beta`` = the method's KL coefficient
-    (``rl.<method>.beta``, PPO's ``rl.ppo.kl_coef``), ``temperature``, ``learning_rate``
-    (constant schedule), device and precision from :func:`hargo.hardware.trainer_precision_kwargs`,
-    ``gradient_checkpointing`` (``train``), checkpoints every ``save_steps``. The loss settings
-    come from :func:`hargo.training.trl_options.trl_loss_settings`. The rollout backend
-    (``rl.generation_backend``): ``vllm`` adds TRL's colocated engine (``use_vllm=True,
-    vllm_mode="colocate"``); ``vllm-server`` adds ``use_vllm=True, vllm_mode="server"``,
-    ``vllm_server_base_url``/``host``/``port``/``timeout`` from ``rl.vllm_server``
-    (:func:`hargo.training.vllm_rollout.server_config_kwargs`). ``overrides`` replace any field.
-
-    Raises:
-        ParamsError: unknown method, a bad params mapping, or prompts_per_step * G not divisible
-            by ``world_size``.
-        UnsupportedVLLMError: a vLLM backend that cannot run here (checked before any model
-            loads; the message names what is missing, :mod:`hargo.training.vllm_rollout`).
-    """
-    from trl import GRPOConfig
-
-    from hargo.hardware import trainer_precision_kwargs
-    from hargo.training.trl_options import trl_loss_settings
-
-    _check_method(method)
-    cfg = as_config(params)
-    rl = cfg.rl
-    G = int(rl.num_generations)
-    completions = int(rl.prompts_per_step) * G
-    if completions % world_size:
-        raise ParamsError(f"rl.prompts_per_step: {rl.prompts_per_step} prompts x G={G} "
-                          f"completions do not split over {world_size} processes")
-    kw: dict[str, Any] = dict(
-        output_dir=str(output_dir), seed=int(cfg.seed),
-        **trainer_precision_kwargs(cfg),
-        gradient_checkpointing=bool(cfg.train.gradient_checkpointing),
-        per_device_train_batch_size=completions // world_size, gradient_accumulation_steps=1,
-        num_generations=G, max_completion_length=max_budget(_plain(rl.max_new_tokens)),
-        temperature=float(rl.temperature), beta=float(rl.method(method).kl_coef),
-        epsilon=float(rl.clip_range), learning_rate=float(rl.learning_rate),
-        lr_scheduler_type="constant", warmup_steps=0, max_steps=int(rl.steps),
-        num_iterations=1, shuffle_dataset=True, disable_dropout=True,
-        logging_steps=1, report_to="none", disable_tqdm=True, log_completions=False,
-        logging_nan_inf_filter=False,      # the divergence guard must see a NaN loss
-        save_strategy="steps", save_steps=int(rl.save_steps), save_total_limit=2,
-        save_only_model=False, dataloader_num_workers=0, remove_unused_columns=False,
-        **trl_loss_settings(method),
-    )
-    check_generation_backend(cfg)   # TRL's vLLM range, not vLLM's CPU build, CUDA for a server
-    if rl.generation_backend == "vllm":
-        kw.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=vllm_max_len(cfg),
-                  vllm_gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION,
-                  vllm_enable_sleep_mode=False)
-    elif rl.generation_backend == "vllm-server":
-        from hargo.training.vllm_rollout import server_config_kwargs
-
-        kw.update(server_config_kwargs(dataclasses.asdict(rl.vllm_server)))
-    kw.update(overrides)
-    return GRPOConfig(**kw)
-
-
-def check_generation_backend(params: "Config | Mapping") -> None:
-    """Refuse ``rl.generation_backend`` where it cannot run here (the colocated or the server
-    vLLM rollout, :mod:`hargo.training.vllm_rollout`), before a stage touches anything: called
-    by the ``rl`` and ``compare-train`` stages before their checkpoint folder is prepared (a
-    backend change does not match a resumable checkpoint's fingerprint, which would otherwise be
-    cleared first).
-
-    ``params``: the typed config or a params mapping (its ``rl`` section checked).
-
-    Raises:
-        hargo.training.vllm_rollout.UnsupportedVLLMError: the reason (names what is missing).
-        ParamsError: a bad ``rl`` section of a params mapping.
-    """
-    from hargo.training import vllm_rollout
-
-    backend = as_section(params, "rl").generation_backend
-    if backend == "vllm":
-        vllm_rollout.check_colocated_vllm()
-    elif backend == "vllm-server":
-        vllm_rollout.check_server_vllm()
-
-
-def vllm_max_len(params: "Config | Mapping") -> int:
-    """The longest sequence a vLLM rollout engine must hold: the longest prompt
-    (:func:`prompt_cap`) + the largest completion budget + 8 (colocated engine's
-    ``vllm_max_model_length``; the server's ``--max-model-len`` in ``hargo vllm-serve``), in
-    tokens. ``params``: the typed config or a params mapping."""
-    cfg = as_config(params)
-    # a per-task prompt-cap map's longest includes the task defaults of tasks it does not name
-    return (max_budget(prompt_cap(cfg), prompt_cap_name(cfg))
-            + max_budget(_plain(cfg.rl.max_new_tokens)) + 8)
-
-
-def _check_vllm_usable(backend: str = "vllm") -> None:
-    """Fail early, with the reason, when TRL's vLLM rollout (``backend``) cannot run here."""
-    from trl.import_utils import is_vllm_available
-
-    if not is_vllm_available():
-        raise RuntimeError(f"rl.generation_backend is '{backend}' but vLLM is not importable in "
-                           "this environment (install the cpu or gpu extra); use 'transformers'")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")       # GiB (stack.md: default ~21 GiB)
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine
-
-
-def dynamic_sampling_config(params: "Config | Mapping"):
-    """``rl.dynamic_sampling`` of the typed config (or of a params mapping's ``rl`` section), a
-    :class:`hargo.config.DynamicSampling` (= :class:`hargo.training.dynamic_sampling.
-    DynamicSamplingConfig`; missing: off). PPO ignores it (its value head learns from
-    zero-variance groups too); the GRPO-family methods apply it.
-
-    Raises:
-        ParamsError: a bad key or value (named).
-    """
-    return as_section(params, "rl").dynamic_sampling
-
-
-def _task_reward(cfg: Config):
-    """:class:`hargo.rewards.TaskReward` of the typed ``rewards`` section."""
-    from hargo.rewards import RewardConfig, TaskReward
-
-    return TaskReward(RewardConfig.from_params(cfg.rewards))
 
 
 def build_trainer(params: "Config | Mapping", method: str, model_dir: str | os.PathLike,
@@ -363,33 +173,51 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
     t_start = time.perf_counter()
     _check_method(method)
     cfg = as_config(params)            # the typed config
-    pd = params_dict(cfg)    # the mapping as params.yaml has it, for MLflow tracking
     check_generation_backend(cfg)    # before the checkpoint folder is touched
-    import mlflow
-
-    from hargo import tracking
-    from hargo.training.checkpoints import (checkpoint_step, prepare_checkpoint_dir,
-                                            resumable_checkpoint, run_fingerprint)
-    from hargo.data.records import prompt_tokens, select_subset
     from hargo.hardware import setup_torch
-    from hargo.models.loading import (check_context, context_length, load_tokenizer,
-                                      resolve_model_dir, save_merged)
+    from hargo.models.loading import load_tokenizer, resolve_model_dir
     from hargo.training.launch import launch_state
-    from hargo.training.rl_logging import (RLLoggingCallback, StepRecorder, plot_history,
-                                           summarize_history)
 
     root = Path(root)
-    rl = cfg.rl
     model_dir = resolve_model_dir(root / cfg.sft.out_dir)
     data_path = root / cfg.data.out_dir / "train.jsonl"
     name = run_name or method
-    out_dir = Path(out_dir) if out_dir is not None else root / rl.out_dir / method
+    out_dir = Path(out_dir) if out_dir is not None else root / cfg.rl.out_dir / method
     ckpt_dir = Path(ckpt_dir) if ckpt_dir is not None else root / CHECKPOINT_ROOT / method
     metrics_path = Path(metrics_path) if metrics_path is not None \
         else root / METRICS_ROOT / f"{method}.json"
-
     setup_torch(cfg)
     tok = load_tokenizer(model_dir)
+    records, skipped, cap = _rl_prompts(cfg, tok, model_dir, data_path, records)
+    launch = launch_state()
+    trainer, recorder, resume, load_s = _trainer_and_checkpoint(
+        cfg, method, name, root, model_dir, data_path, records, tok, ckpt_dir, launch)
+    times = {"t_start": t_start, "load_s": load_s}   # train_s, save_s added by the run
+    result = _train_and_record(cfg, method, name, run_name, root, trainer, recorder, resume,
+                               launch, records, skipped, cap, tok, model_dir, out_dir,
+                               metrics_path, keep_history, times)
+    if not launch.is_main:
+        return result
+    print(f"[rl {name}] done: {result['steps']} steps, {times['train_s']:.1f}s training, "
+          f"model -> {out_dir}", flush=True)
+    return result
+
+
+def _rl_prompts(cfg: Config, tok, model_dir: Path, data_path: Path,
+                records: list[dict] | None) -> tuple[list[dict], dict, "int | dict[str, int]"]:
+    """The run's prompts (``records``, or ``rl.samples_per_task`` per task of the train split
+    within the prompt cap), the prompts skipped as too long per task, and the cap; checks that
+    a step's prompts are there and that prompt + completion fit the policy's context.
+
+    Raises:
+        HargoInputError: bad or too few train records.
+        ValueError: the longest prompt + completion budget exceed the model's context (names the
+            knob to lower).
+    """
+    from hargo.data.records import prompt_tokens, select_subset
+    from hargo.models.loading import check_context, context_length
+
+    rl = cfg.rl
     cap = prompt_cap(cfg)
     if records is None:
         records, skipped = select_subset(load_rl_records(data_path), rl.samples_per_task,
@@ -410,14 +238,26 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
                                           if isinstance(cap, dict) else "")
     check_context(context_length(model_dir), n_tokens, max_budget(_plain(rl.max_new_tokens)),
                   cap_name, "rl.max_new_tokens")
+    return records, skipped, cap
+
+
+def _trainer_and_checkpoint(cfg: Config, method: str, name: str, root: Path, model_dir: Path,
+                            data_path: Path, records: list[dict], tok, ckpt_dir: Path, launch):
+    """The trainer with its recorder and logging callback, and the checkpoint to resume from
+    (None: start over; the main process prepares the folder, the others then read it).
+    Returns ``(trainer, recorder, resume, load_s)``."""
+    from hargo import tracking
+    from hargo.training.checkpoints import (prepare_checkpoint_dir, resumable_checkpoint,
+                                            run_fingerprint)
+    from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
+
     fingerprint = run_fingerprint(cfg, method, model_dir, data_path)
-    launch = launch_state()
     if launch.is_main:
         # an unusable MLflow store or experiment fails here, before the checkpoint folder (an
         # output) changes
-        tracking.setup(pd, root)
+        tracking.setup(params_dict(cfg), root)
     recorder = StepRecorder(max_table_rows=TABLE_ROWS)
-    callback = RLLoggingCallback(recorder, name, int(rl.log_completions_steps or 0))
+    callback = RLLoggingCallback(recorder, name, int(cfg.rl.log_completions_steps or 0))
     # The trainer is built before the checkpoint folder is prepared (which clears a finished or
     # stale run): what PEFT, TRL and the trainer refuse (a target module the model lacks, a
     # batch that does not split over the processes...) then fails with the checkpoints intact.
@@ -431,7 +271,21 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
     launch.wait_for_everyone()    # the others read the folder the main process prepared
     if not launch.is_main:
         resume = resumable_checkpoint(ckpt_dir, fingerprint)
+    return trainer, recorder, resume, load_s
 
+
+def _train_and_record(cfg: Config, method: str, name: str, run_name: str | None, root: Path,
+                      trainer, recorder, resume, launch, records: list[dict], skipped: dict, cap,
+                      tok, model_dir: Path, out_dir: Path, metrics_path: Path,
+                      keep_history: bool, times: dict) -> dict:
+    """Inside the stage's MLflow run (main process): train (resuming at ``resume``), save the
+    merged model, then build the run's summary and, on the main process, write and log it."""
+    import mlflow
+
+    from hargo import tracking
+    from hargo.training.checkpoints import checkpoint_step
+
+    pd = params_dict(cfg)    # the mapping as params.yaml has it, for MLflow tracking
     stage = tracking.stage_run("rl" if run_name is None else "compare", pd, root=root,
                                extra_tags={"hargo.method": method,
                                            **({"hargo.run": run_name} if run_name else {})},
@@ -443,74 +297,105 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
             tracking.log_split("train", "training", pd, root)
         resumed_step = checkpoint_step(resume) if resume is not None else 0
         if launch.is_main:
-            print(f"[rl {name}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
-                  f"{rl.steps} steps x {rl.prompts_per_step} prompts x "
-                  f"G={rl.num_generations}, backend {rl.generation_backend}, "
-                  f"new tokens {describe_budget(_plain(rl.max_new_tokens))}, "
-                  f"bf16 {trainer.args.bf16}, dynamic sampling "
-                  + (_describe_dynamic_sampling(getattr(trainer, "dynamic_sampling", None))
-                     if get_method(method).family == "grpo_family"
-                     else "off (GRPO family only)")
-                  + (f", {launch.num_processes} processes" if launch.num_processes > 1 else "")
-                  + (f", resuming at step {resumed_step}" if resume else ""), flush=True)
+            _announce(cfg, method, name, trainer, launch, records, skipped, resume, resumed_step)
         t0 = time.perf_counter()
         trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
-        train_s = time.perf_counter() - t0
-        steps_run = int(trainer.state.global_step) - resumed_step
-
+        times["train_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        if launch.num_processes > 1:
-            trainer.accelerator.wait_for_everyone()
-        if launch.is_main:   # one writer: atomic_dir's rename would race between processes
-            # the LoRA adapter is kept beside the merged weights: the registry stores it
-            from hargo.training.divergence import DivergenceBounds, training_record
-
-            save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                        dtype=cfg.model.dtype, adapter_base=model_dir,
-                        adapter_dtype=rl.lora.adapter_dtype,
-                        training_record=training_record(trainer.state.log_history,
-                                                        DivergenceBounds.of(cfg.train.divergence)))
-        save_s = time.perf_counter() - t0
-
-        history = recorder.history
-        summary = summarize_history(history)
-        result = {
-            "method": method, "steps": int(trainer.state.global_step),
-            "max_steps": int(rl.steps),
-            "resumed_from_step": resumed_step if resume is not None else None,
-            "steps_this_run": steps_run, "prompts": len(records), "skipped_prompts": skipped,
-            "max_prompt_tokens": budget_record(cap),
-            "completions_per_step": int(rl.prompts_per_step) * int(rl.num_generations),
-            "generation_backend": rl.generation_backend, "bf16": bool(trainer.args.bf16),
-            "lora": bool(rl.lora.enabled),
-            "ema_baseline": trainer.ema.value,
-            "rewards": summary.get("rewards", {}),
-            "zero_variance_groups": summary.get("zero_variance_groups", {}),
-            **({"dynamic_sampling": summary["dynamic_sampling"]}
-               if "dynamic_sampling" in summary else {}),
-            "learning": summary.get("learning", {}),
-            "time": {"total_s": round(time.perf_counter() - t_start, 3),
-                     "load_s": round(load_s, 3), "train_s": round(train_s, 3),
-                     "save_s": round(save_s, 3),
-                     "s_per_step": round(train_s / steps_run, 3) if steps_run else None,
-                     "steps_split_s": {k: round(v, 3) for k, v in summary.get("time", {}).items()}},
-        }
+        _save_model(cfg, trainer, tok, model_dir, out_dir, launch)
+        times["save_s"] = time.perf_counter() - t0
+        result = _result(cfg, method, trainer, recorder, records, skipped, cap, resume,
+                         resumed_step, times)
         if keep_history:
-            result["history"] = history
-        if not launch.is_main:
-            return result
-        atomic_write_json(metrics_path, result)
-        with tempfile.TemporaryDirectory() as tmp:
-            for p in plot_history(history, tmp, title=name):
-                mlflow.log_artifact(str(p), artifact_path="plots")
-        mlflow.log_dict(recorder.state_dict(), "rl_history.json")
-        mlflow.log_artifact(str(metrics_path))
-        final = {f"final/{scope}_reward_mean": float(v["final_reward_mean"])
-                 for scope, v in result["rewards"].items()
-                 if v.get("final_reward_mean") is not None
-                 and not math.isnan(float(v["final_reward_mean"]))}
-        final.update({"time/total_s": result["time"]["total_s"], "time/train_s": train_s})
-        mlflow.log_metrics(final)
-    print(f"[rl {name}] done: {result['steps']} steps, {train_s:.1f}s training, "
-          f"model -> {out_dir}", flush=True)
+            result["history"] = recorder.history
+        if launch.is_main:
+            _log_result(result, recorder, metrics_path, name, times["train_s"])
     return result
+
+
+def _announce(cfg: Config, method: str, name: str, trainer, launch, records: list[dict],
+              skipped: dict, resume, resumed_step: int) -> None:
+    """The stage's first console line: prompts, steps, batch, backend, budgets, dynamic
+    sampling, processes, the step it resumes at."""
+    rl = cfg.rl
+    print(f"[rl {name}] {len(records)} prompts ({dict(skipped)} skipped as too long), "
+          f"{rl.steps} steps x {rl.prompts_per_step} prompts x "
+          f"G={rl.num_generations}, backend {rl.generation_backend}, "
+          f"new tokens {describe_budget(_plain(rl.max_new_tokens))}, "
+          f"bf16 {trainer.args.bf16}, dynamic sampling "
+          + (_describe_dynamic_sampling(getattr(trainer, "dynamic_sampling", None))
+             if get_method(method).family == "grpo_family"
+             else "off (GRPO family only)")
+          + (f", {launch.num_processes} processes" if launch.num_processes > 1 else "")
+          + (f", resuming at step {resumed_step}" if resume else ""), flush=True)
+
+
+def _save_model(cfg: Config, trainer, tok, model_dir: Path, out_dir: Path, launch) -> None:
+    """``models/rl/<method>/`` from the trained policy, after every process finished training
+    (main process only: atomic_dir's rename would race between processes); the LoRA adapter is
+    kept beside the merged weights (the registry stores it)."""
+    from hargo.models.loading import save_merged
+
+    if launch.num_processes > 1:
+        trainer.accelerator.wait_for_everyone()
+    if launch.is_main:
+        from hargo.training.divergence import DivergenceBounds, training_record
+
+        save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
+                    dtype=cfg.model.dtype, adapter_base=model_dir,
+                    adapter_dtype=cfg.rl.lora.adapter_dtype,
+                    training_record=training_record(trainer.state.log_history,
+                                                    DivergenceBounds.of(cfg.train.divergence)))
+
+
+def _result(cfg: Config, method: str, trainer, recorder, records: list[dict], skipped: dict, cap,
+            resume, resumed_step: int, times: dict) -> dict:
+    """The run's summary (``metrics/rl/<method>.json``, module docstring step 4)."""
+    from hargo.training.rl_logging import summarize_history
+
+    rl = cfg.rl
+    summary = summarize_history(recorder.history)
+    train_s = times["train_s"]
+    steps_run = int(trainer.state.global_step) - resumed_step
+    return {
+        "method": method, "steps": int(trainer.state.global_step),
+        "max_steps": int(rl.steps),
+        "resumed_from_step": resumed_step if resume is not None else None,
+        "steps_this_run": steps_run, "prompts": len(records), "skipped_prompts": skipped,
+        "max_prompt_tokens": budget_record(cap),
+        "completions_per_step": int(rl.prompts_per_step) * int(rl.num_generations),
+        "generation_backend": rl.generation_backend, "bf16": bool(trainer.args.bf16),
+        "lora": bool(rl.lora.enabled),
+        "ema_baseline": trainer.ema.value,
+        "rewards": summary.get("rewards", {}),
+        "zero_variance_groups": summary.get("zero_variance_groups", {}),
+        **({"dynamic_sampling": summary["dynamic_sampling"]}
+           if "dynamic_sampling" in summary else {}),
+        "learning": summary.get("learning", {}),
+        "time": {"total_s": round(time.perf_counter() - times["t_start"], 3),
+                 "load_s": round(times["load_s"], 3), "train_s": round(train_s, 3),
+                 "save_s": round(times["save_s"], 3),
+                 "s_per_step": round(train_s / steps_run, 3) if steps_run else None,
+                 "steps_split_s": {k: round(v, 3) for k, v in summary.get("time", {}).items()}},
+    }
+
+
+def _log_result(result: dict, recorder, metrics_path: Path, name: str, train_s: float) -> None:
+    """Write the summary to ``metrics_path`` and log it, the history's plots, the history and
+    the final reward means to the active MLflow run (main process)."""
+    import mlflow
+
+    from hargo.training.rl_logging import plot_history
+
+    atomic_write_json(metrics_path, result)
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in plot_history(recorder.history, tmp, title=name):
+            mlflow.log_artifact(str(p), artifact_path="plots")
+    mlflow.log_dict(recorder.state_dict(), "rl_history.json")
+    mlflow.log_artifact(str(metrics_path))
+    final = {f"final/{scope}_reward_mean": float(v["final_reward_mean"])
+             for scope, v in result["rewards"].items()
+             if v.get("final_reward_mean") is not None
+             and not math.isnan(float(v["final_reward_mean"]))}
+    final.update({"time/total_s": result["time"]["total_s"], "time/train_s": train_s})
+    mlflow.log_metrics(final)

@@ -64,11 +64,12 @@ from typing import Any, Callable, Sequence
 from transformers import TrainerCallback
 
 from hargo.rewards import completion_text
-from hargo.tasks import get_task
 from hargo.tasks.plp import PLP_CORRECT_THRESHOLD
 # the end-of-run summary and plots, re-exported here beside the recorder that feeds them
 from hargo.training.rl_history import (LEARNING_KEYS, is_missing, plot_history,
                                        summarize_history)
+# the step's metrics, computed over the recorder's records (is_correct: re-exported)
+from hargo.training.step_metrics import generation_metrics, is_correct, loss_metrics
 
 __all__ = ["PLP_ACCURACY_THRESHOLD", "LEARNING_KEYS", "is_correct", "StepRecorder",
            "RLLoggingCallback", "plot_history", "summarize_history", "prompt_preview"]
@@ -81,17 +82,6 @@ PLP_ACCURACY_THRESHOLD = PLP_CORRECT_THRESHOLD
 _TRAINER_LOG_KEYS = ("loss", "grad_norm")
 
 
-def is_correct(task: str, reward: float) -> bool:
-    """Accuracy rule: the task's own (``hargo.tasks.Task.correct``, the rule of evaluation's
-    ``accuracy_<task>`` too) on the reward, which a degenerate completion's reward has already
-    paid for: ``plp``: ``reward >= PLP_ACCURACY_THRESHOLD``; race_c, race_fortran, mlperf:
-    ``reward == 1`` (the reward of an exact/label match). A None or NaN reward is not correct.
-
-    Raises:
-        UnknownTaskError: ``task`` is not registered (named)."""
-    return get_task(task).correct(reward)
-
-
 def prompt_preview(prompt: Any, limit: int = 400) -> str:
     """The last user message of a conversational prompt (or the prompt string), cut to ``limit``
     characters with a trailing ``...``."""
@@ -99,17 +89,6 @@ def prompt_preview(prompt: Any, limit: int = 400) -> str:
         prompt = prompt[-1].get("content", "")
     text = prompt if isinstance(prompt, str) else str(prompt)
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _mean(xs: Sequence[float]) -> float:
-    return float(sum(xs) / len(xs)) if xs else float("nan")
-
-
-def _std(xs: Sequence[float]) -> float:
-    if not xs:
-        return float("nan")
-    m = _mean(xs)
-    return float(math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs)))
 
 
 class StepRecorder:
@@ -200,87 +179,18 @@ class StepRecorder:
     # ---------------------------------------------------------------- step metrics
 
     def finish_step(self, step: int, step_s: float | None = None) -> dict[str, float]:
-        """Metrics of the step just finished (see the module docstring), appended to
-        :attr:`history` and returned. Buffers are cleared. A step without any generation record
-        (e.g. the optimizer step of a resumed, already finished run) gives only ``step``."""
+        """Metrics of the step just finished (see the module docstring;
+        :func:`~hargo.training.step_metrics.generation_metrics` and
+        :func:`~hargo.training.step_metrics.loss_metrics`), appended to :attr:`history` and
+        returned. Buffers are cleared. A step without any generation record (e.g. the optimizer
+        step of a resumed, already finished run) gives only ``step``."""
         metrics: dict[str, float] = {"step": int(step)}
         gens, losses = self._gen, self._loss
         self._gen, self._loss = [], []
         if gens:
-            cat = lambda key: [v for g in gens if g[key] is not None for v in g[key]]  # noqa: E731
-            tasks = cat("tasks")
-            cols = {k: (cat(k) if all(g[k] is not None for g in gens) else None)
-                    for k in ("rewards", "advantages", "weights", "completion_lengths",
-                              "confidence", "ref_logprob")}
-            # sampled groups (dynamic sampling), over all generation records of the step
-            sampled = None
-            if any(g.get("sampled_groups") for g in gens):
-                sampled = {k: [v for g in gens if g.get("sampled_groups")
-                               for v in g["sampled_groups"][k]]
-                           for k in ("tasks", "zero_variance", "kept", "refill")}
-            # groups: (task, [rewards])
-            groups = []
-            for g in gens:
-                G = g["group_size"]
-                for i in range(0, len(g["tasks"]), G):
-                    groups.append((g["tasks"][i], g["rewards"][i:i + G]))
-            scopes = sorted(set(tasks)) + (["all"] if "all" not in tasks else [])
-            for scope in scopes:
-                idx = [i for i, t in enumerate(tasks) if scope == "all" or t == scope]
-                pick = lambda col: [col[i] for i in idx]  # noqa: E731
-                r = pick(cols["rewards"])
-                metrics[f"{scope}/n_completions"] = float(len(idx))
-                metrics[f"{scope}/reward_mean"] = _mean(r)
-                metrics[f"{scope}/reward_std"] = _std(r)
-                metrics[f"{scope}/accuracy"] = _mean(
-                    [float(is_correct(tasks[i], cols["rewards"][i])) for i in idx])
-                metrics[f"{scope}/completion_length"] = _mean(pick(cols["completion_lengths"]))
-                metrics[f"{scope}/advantage_mean"] = _mean(pick(cols["advantages"]))
-                w = pick(cols["weights"])
-                metrics[f"{scope}/weight_mean"] = _mean(w)
-                metrics[f"{scope}/weight_max"] = float(max(w)) if w else float("nan")
-                if cols["advantages"] is not None and cols["weights"] is not None:
-                    metrics[f"{scope}/update_mass"] = float(sum(
-                        float(wi) * abs(float(ai)) for wi, ai in zip(w, pick(cols["advantages"]))))
-                if cols["confidence"] is not None:
-                    metrics[f"{scope}/confidence_mean"] = _mean(pick(cols["confidence"]))
-                if cols["ref_logprob"] is not None:
-                    metrics[f"{scope}/ref_logprob_mean"] = _mean(pick(cols["ref_logprob"]))
-                if sampled is None:
-                    sg = [rs for t, rs in groups if scope == "all" or t == scope]
-                    metrics[f"{scope}/zero_variance_groups"] = _mean(
-                        [float(max(rs) == min(rs)) for rs in sg])
-            total = metrics.get("all/update_mass")
-            if total is not None:
-                for scope in sorted(set(tasks)):
-                    metrics[f"{scope}/update_mass_share"] = (
-                        metrics[f"{scope}/update_mass"] / total if total > 0 else float("nan"))
-            if sampled is not None:
-                for scope in sorted(set(sampled["tasks"])) + ["all"]:
-                    idx = [i for i, t in enumerate(sampled["tasks"]) if scope == "all" or t == scope]
-                    zero = [sampled["zero_variance"][i] for i in idx]
-                    metrics[f"{scope}/zero_variance_groups"] = _mean([float(z) for z in zero])
-                    metrics[f"{scope}/sampled_groups"] = float(len(idx))
-                    metrics[f"{scope}/dropped_groups"] = float(sum(
-                        1 for i in idx if sampled["zero_variance"][i] and not sampled["kept"][i]))
-                metrics["all/refill_groups"] = float(sum(sampled["refill"]))
-                metrics["all/unfilled_groups"] = float(sum(
-                    1 for z, k in zip(sampled["zero_variance"], sampled["kept"]) if z and k))
-            baselines = [g["baseline"] for g in gens if g["baseline"] is not None]
-            if baselines:
-                metrics["ema_baseline"] = float(baselines[-1])
-            metrics["time/generation_s"] = float(sum(g["generation_s"] for g in gens))
-            metrics["time/scoring_s"] = float(sum(g["scoring_s"] for g in gens))
+            metrics.update(generation_metrics(gens))
         if losses:
-            ltasks = [t for l in losses for t in l["tasks"]]
-            lcols = {k: ([v for l in losses for v in l[k]]
-                         if all(l.get(k) is not None for l in losses) else None)
-                     for k in ("clip_fraction", "kl", "adv_logprob", "adv_log_ratio")}
-            for scope in sorted(set(ltasks)) + (["all"] if "all" not in ltasks else []):
-                idx = [i for i, t in enumerate(ltasks) if scope == "all" or t == scope]
-                for k, col in lcols.items():
-                    if col is not None:
-                        metrics[f"{scope}/{k}"] = _mean([col[i] for i in idx])
+            metrics.update(loss_metrics(losses))
         if step_s is not None:
             metrics["time/step_s"] = float(step_s)
             if gens:

@@ -150,16 +150,22 @@ class LengthBucketSampler:
 def _bucketed_trainer_class():
     from trl import SFTTrainer
 
-    class BucketedSFTTrainer(SFTTrainer):
-        """TRL's SFTTrainer drawing training batches from :class:`LengthBucketSampler`
-        (overrides ``transformers.Trainer._get_train_sampler``, transformers 5.19)."""
+    from hargo.training.trl_overrides import SFTOverrides
+
+    class BucketedSFTTrainer(SFTOverrides, SFTTrainer):
+        """TRL's SFTTrainer drawing training batches from :class:`LengthBucketSampler` (through
+        ``transformers.Trainer._get_train_sampler``, transformers 5.19:
+        :class:`hargo.training.trl_overrides.SFTOverrides`)."""
 
         bucket_batches: int = 0
 
-        def _get_train_sampler(self, train_dataset=None):
+        def length_bucket_sampler(self, train_dataset=None) -> LengthBucketSampler | None:
+            """The :class:`LengthBucketSampler` over ``train_dataset`` (None: the train dataset),
+            or None (transformers' own sampler) with ``bucket_batches <= 1`` or several
+            processes."""
             dataset = train_dataset if train_dataset is not None else self.train_dataset
             if self.bucket_batches <= 1 or self.args.world_size > 1:
-                return super()._get_train_sampler(train_dataset)
+                return None
             return LengthBucketSampler([len(x) for x in dataset["input_ids"]],
                                        self.args.per_device_train_batch_size,
                                        self.bucket_batches, self.args.seed)

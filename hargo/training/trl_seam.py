@@ -2,18 +2,26 @@
 hargo overrides, why no public API serves, and the signature it was written against.
 
 TRL generates (its transformers or vLLM paths) and runs the optimiser loop; hargo computes every
-GRPO-family loss (:mod:`hargo.training.grpo`). A private method may change in any release, so
-:func:`check_seam` compares each one's upstream signature with the one recorded here and fails
-with a readable message naming the method, the old and the new parameters; the trainer runs it
-when it is built and ``tests/test_trl_seam.py`` runs it in the suite, with a test that the list
-is complete (a new override must be declared here) and one that a changed signature is caught.
+GRPO-family loss (:mod:`hargo.training.grpo_loss`). The overrides all sit in one module,
+:mod:`hargo.training.trl_overrides`, each a short method calling hargo's own step. Where TRL 1.16
+or transformers 5.19 has a public hook, hargo uses it instead: ``Trainer.compute_loss`` (the
+loss), ``Trainer.train`` (restoring ``method_state.json`` on resume) and
+``TrainerCallback.on_epoch_begin`` (the sampler's epoch), so those are not declared here.
+
+A private method may change in any release, so :func:`check_seam` compares each one's upstream
+signature with the one recorded here and fails with a readable message naming the method, the
+old and the new parameters; the RL trainer runs it when it is built and
+``tests/test_trl_seam.py`` runs it in the suite, with a test that the list is complete (a new
+override must be declared here, and written in ``trl_overrides.py``) and one that a changed
+signature is caught.
 """
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
 
-__all__ = ["Override", "OVERRIDES", "SeamDriftError", "check_seam", "overridden_private_methods"]
+__all__ = ["Override", "OVERRIDES", "SeamDriftError", "check_seam", "overridden_private_methods",
+           "override_sites"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +32,7 @@ class Override:
         owner: where it is defined upstream (``trl.GRPOTrainer``, ``transformers.Trainer``).
         name: the method's name.
         params: its parameter names (``self`` excluded), in order, as written against.
-        by: the hargo class that overrides it.
+        by: the class of :mod:`hargo.training.trl_overrides` that overrides it.
         why: what hargo does there, and why no public API (callback, hook, config field) serves.
     """
 
@@ -36,18 +44,20 @@ class Override:
 
 
 _GRPO = "trl.GRPOTrainer"
+_TRAINER = "transformers.Trainer"
+_G = "GRPOOverrides"
 OVERRIDES: tuple[Override, ...] = (
-    Override(_GRPO, "_generate", ("prompts",), "HargoGRPOTrainer",
+    Override(_GRPO, "_generate", ("prompts",), _G,
              "times the rollout (timing['generation_s']); TRL's callbacks see no rollout"),
     Override(_GRPO, "_generate_single_turn",
              ("prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"),
-             "HargoGRPOTrainer",
+             _G,
              "samples under the policy's bf16 autocast and cuts each completion at its task's "
              "budget; GRPOConfig has one max_completion_length for all rows"),
     Override(_GRPO, "_calculate_rewards",
-             ("inputs", "prompts", "completions", "completion_ids_list"), "HargoGRPOTrainer",
+             ("inputs", "prompts", "completions", "completion_ids_list"), _G,
              "keeps the gathered rewards per function, which TRL does not return"),
-    Override(_GRPO, "_generate_and_score_completions", ("inputs",), "HargoGRPOTrainer",
+    Override(_GRPO, "_generate_and_score_completions", ("inputs",), _G,
              "replaces the advantages by the method's estimator over the gathered batch and adds "
              "per-response weights and task ids, dynamic sampling and the reference pass at "
              "two temperatures; TRL offers no advantage hook"),
@@ -56,24 +66,20 @@ OVERRIDES: tuple[Override, ...] = (
               "compute_entropy", "compute_aux_loss", "pixel_values", "image_grid_thw",
               "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
               "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids"),
-             "HargoGRPOTrainer",
-             "keeps the loss forward's log-probs for the per-task diagnostics (no second "
-             "forward)"),
-    Override(_GRPO, "_compute_loss", ("model", "inputs"), "HargoGRPOTrainer",
-             "the GRPO family's one loss (hargo.losses.group_weighted_aggregate); TRL's loss "
-             "types take no per-response weights"),
-    Override(_GRPO, "_get_train_sampler", ("dataset",), "ResumeMixin",
-             "the prompt order of the right epoch after a resume, and per-task quotas"),
-    Override("transformers.Trainer", "_run_epoch",
-             ("model", "epoch", "train_dataloader", "steps_in_epoch",
-              "num_update_steps_per_epoch", "trial", "ignore_keys_for_eval", "start_time",
-              "resume_from_checkpoint", "epochs_trained", "steps_trained_in_current_epoch"),
-             "ResumeMixin", "sets the sampler's epoch itself for an exact resume"),
-    Override(_GRPO, "_save_checkpoint", ("model", "trial"), "ResumeMixin",
-             "writes method_state.json (EMA baseline, per-step history) into each checkpoint; "
-             "TrainerCallback.on_save runs after the folder is final and may be skipped"),
-    Override(_GRPO, "_load_optimizer_and_scheduler", ("checkpoint",), "ResumeMixin",
-             "restores method_state.json with the optimizer, before the first step"),
+             _G,
+             "skips TRL's reference pass where hargo runs its own (TRL runs it whenever "
+             "beta != 0; no config field turns it off) and keeps the loss forward's log-probs "
+             "for the per-task diagnostics (no second forward)"),
+    Override(_GRPO, "_get_train_sampler", ("dataset",), _G,
+             "the prompt order of the right epoch after a resume, and per-task quotas; "
+             "transformers builds the dataloader around it with no sampler argument"),
+    Override(_GRPO, "_save_checkpoint", ("model", "trial"), _G,
+             "writes method_state.json (EMA baseline, per-step history) into each checkpoint "
+             "before trainer_state.json; TrainerCallback.on_save runs after the folder is final "
+             "and may be skipped"),
+    Override(_TRAINER, "_get_train_sampler", ("train_dataset",), "SFTOverrides",
+             "length-bucketed SFT batches (less padding); transformers builds the dataloader "
+             "around it with no sampler argument"),
 )
 
 
@@ -82,13 +88,14 @@ class SeamDriftError(RuntimeError):
 
 
 def _upstream(owner: str):
-    if owner == "transformers.Trainer":
+    """The upstream class named ``owner`` (``transformers.Trainer``, ``trl.<Class>``)."""
+    if owner == _TRAINER:
         from transformers import Trainer
 
         return Trainer
-    from trl import GRPOTrainer
+    import trl
 
-    return GRPOTrainer
+    return getattr(trl, owner.split(".", 1)[1])
 
 
 def _params_of(fn) -> tuple[str, ...]:
@@ -124,11 +131,18 @@ def check_seam(overrides: tuple[Override, ...] = OVERRIDES, resolve=_upstream) -
                              "(hargo/training/trl_seam.py):\n  " + "\n  ".join(problems))
 
 
-def overridden_private_methods(cls) -> set[tuple[str, str]]:
-    """``(owner, name)`` of every private method that a hargo class in ``cls``'s MRO defines
-    and a TRL or transformers class in it defines too (owner as in :attr:`Override.owner`):
-    what :data:`OVERRIDES` must declare."""
-    out = set()
+def _owner(base) -> str:
+    if base.__module__.startswith("transformers"):
+        return _TRAINER
+    return f"trl.{base.__name__}"
+
+
+def override_sites(cls) -> dict[tuple[str, str], list[str]]:
+    """``(owner, name) -> ["module.Class", ...]`` for every private method that hargo classes
+    in ``cls``'s MRO define and a TRL or transformers class in it defines too (owner as in
+    :attr:`Override.owner`: the first upstream class in the MRO that defines it), listing every
+    hargo class that defines it, in MRO order."""
+    out: dict[tuple[str, str], list[str]] = {}
     upstream = [b for b in cls.__mro__ if b.__module__.startswith(("trl", "transformers"))]
     for klass in cls.__mro__:
         if not klass.__module__.startswith("hargo"):
@@ -138,7 +152,14 @@ def overridden_private_methods(cls) -> set[tuple[str, str]]:
                 continue
             for base in upstream:
                 if attr in vars(base):
-                    out.add(("transformers.Trainer" if base.__module__.startswith("transformers")
-                             else _GRPO, attr))
+                    out.setdefault((_owner(base), attr), []).append(
+                        f"{klass.__module__}.{klass.__name__}")
                     break
     return out
+
+
+def overridden_private_methods(cls) -> set[tuple[str, str]]:
+    """``(owner, name)`` of every private method that a hargo class in ``cls``'s MRO defines
+    and a TRL or transformers class in it defines too (owner as in :attr:`Override.owner`):
+    what :data:`OVERRIDES` must declare."""
+    return set(override_sites(cls))
