@@ -54,7 +54,7 @@ def tiny_params(params: dict) -> dict:
 
 def test_committed_params_make_a_plan(params):
     p = plan(params)
-    assert p.methods == ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2")
+    assert p.methods == ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "uniform_pop")
     assert len(p.seeds) == 10
     assert configuration(p, "homogeneous").homogeneous is True
     assert configuration(p, "heterogeneous").homogeneous is False
