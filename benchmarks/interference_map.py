@@ -328,6 +328,7 @@ def main(argv=None) -> int:
     fig = rep.with_suffix(".png")
     report.plot(numbers, cells, fig, p.bootstrap.confidence)
     t = report.timing(done)
+    stopped = report.diverged(done)
     early = f"step {a.early_step}" if a.early_step else f"step {a.every}"
     head = [
         "# The interference map of the synthetic test bed", "",
@@ -350,7 +351,7 @@ def main(argv=None) -> int:
         f"Flagged cells: {', '.join(sorted(flag)) or 'none'}.", "",
         *(["Runs the divergence guard stopped (`train.divergence`; recorded, never scored: "
            "their seed pairs drop out of the intervals):", "",
-           *[f"- {d}" for d in report.diverged(done)], ""] if report.diverged(done) else []),
+           *[f"- {d}" for d in stopped], ""] if stopped else []),
         f"![alone - mixed per cell]({fig.name})", ""]
     md = "\n".join(head) + "\n" + report.markdown(numbers, cells, p.bootstrap.confidence, early)
     from hargo.io import atomic_write_text
