@@ -8,7 +8,7 @@ prompts (a paired bootstrap), so a gain the size of one prompt's answer on 24 pr
 does not move the champion.
 
 The rule is :func:`gate`'s; :func:`check_gate_params` checks the ``register`` params it reads
-(defined, with :data:`GATE_METRICS`, in :mod:`hargo.config.gate_rule`, so that checking
+(defined, with :func:`gate_metrics`, in :mod:`hargo.config.gate_rule`, so that checking
 params.yaml does not import the gate).
 A champion is compared with a candidate only when their evaluations are the same one
 (:func:`eval_identity`: prompts, decoding, judge and scoring code); otherwise
@@ -21,32 +21,41 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from hargo.config.gate_rule import GATE_METRICS, GateParams, check_gate_params
+from hargo.config.gate_rule import GateParams, check_gate_params, gate_metrics
 from hargo.io import HargoInputError
-from hargo.stats import (f1_statistic, mean_statistic, paired_bootstrap_ci, precision_statistic,
-                         race_f1_records, recall_statistic)
-from hargo.vocab import RACE_TASKS, TASKS
+from hargo.stats import (STATISTIC_FUNCTIONS, mean_statistic, paired_bootstrap_ci,
+                         race_f1_records)
+from hargo.tasks import headline_metrics, metric_tasks, task_names
 
-__all__ = ["GATE_METRICS", "IDENTITY_FIELDS", "GateParams", "metric_values", "pair_rows", "gate", "check_rows_match_metrics",
+__all__ = ["GATE_METRICS", "IDENTITY_FIELDS", "GateParams", "gate_metrics", "metric_forms",
+           "metric_values", "pair_rows", "gate", "check_rows_match_metrics",
            "check_gate_params", "eval_identity", "identity_mismatch"]
 
-#: Per-prompt form of each gate metric: (tasks whose rows count, None for all; the row field;
-#: the statistic over the per-prompt values). Race metrics use ``(label is yes, predicted yes)``
-#: records (:func:`hargo.stats.race_f1_records`); ``win_rate`` uses ``(win + 1) / 2`` with the
-#: judge's verdict ``win`` in {1, 0, -1} against SFT (SFT's own rows: 0, a tie).
-_RACE = tuple(RACE_TASKS)
-_METRIC_FORMS = {
-    "dr_f1": (_RACE, "race", f1_statistic),
-    "dr_precision": (_RACE, "race", precision_statistic),
-    "dr_recall": (_RACE, "race", recall_statistic),
-    "dr_f1_race_c": (("race_c",), "race", f1_statistic),
-    "dr_f1_race_fortran": (("race_fortran",), "race", f1_statistic),
-    "plp_similarity": (("plp",), "similarity", mean_statistic),
-    "mlperf_em": (("mlperf",), "em", mean_statistic),
-    "avg_score": (None, "reward", mean_statistic),
-    "win_rate": (None, "win", mean_statistic),
-    **{f"accuracy_{t}": ((t,), "correct", mean_statistic) for t in TASKS},
-}
+
+def metric_forms() -> dict[str, tuple]:
+    """Per-prompt form of each gate metric (:func:`gate_metrics`), read from the task registry:
+    ``{metric: (tasks whose rows count, None for all; the row field; the statistic over the
+    per-prompt values)}``. A task's :class:`hargo.tasks.Metric` of the ``gate`` view counts the
+    rows of every task declaring it, its ``field`` and ``statistic``; a yes/no statistic (the
+    race ``dr_*``) uses ``(label is yes, predicted yes)`` records
+    (:func:`hargo.stats.race_f1_records`) and has the field ``"race"``. ``win_rate`` uses
+    ``(win + 1) / 2`` with the judge's verdict ``win`` in {1, 0, -1} against SFT (SFT's own
+    rows: 0, a tie)."""
+    forms = {m.key: (metric_tasks(m.key), "race" if m.statistic != "mean" else m.field,
+                     STATISTIC_FUNCTIONS[m.statistic]) for m in headline_metrics("gate")}
+    return {**forms, "avg_score": (None, "reward", mean_statistic),
+            "win_rate": (None, "win", mean_statistic),
+            **{f"accuracy_{t}": ((t,), "correct", mean_statistic) for t in task_names()}}
+
+
+def __getattr__(name: str):
+    """``GATE_METRICS`` (:func:`gate_metrics`) and ``_METRIC_FORMS`` (:func:`metric_forms`),
+    read from the registry when asked."""
+    if name == "GATE_METRICS":
+        return gate_metrics()
+    if name == "_METRIC_FORMS":
+        return metric_forms()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def metric_values(rows: Sequence[Mapping], metric: str) -> tuple[np.ndarray, Callable]:
@@ -56,7 +65,7 @@ def metric_values(rows: Sequence[Mapping], metric: str) -> tuple[np.ndarray, Cal
     Args:
         rows: per-prompt rows (``id``, ``task``, and the fields the metric reads: ``label`` and
             ``prediction`` for race, ``similarity``, ``em``, ``reward``, ``correct``, ``win``).
-        metric: one of :data:`GATE_METRICS`.
+        metric: one of :func:`gate_metrics`.
 
     Returns:
         ``(values, statistic)``: ``values`` has one entry per counted prompt in row order, shape
@@ -66,7 +75,7 @@ def metric_values(rows: Sequence[Mapping], metric: str) -> tuple[np.ndarray, Cal
     Raises:
         ValueError: no row of the metric's tasks, or a row lacks the field (names the prompt id).
     """
-    tasks, field, statistic = _METRIC_FORMS[metric]
+    tasks, field, statistic = metric_forms()[metric]
     chosen = [r for r in rows if tasks is None or r["task"] in tasks]
     if not chosen:
         raise ValueError(f"gate metric {metric}: no evaluated prompt of task(s) "
@@ -117,7 +126,7 @@ def gate(candidate: Sequence[Mapping], reference: Sequence[Mapping], gate_metric
 
     Args:
         candidate, reference: rows as :func:`metric_values` reads them.
-        gate_metrics: names from :data:`GATE_METRICS`.
+        gate_metrics: names from :func:`hargo.config.gate_rule.gate_metrics`.
         tolerance: the largest loss (point difference) allowed on any gate metric, >= 0.
         resamples, confidence, seed: of the bootstrap; each metric resamples its own prompts
             (e.g. DR-F1 the race prompts) from a generator seeded with ``seed``.

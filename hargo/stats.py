@@ -23,7 +23,8 @@ import numpy as np
 
 __all__ = ["mean_std", "paired_bootstrap_ci", "paired_bootstrap_ci_seeds",
            "paired_bootstrap_ci_two_level", "f1_statistic",
-           "precision_statistic", "recall_statistic", "race_f1_records", "mean_statistic"]
+           "precision_statistic", "recall_statistic", "race_f1_records", "mean_statistic",
+           "STATISTIC_FUNCTIONS"]
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -94,6 +95,13 @@ def recall_statistic(records: np.ndarray) -> float:
     0.0 when no label is "yes" (``zero_division=0``, as ``dr_recall``)."""
     tp, _, fn = _counts(records)
     return 0.0 if tp + fn == 0 else tp / (tp + fn)
+
+
+#: A :class:`hargo.tasks.Metric`'s ``statistic`` -> the function of its per-prompt values (the
+#: mean of ``(n,)`` floats, or a yes/no statistic of ``(n, 2)`` :func:`race_f1_records`).
+STATISTIC_FUNCTIONS: dict[str, Callable[[np.ndarray], float]] = {
+    "mean": mean_statistic, "f1": f1_statistic, "precision": precision_statistic,
+    "recall": recall_statistic}
 
 
 def paired_bootstrap_ci_seeds(a_runs: Sequence, b_runs: Sequence,

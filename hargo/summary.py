@@ -8,6 +8,9 @@ correlation (MCC, 0 for any constant answer), the ROC AUC of the first-token
 ``log P(yes) - log P(no)`` (0.5 for a constant score) and the share of "yes" answers -- PLP
 similarity, MLPerf EM, AvgScore, WinRate against SFT (the judge is named in the header) and
 generation speed; the alias each model's registered version holds, from ``metrics/register.json``.
+The metric columns before AvgScore are the tasks' (each registered task's ``Metric`` objects of
+the ``summary`` view, :func:`hargo.tasks.headline_metrics`): a new task's own metric gets a
+column with no edit here.
 A claimed race gain counts only where it beats all three baselines.
 Per stage: the wall time of its MLflow child run under this pipeline's parent run (the parent of
 ``$HARGO_PARENT_RUN_ID``, else the one tagged with this commit's and params' pipeline key,
@@ -23,14 +26,30 @@ from typing import Mapping
 
 from hargo.config import Config, as_section
 
-__all__ = ["STAGES", "stage_names", "collect", "render", "run"]
+__all__ = ["STAGES", "columns", "stage_names", "collect", "render", "run"]
 
 STAGES = ("prepare", "validate", "base_model", "sft", "rl", "evaluate", "register")
 EVAL_FILE = "metrics/eval.json"
 REGISTER_FILE = "metrics/register.json"
-COLUMNS = (("dr_f1", "DR-F1"), ("dr_mcc", "DR MCC"), ("dr_auc", "DR AUC"),
-           ("dr_yes_share", "yes share"), ("plp_similarity", "PLP sim"),
-           ("mlperf_em", "MLPerf EM"), ("avg_score", "AvgScore"))
+
+
+def columns() -> tuple[tuple[str, str], ...]:
+    """The metric columns, ``(key of metrics/eval.json, label)``: the registered tasks' metrics
+    of the ``summary`` view (:func:`hargo.tasks.headline_metrics`; the built-ins: DR-F1, DR MCC,
+    DR AUC, yes share, PLP sim, MLPerf EM), then AvgScore. Read from the registry when called
+    (``COLUMNS``, the module attribute, is the same, read when asked)."""
+    from hargo.tasks import headline_metrics
+
+    return tuple((m.key, m.label) for m in headline_metrics("summary")) + (
+        ("avg_score", "AvgScore"),)
+
+
+def __getattr__(name: str):
+    """``COLUMNS``: :func:`columns`, read when asked."""
+    if name == "COLUMNS":
+        return columns()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 #: The trivial race baseline beside the models: "yes" to every race prompt of the same eval set
 #: (its F1 looks respectable, its MCC is 0; a model whose MCC is near 0 learned nothing).
 ALWAYS_YES = "always-yes"
@@ -114,8 +133,9 @@ def collect(params: Config | Mapping, root: str | Path = ".") -> dict:
     """Everything the table shows (``params``: the typed config or a params mapping; its
     ``rl.methods`` and ``mlflow.experiment`` are read).
 
-    Returns ``{"judge", "models": {model: {dr_f1, dr_mcc, dr_auc, dr_yes_share,
-    plp_similarity, mlperf_em, avg_score, win_rate, gen_tokens_per_s, alias, baseline}}, "stages":
+    Returns ``{"judge", "models": {model: {<each key of columns()> (the built-ins: dr_f1, dr_mcc,
+    dr_auc, dr_yes_share, plp_similarity, mlperf_em, avg_score), win_rate, gen_tokens_per_s,
+    alias, baseline}}, "stages":
     {...}, "stages_note", "total_s", "register": {...} | None}``. ``models`` lists the baselines
     present in ``eval.json`` first (:data:`BASELINES` order; ``baseline`` True), then ``sft`` and
     each method (None when not evaluated). An ``eval.json`` written before the always-yes entry
@@ -147,8 +167,10 @@ def collect(params: Config | Mapping, root: str | Path = ".") -> dict:
         for alias, v in (("champion", champ), ("candidate", cand)):
             if v.get("method"):
                 aliases.setdefault(v["method"], []).append(f"@{alias} v{v['version']}")
+    cols = columns()
+
     def row(e: Mapping, m: str, baseline: bool) -> dict:
-        return {**{k: e.get(k) for k, _ in COLUMNS}, "win_rate": e.get("win_rate"),
+        return {**{k: e.get(k) for k, _ in cols}, "win_rate": e.get("win_rate"),
                 "gen_tokens_per_s": e.get("gen_tokens_per_s"),
                 "alias": ", ".join(aliases.get(m, [])), "baseline": baseline}
 
@@ -187,7 +209,8 @@ def render(data: Mapping):
                       "of token sets); base the untuned base model. A race gain counts only "
                       "above all three (DR MCC, DR AUC).", caption_justify="left")
     t.add_column("model", style="bold", no_wrap=True)
-    for _, label in COLUMNS:
+    cols = columns()
+    for _, label in cols:
         t.add_column(label, justify="right")
     t.add_column("WinRate vs SFT", justify="right")
     t.add_column("gen tok/s", justify="right")
@@ -195,10 +218,10 @@ def render(data: Mapping):
     models = list(data["models"].items())
     for i, (m, row) in enumerate(models):
         if row is None:
-            t.add_row(m, *["-"] * (len(COLUMNS) + 2), "not evaluated")
+            t.add_row(m, *["-"] * (len(cols) + 2), "not evaluated")
             continue
         t.add_row(f"{m} (baseline)" if row.get("baseline") else m,
-                  *[_num(row[k]) for k, _ in COLUMNS],
+                  *[_num(row.get(k)) for k, _ in cols],
                   "-" if m == "sft" else _num(row["win_rate"]),
                   "-" if row["gen_tokens_per_s"] is None else f"{row['gen_tokens_per_s']:.0f}",
                   row["alias"],

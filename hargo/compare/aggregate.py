@@ -20,116 +20,29 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from hargo.compare import columns
+from hargo.compare.columns import (SFT, VERBOSE_CHARS, headline_columns,  # re-exported
+                                   interval_keys, metric_keys, metric_labels,
+                                   per_prompt_values, reference_verbose_share, run_metrics,
+                                   sft_interval_keys, statistic)
 from hargo.compare.layout import run_name  # re-exported
-from hargo.stats import (f1_statistic, mean_statistic, mean_std,
-                                 paired_bootstrap_ci_seeds, race_f1_records)
+from hargo.stats import mean_std, paired_bootstrap_ci_seeds
 from hargo.rewards import completion_text
-from hargo.tasks import get_task, task_names
-from hargo.vocab import TASKS
+from hargo.tasks import get_task
 
 __all__ = ["SFT", "HEADLINE", "METRIC_KEYS", "INTERVAL_KEYS", "LABELS", "run_name", "run_metrics", "per_prompt_values",
            "StoredRewards", "RecordingJudge", "mean_curve", "cumulative_mass_share", "confusion_counts", "seed_summary",
            "Aggregates", "aggregate", "bootstrap_cis", "sft_cis", "VERBOSE_CHARS", "SFT_INTERVAL_KEYS",
-           "reference_verbose_share"]
-
-SFT = "sft"
-
-#: Headline metrics: key -> (label, shown in percent?).
-HEADLINE = {"win_rate": ("WinRate vs SFT", True), "dr_f1": ("DR-F1", True),
-            "plp_similarity": ("PLP sim", False), "mlperf_em": ("MLPerf EM", True),
-            "avg_score": ("AvgScore", False)}
-#: An MLPerf completion longer than this many characters counts as verbose (``mlperf_verbose``).
-#: The paper motivates HARGO with it: its SFT model answers 65.9% of the MLPerf questions with
-#: more than 40 characters, where the reference answers are a number or a name (docs/method.md).
-VERBOSE_CHARS = 40
-#: The metrics of the results table, in column order: the headline ones, the MLPerf verbosity
-#: share, then per-task accuracy and per-task mean task reward (the RL objective, on the eval
-#: prompts).
-METRIC_KEYS = list(HEADLINE) + ["mlperf_verbose"] + [f"accuracy_{t}" for t in TASKS] \
-    + [f"reward_{t}" for t in TASKS]
-#: The metrics that get HARGO-minus-other bootstrap intervals.
-INTERVAL_KEYS = list(HEADLINE) + ["mlperf_verbose"] + [f"reward_{t}" for t in TASKS]
-#: The metrics that get method-minus-SFT intervals (WinRate is already against SFT).
-SFT_INTERVAL_KEYS = [k for k in INTERVAL_KEYS if k != "win_rate"]
-#: key -> (label, shown in percent?) for every metric of METRIC_KEYS.
-LABELS = HEADLINE | {"mlperf_verbose": (f"MLPerf > {VERBOSE_CHARS} chars", True)} \
-    | {f"accuracy_{t}": (f"acc {t}", True) for t in TASKS} \
-    | {f"reward_{t}": (f"reward {t}", False) for t in TASKS}
+           "reference_verbose_share", "headline_columns", "metric_keys", "metric_labels",
+           "interval_keys", "sft_interval_keys"]
 
 
-def run_metrics(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict:
-    """Headline metrics and per-task accuracy of one run from its per-prompt rows.
-
-    Args:
-        rows: generations rows (``id``, ``task``, ``reward``, ``correct`` and ``prediction`` /
-            ``em`` / ``similarity``).
-        labels: race label ("yes"/"no") per race id.
-
-    Returns:
-        ``dr_f1``, ``plp_similarity``, ``mlperf_em``, ``mlperf_verbose`` (share of MLPerf
-        completions with more than :data:`VERBOSE_CHARS` characters, ``chars``),
-        ``avg_score`` and ``accuracy_<task>``,
-        ``reward_<task>`` (mean task reward), ``n_<task>`` per task present (definitions of
-        ``hargo.metrics``); a metric whose task is absent is None.
-    """
-    by = {t: [r for r in rows if r["task"] == t] for t in task_names()}
-    race = [r for r in rows if _yes_no(r["task"])]
-    mean = lambda xs: float(np.mean(xs)) if len(xs) else None  # noqa: E731
-    m = {"dr_f1": f1_statistic(race_f1_records([labels[r["id"]] for r in race],
-                                               [r["prediction"] for r in race])) if race else None,
-         "plp_similarity": mean([float(r["similarity"]) for r in by["plp"]]),
-         "mlperf_em": mean([float(r["em"]) for r in by["mlperf"]]),
-         "mlperf_verbose": mean([float(int(r["chars"]) > VERBOSE_CHARS) for r in by["mlperf"]]),
-         "avg_score": mean([float(r["reward"]) for r in rows])}
-    for t, rs in by.items():
-        if rs:
-            m[f"accuracy_{t}"] = mean([float(r["correct"]) for r in rs])
-            m[f"reward_{t}"] = mean([float(r["reward"]) for r in rs])
-            m[f"n_{t}"] = len(rs)
-    return m
-
-
-def reference_verbose_share(samples: Sequence[Mapping]) -> float | None:
-    """Share of the MLPerf eval prompts whose reference answer has more than
-    :data:`VERBOSE_CHARS` characters: the ``mlperf_verbose`` of a model that answers every
-    MLPerf prompt with exactly its reference. The trivial baseline beside a model's verbosity
-    share -- not 0, since many MLPerf reference answers are sentences ("The submitter is IEI and
-    the number of processors is 2.").
-
-    Args:
-        samples: eval records (``task``, ``answer``).
-
-    Returns:
-        The share in [0, 1], or None when no sample is an MLPerf one.
-    """
-    refs = [len(str(s.get("answer") or "")) > VERBOSE_CHARS for s in samples
-            if s["task"] == "mlperf"]
-    return float(np.mean(refs)) if refs else None
-
-
-def per_prompt_values(rows: Sequence[Mapping], labels: Mapping[str, str]) -> dict[str, np.ndarray]:
-    """Per-prompt arrays for the bootstrap, in the order of ``rows``: ``dr_f1`` (``(n_race, 2)``
-    records of :func:`race_f1_records`), ``plp_similarity`` (``(n_plp,)``), ``mlperf_em``
-    (``(n_mlperf,)``, 0/1), ``mlperf_verbose`` (``(n_mlperf,)``, 0/1: more than
-    :data:`VERBOSE_CHARS` characters), ``avg_score`` (``(n,)`` rewards), ``reward_<task>``
-    (``(n_task,)`` rewards). Metrics without prompts are left out."""
-    race = [r for r in rows if _yes_no(r["task"])]
-    out = {"avg_score": np.array([float(r["reward"]) for r in rows])}
-    if race:
-        out["dr_f1"] = race_f1_records([labels[r["id"]] for r in race],
-                                       [r["prediction"] for r in race])
-    for key, task, field in (("plp_similarity", "plp", "similarity"), ("mlperf_em", "mlperf", "em")):
-        vals = [float(r[field]) for r in rows if r["task"] == task]
-        if vals:
-            out[key] = np.array(vals)
-    verbose = [float(int(r["chars"]) > VERBOSE_CHARS) for r in rows if r["task"] == "mlperf"]
-    if verbose:
-        out["mlperf_verbose"] = np.array(verbose)
-    for task in task_names():
-        vals = [float(r["reward"]) for r in rows if r["task"] == task]
-        if vals:
-            out[f"reward_{task}"] = np.array(vals)
-    return out
+def __getattr__(name: str):
+    """``HEADLINE``, ``METRIC_KEYS``, ``LABELS``, ``INTERVAL_KEYS``, ``SFT_INTERVAL_KEYS``
+    (:mod:`hargo.compare.columns`), read from the registry when asked."""
+    if name in columns.LAZY:
+        return columns.LAZY[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _yes_no(task: str) -> bool:
@@ -270,13 +183,13 @@ def confusion_counts(rows: Sequence[Mapping], labels: Mapping[str, str]) -> list
 
 
 def seed_summary(per_run: Mapping[str, Mapping], methods: Sequence[str], seeds: Sequence[int],
-                 keys: Sequence[str] = METRIC_KEYS) -> dict[str, dict]:
+                 keys: Sequence[str] | None = None) -> dict[str, dict]:
     """Mean and sample std (ddof=1) over seeds of every metric of every method.
 
     Args:
         per_run: metrics per run name (:func:`run_metrics`, plus ``win_rate``).
         methods, seeds: the runs ``<method>-s<seed>`` to aggregate.
-        keys: the metrics.
+        keys: the metrics (default :func:`metric_keys`).
 
     Returns:
         ``{method: {key: {"mean", "std", "values": [one per seed]} or None}}``; None when a
@@ -285,7 +198,7 @@ def seed_summary(per_run: Mapping[str, Mapping], methods: Sequence[str], seeds: 
     out: dict[str, dict] = {}
     for m in methods:
         out[m] = {}
-        for k in keys:
+        for k in metric_keys() if keys is None else keys:
             vals = [per_run[run_name(m, s)].get(k) for s in seeds]
             if any(v is None for v in vals):
                 out[m][k] = None
@@ -373,8 +286,8 @@ def bootstrap_cis(per_prompt: Mapping[str, Mapping[str, np.ndarray]], methods: S
                   seeds: Sequence[int], resamples: int, confidence: float,
                   seed: int) -> tuple[dict[str, dict], list[str]]:
     """Paired bootstrap intervals of HARGO minus every other compared method, GRPO first
-    (``hargo.stats.paired_bootstrap_ci_seeds``; DR-F1 with the F1 statistic, the others
-    with the mean).
+    (``hargo.stats.paired_bootstrap_ci_seeds``; each task metric with its own statistic,
+    DR-F1 the F1, the others the mean).
 
     Args:
         per_prompt: :attr:`Aggregates.per_prompt`.
@@ -395,19 +308,18 @@ def bootstrap_cis(per_prompt: Mapping[str, Mapping[str, np.ndarray]], methods: S
     if "grpo" not in methods:
         notes.append("grpo is not in compare.methods: no HARGO - GRPO interval; intervals "
                      "against the other methods follow.")
-    statistics = {"dr_f1": f1_statistic}
     others = (["grpo"] if "grpo" in methods else []) + [m for m in methods
                                                         if m not in ("hargo", "grpo")]
     for other in others:
         pair = f"hargo-{other}"
         ci[pair] = {}
-        for k in INTERVAL_KEYS:
+        for k in interval_keys():
             a = [per_prompt[run_name("hargo", s)].get(k) for s in seeds]
             b = [per_prompt[run_name(other, s)].get(k) for s in seeds]
             if any(x is None for x in a + b):
                 continue
-            ci[pair][k] = paired_bootstrap_ci_seeds(a, b, statistics.get(k, mean_statistic),
-                                                    resamples, confidence, seed)
+            ci[pair][k] = paired_bootstrap_ci_seeds(a, b, statistic(k), resamples, confidence,
+                                                    seed)
     return ci, notes
 
 
@@ -416,7 +328,7 @@ def sft_cis(per_prompt: Mapping[str, Mapping[str, np.ndarray]], methods: Sequenc
             seed: int) -> dict[str, dict]:
     """Paired bootstrap intervals of each compared method minus the SFT model it starts from
     (did post-training move the metric at all?), for every metric of
-    :data:`SFT_INTERVAL_KEYS`.
+    :func:`sft_interval_keys`.
 
     The SFT model is one run (greedy decoding, evaluated once), so it is paired with every seed
     of the method (``S`` copies of its per-prompt values) and
@@ -432,15 +344,14 @@ def sft_cis(per_prompt: Mapping[str, Mapping[str, np.ndarray]], methods: Sequenc
         ``{"<method>-sft": {metric: interval}}`` in the order of ``methods``; a metric missing
         in a run (no prompts of its task) has no interval.
     """
-    statistics = {"dr_f1": f1_statistic}
     out: dict[str, dict] = {}
     for m in methods:
         out[f"{m}-{SFT}"] = {}
-        for k in SFT_INTERVAL_KEYS:
+        for k in sft_interval_keys():
             a = [per_prompt[run_name(m, s)].get(k) for s in seeds]
             b = [per_prompt[SFT].get(k)] * len(seeds)
             if any(x is None for x in a + b):
                 continue
-            out[f"{m}-{SFT}"][k] = paired_bootstrap_ci_seeds(
-                a, b, statistics.get(k, mean_statistic), resamples, confidence, seed)
+            out[f"{m}-{SFT}"][k] = paired_bootstrap_ci_seeds(a, b, statistic(k), resamples,
+                                                             confidence, seed)
     return out

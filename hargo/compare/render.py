@@ -17,13 +17,13 @@ import numpy as np
 
 from hargo.methods import get_method
 from hargo.param_values import ParamsError
-from hargo.compare.aggregate import (HEADLINE, LABELS, METRIC_KEYS, SFT, VERBOSE_CHARS,
-                                     Aggregates, cumulative_mass_share, mean_curve,
+from hargo.compare.aggregate import (SFT, VERBOSE_CHARS, Aggregates, cumulative_mass_share,
+                                     headline_columns, mean_curve, metric_keys, metric_labels,
                                      reference_verbose_share)
 from hargo.compare.render_text import render_html, render_md  # noqa: F401  (public here too)
 from hargo.evaluation.plots import (PREDICTED, plot_confusion, plot_task_curves,
                                     plot_task_lengths)
-from hargo.rewards import TASKS
+from hargo.tasks import task_names
 
 __all__ = ["PAPER", "PAPER_MODEL", "Setup", "pretty", "document", "summary",
            "render_md", "render_html", "write_figures"]
@@ -104,7 +104,7 @@ def _fmt_diff(v, pct: bool) -> str:
 
 
 def _n_per_task(samples: Sequence[Mapping]) -> dict[str, int]:
-    return {t: sum(r["task"] == t for r in samples) for t in TASKS}
+    return {t: sum(r["task"] == t for r in samples) for t in task_names()}
 
 
 # ----------------------------------------------------------------------------- the document
@@ -121,7 +121,7 @@ def _header(setup: Setup, samples: Sequence[Mapping]) -> list:
                 f"{setup.num_generations} completions per prompt); hpcgpt: SFT's budget "
                 f"({setup.sft_samples_per_task} examples per task x {setup.sft_epochs} epoch(s)) "
                 f"from the base model",
-                f"eval prompts: {len(samples)} ({', '.join(f'{t} {n_task[t]}' for t in TASKS)}), "
+                f"eval prompts: {len(samples)} ({', '.join(f'{t} {n}' for t, n in n_task.items())}), "
                 f"the same for every model",
                 f"WinRate judge: {setup.judge} (vs SFT on the same prompt ids; ties count half)",
                 f"data version: {setup.data_version}; git commit: {setup.git_commit}"]),
@@ -129,15 +129,15 @@ def _header(setup: Setup, samples: Sequence[Mapping]) -> list:
 
 
 def _results(setup: Setup, agg: Aggregates) -> list:
-    pct_label = lambda k: LABELS[k][0] + (" (%)" if LABELS[k][1] else "")  # noqa: E731
-    header = ["method"] + [pct_label(k) for k in METRIC_KEYS]
-    pct = {k: LABELS[k][1] for k in METRIC_KEYS}
-    table = [["SFT"] + [_fmt(agg.per_run[SFT].get(k), pct[k]) for k in METRIC_KEYS]]
+    keys, labels = metric_keys(), metric_labels()
+    header = ["method"] + [labels[k][0] + (" (%)" if labels[k][1] else "") for k in keys]
+    pct = {k: labels[k][1] for k in keys}
+    table = [["SFT"] + [_fmt(agg.per_run[SFT].get(k), pct[k]) for k in keys]]
     for m in setup.methods:
         res = agg.results[m]
         table.append([pretty(m)] + [_fmt_ms(None if res[k] is None else
                                             (res[k]["mean"], res[k]["std"]), pct[k])
-                                    for k in METRIC_KEYS])
+                                    for k in keys])
     return [
         ("h", 2, "Results (mean ± sample std over seeds)"),
         ("table", header, table),
@@ -148,18 +148,18 @@ def _results(setup: Setup, agg: Aggregates) -> list:
 
 
 def _paper(setup: Setup, agg: Aggregates) -> list:
-    rows = []
+    rows, head = [], headline_columns()
     for m in PAPER:
         if m != SFT and m not in setup.methods:
             continue
         rows.append([f"{pretty(m)}: paper ({PAPER_MODEL})"] + [
-            "-" if PAPER[m][k] is None else (f"{PAPER[m][k]:.2f}" if HEADLINE[k][1]
+            "-" if PAPER[m][k] is None else (f"{PAPER[m][k]:.2f}" if head[k][1]
                                              else f"{PAPER[m][k]:.4f}")
             for k in _PAPER_KEYS])
         ours = (agg.per_run[SFT] if m == SFT else
-                {k: (agg.results[m][k] or {}).get("mean") for k in HEADLINE})
+                {k: (agg.results[m][k] or {}).get("mean") for k in head})
         rows.append([f"{pretty(m)}: ours ({setup.model})"] + [
-            _fmt(ours.get(k), HEADLINE[k][1]) for k in _PAPER_KEYS])
+            _fmt(ours.get(k), head[k][1]) for k in _PAPER_KEYS])
     return [
         ("h", 2, "The paper's figures beside ours"),
         ("p", f"Rows marked 'paper ({PAPER_MODEL})' are the paper's published numbers "
@@ -214,18 +214,18 @@ def _intervals(setup: Setup, ci: Mapping[str, Mapping], notes: Sequence[str]) ->
               f"stands alone: with several metrics per pair, about 1 in 20 excludes 0 by chance "
               f"(no multiple-comparison correction)."),
     ]
-    lines = []
+    lines, labels = [], metric_labels()
     for k, c in ci.get("hargo-grpo", {}).items():
-        p = LABELS[k][1]
-        lines.append(f"HARGO - GRPO, {LABELS[k][0]}: {_fmt_diff(c['diff'], p)} "
+        p = labels[k][1]
+        lines.append(f"HARGO - GRPO, {labels[k][0]}: {_fmt_diff(c['diff'], p)} "
                      f"[{_fmt_diff(c['low'], p)}, {_fmt_diff(c['high'], p)}]"
                      + (" (excludes 0)" if c["low"] > 0 or c["high"] < 0 else ""))
     if lines:
         blocks.append(("ul", lines))
     blocks += [("p", "Note: " + n) for n in notes]
-    rows = [[f"HARGO - {pretty(pair.split('-', 1)[1])}", LABELS[k][0],
-             _fmt_diff(c["diff"], LABELS[k][1]), _fmt_diff(c["low"], LABELS[k][1]),
-             _fmt_diff(c["high"], LABELS[k][1]), str(c["n_prompts"])]
+    rows = [[f"HARGO - {pretty(pair.split('-', 1)[1])}", labels[k][0],
+             _fmt_diff(c["diff"], labels[k][1]), _fmt_diff(c["low"], labels[k][1]),
+             _fmt_diff(c["high"], labels[k][1]), str(c["n_prompts"])]
             for pair, cs in ci.items() for k, c in cs.items()]
     if rows:
         blocks.append(("table", ["pair", "metric", "diff", "low", "high", "prompts"], rows))
@@ -241,9 +241,10 @@ def _sft_intervals(setup: Setup, samples: Sequence[Mapping],
                 f" Its trivial baseline: the reference answers themselves, {100 * ref:.1f}% of "
                 f"them over {VERBOSE_CHARS} characters (a model answering each MLPerf prompt with "
                 f"its reference would score that).")
-    rows = [[f"{pretty(pair.rsplit('-', 1)[0])} - SFT", LABELS[k][0],
-             _fmt_diff(c["diff"], LABELS[k][1]), _fmt_diff(c["low"], LABELS[k][1]),
-             _fmt_diff(c["high"], LABELS[k][1]),
+    labels = metric_labels()
+    rows = [[f"{pretty(pair.rsplit('-', 1)[0])} - SFT", labels[k][0],
+             _fmt_diff(c["diff"], labels[k][1]), _fmt_diff(c["low"], labels[k][1]),
+             _fmt_diff(c["high"], labels[k][1]),
              "above 0" if c["low"] > 0 else "below 0" if c["high"] < 0 else "contains 0"]
             for pair, cs in sft_ci.items() for k, c in cs.items()]
     return [
@@ -280,8 +281,8 @@ def _figures(agg: Aggregates) -> list:
               "advantages, not its update mass."),
         ("img", "update mass share", "update_mass_share.png"),
         ("h", 2, "Answer length (completion characters, median per task)"),
-        ("table", ["model"] + list(TASKS),
-         [[pretty(n)] + [str(int(np.median(c[t]))) if c.get(t) else "-" for t in TASKS]
+        ("table", ["model"] + list(task_names()),
+         [[pretty(n)] + [str(int(np.median(c[t]))) if c.get(t) else "-" for t in task_names()]
           for n, c in agg.chars.items()]),
         ("img", "answer lengths", "answer_lengths.png"),
     ]
@@ -346,7 +347,7 @@ def summary(setup: Setup, samples: Sequence[Mapping], agg: Aggregates,
                    "prompts_per_method": setup.budget, "num_generations": setup.num_generations,
                    "prompts_seen": {m: {str(s): train[m][s].get("prompts_seen")
                                         for s in setup.seeds} for m in setup.methods}},
-        "sft": {k: agg.per_run[SFT].get(k) for k in METRIC_KEYS},
+        "sft": {k: agg.per_run[SFT].get(k) for k in metric_keys()},
         "results": agg.results,
         "runs": {name: {**m, **({"win_wins": agg.wins[name]["wins"],
                                  "win_ties": agg.wins[name]["ties"],
@@ -369,8 +370,9 @@ def _curves(histories: Mapping[str, list], metric: str,
             dashed: str | None) -> list[tuple[str, dict, dict]]:
     """Per method, the mean-over-seeds curves of ``<task>/<metric>`` (and ``<task>/<dashed>``)
     for ``hargo.evaluation.plots.plot_task_curves``."""
-    return [(pretty(m), {t: mean_curve(hists, f"{t}/{metric}") for t in TASKS},
-             {t: mean_curve(hists, f"{t}/{dashed}") for t in TASKS} if dashed else {})
+    ts = task_names()
+    return [(pretty(m), {t: mean_curve(hists, f"{t}/{metric}") for t in ts},
+             {t: mean_curve(hists, f"{t}/{dashed}") for t in ts} if dashed else {})
             for m, hists in histories.items()]
 
 
@@ -391,7 +393,7 @@ def write_figures(out_dir: Path, agg: Aggregates) -> None:
                      _curves(agg.histories, "weight_max", "weight_mean"),
                      "loss weight (max; dashed: mean)", empty=no_history)
     plot_task_curves(out_dir / "update_mass_share.png",
-                     [(pretty(m), {t: cumulative_mass_share(h, t) for t in TASKS}, {})
+                     [(pretty(m), {t: cumulative_mass_share(h, t) for t in task_names()}, {})
                       for m, h in agg.histories.items() if m != "ppo"],
                      "cumulative share of the update mass", empty=no_history)
     plot_task_lengths(out_dir / "answer_lengths.png",

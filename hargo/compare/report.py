@@ -64,7 +64,7 @@ from hargo.compare.baselines import race_table
 from hargo.compare.layout import BASE_RUN, EVAL_ROOT, TRAIN_METRICS_ROOT
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_text, read_jsonl
 from hargo.methods import method_names
-from hargo.rewards import RACE_TASKS
+from hargo.tasks import get_task, headline_metrics
 
 __all__ = ["EVAL_ROOT", "TRAIN_METRICS_ROOT", "REPORT_MD", "REPORT_HTML", "FIGURES_DIR",
            "SUMMARY_FILE", "HEADLINE_FILE", "Inputs", "load_inputs", "Outputs", "write_outputs", "flat_metrics",
@@ -77,10 +77,28 @@ SUMMARY_FILE = Path("metrics") / "compare" / "summary.json"
 #: the comparison's DVC metrics: SFT's and each method's mean over seeds of the headline metrics
 HEADLINE_FILE = Path("metrics") / "compare" / "headline.json"
 
-#: Metrics of a run's metrics.json checked against the ones recomputed from its generations.
-_CHECKED = ("dr_f1", "plp_similarity", "mlperf_em", "avg_score")
-_TASK_FIELD = {"race_c": "prediction", "race_fortran": "prediction", "mlperf": "em",
-               "plp": "similarity"}
+
+
+def _checked() -> list[str]:
+    """Metrics of a run's metrics.json checked against the ones recomputed from its
+    generations: the tasks' metrics of the ``report`` view (built-ins: ``dr_f1``,
+    ``plp_similarity``, ``mlperf_em``) and ``avg_score``."""
+    return [m.key for m in headline_metrics("report")] + ["avg_score"]
+
+
+def _task_fields(task: str) -> dict[str, str]:
+    """The per-prompt fields a generations row of ``task`` must hold, field -> statistic (of
+    the task's :attr:`hargo.tasks.Task.headline` metrics computed from rows: race
+    ``prediction``, mlperf ``em``, plp ``similarity``)."""
+    return {m.field: m.statistic for m in get_task(task).headline if m.field is not None}
+
+
+def _field_ok(value, statistic: str) -> bool:
+    """A yes/no prediction ("yes", "no" or None) for an F1-family statistic, else a number (a
+    bool counts: ``em``)."""
+    if statistic != "mean":
+        return value in ("yes", "no", None)
+    return isinstance(value, (int, float))
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -118,10 +136,11 @@ def _load_eval_records(path: Path) -> dict[str, dict]:
 
 def _race_labels(records: Mapping[str, dict], path: Path) -> dict[str, str]:
     from hargo.rewards.race import canonical_label
+    from hargo.vocab import RACE_TASKS as race
 
     out = {}
     for i, r in records.items():
-        if r.get("task") in RACE_TASKS:
+        if r.get("task") in race:
             try:
                 out[i] = canonical_label(r.get("label"))
             except ValueError as e:
@@ -150,14 +169,11 @@ def _load_generations(path: Path, records: Mapping[str, dict]) -> dict[str, dict
             if not isinstance(r.get(f), kinds) or (f == "reward" and isinstance(r[f], bool)):
                 raise HargoInputError(path, f"expected {'/'.join(k.__name__ for k in kinds)}, "
                                       f"got {r.get(f)!r:.60}", record=i, field=f)
-        f = _TASK_FIELD[task]
-        v = r.get(f)
-        ok = (v in ("yes", "no", None)) if f == "prediction" else \
-            isinstance(v, bool) if f == "em" else \
-            isinstance(v, (int, float)) and not isinstance(v, bool)
-        if f not in r or not ok:
-            raise HargoInputError(path, f"bad or missing value {v!r:.60} for a {task} row",
-                                  record=i, field=f)
+        for f, stat in _task_fields(task).items():
+            v = r.get(f)
+            if f not in r or not _field_ok(v, stat):
+                raise HargoInputError(path, f"bad or missing value {v!r:.60} for a {task} row",
+                                      record=i, field=f)
         out[rid] = r
     if not out:
         raise HargoInputError(path, "no generations")
@@ -193,7 +209,7 @@ class Inputs:
 def _check_stored_metrics(path: Path, stored: Mapping, rows: Sequence[Mapping],
                           labels: Mapping[str, str]) -> None:
     m = run_metrics(rows, labels)
-    for k in _CHECKED:
+    for k in _checked():
         if stored.get(k) is not None and (m[k] is None or abs(stored[k] - m[k]) > 1e-6):
             raise HargoInputError(path, f"{stored[k]!r} disagrees with {m[k]!r} recomputed from "
                                   f"generations.jsonl (files of different evaluations?): re-run "

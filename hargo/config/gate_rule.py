@@ -1,9 +1,10 @@
 """The promotion gate's params rule: which ``register`` values the gate (:mod:`hargo.gate`)
 accepts. It lives in the config package, below the gate, so that checking params.yaml (the
 ``params`` stage, :class:`hargo.config.Register`) imports no gate, statistics or numpy;
-:mod:`hargo.gate` imports :data:`GATE_METRICS`, :class:`GateParams` and
-:func:`check_gate_params` from here. Imports only :mod:`hargo.param_values` and
-:mod:`hargo.config.names`.
+:mod:`hargo.gate` imports :func:`gate_metrics`, :class:`GateParams` and
+:func:`check_gate_params` from here. Imports only :mod:`hargo.param_values`,
+:mod:`hargo.config.names` and (for the metric list, from the task registry)
+:mod:`hargo.config.registries`.
 """
 from __future__ import annotations
 
@@ -13,13 +14,28 @@ from typing import Mapping, NamedTuple
 from hargo.config.names import check_model_name
 from hargo.param_values import ParamsError
 
-__all__ = ["GATE_METRICS", "GateParams", "check_gate_params"]
+__all__ = ["GATE_METRICS", "gate_metrics", "GateParams", "check_gate_params"]
 
-#: Metrics of metrics/eval.json that can gate the champion: all are higher-is-better
-#: (hargo.gate computes each from the per-prompt rows).
-GATE_METRICS = ("dr_f1", "dr_precision", "dr_recall", "dr_f1_race_c", "dr_f1_race_fortran",
-                "plp_similarity", "mlperf_em", "avg_score", "win_rate", "accuracy_race_c",
-                "accuracy_race_fortran", "accuracy_mlperf", "accuracy_plp")
+
+def gate_metrics() -> tuple[str, ...]:
+    """Metrics of metrics/eval.json that can gate the champion, all higher-is-better
+    (:mod:`hargo.gate` computes each from the per-prompt rows): the registered tasks' metrics of
+    the ``gate`` view (:func:`hargo.tasks.headline_metrics`; the built-ins: ``dr_f1``,
+    ``dr_precision``, ``dr_recall``, ``dr_f1_race_c``, ``dr_f1_race_fortran``,
+    ``plp_similarity``, ``mlperf_em``), then ``avg_score``, ``win_rate`` and
+    ``accuracy_<task>`` of each task. Read from the registry when called (``GATE_METRICS``, the
+    module attribute, is the same, read when asked)."""
+    from hargo.config.registries import task_metric_keys, task_names
+
+    return task_metric_keys("gate") + ("avg_score", "win_rate") + tuple(
+        f"accuracy_{t}" for t in task_names())
+
+
+def __getattr__(name: str):
+    """``GATE_METRICS``: :func:`gate_metrics`, read when asked."""
+    if name == "GATE_METRICS":
+        return gate_metrics()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class GateParams(NamedTuple):
@@ -48,10 +64,11 @@ def check_gate_params(params_register: Mapping) -> GateParams:
     gates = params_register.get("gate_metrics")
     if not isinstance(gates, list) or not gates:
         raise ParamsError(f"register.gate_metrics: expected a non-empty list, got {gates!r}")
+    valid = gate_metrics()
     for g in gates:
-        if g not in GATE_METRICS:
+        if g not in valid:
             raise ParamsError(f"register.gate_metrics: unknown gate metric {g!r}; valid "
-                              f"(higher is better): {', '.join(GATE_METRICS)}")
+                              f"(higher is better): {', '.join(valid)}")
     tol = params_register.get("tolerance", 0.0)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) \
             or tol < 0:

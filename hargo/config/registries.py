@@ -12,6 +12,7 @@ from typing import Any
 from hargo.param_values import ParamsError
 
 __all__ = ["rl_methods", "compare_methods", "check_method", "task_names", "raw_file_tasks",
+           "task_metric_keys",
            "tuned_tasks", "check_budget", "task_budget"]
 
 
@@ -48,6 +49,15 @@ def task_names(synthetic: bool = False) -> tuple[str, ...]:
     from hargo.tasks import task_names as names
 
     return names(bool(synthetic))
+
+
+def task_metric_keys(view: str) -> tuple[str, ...]:
+    """The keys of the HPC-GPT tasks' metrics that show in ``view`` (``summary``,
+    ``headline``, ``report``, ``gate``), in column order (:func:`hargo.tasks.headline_metrics`).
+    """
+    from hargo.tasks import headline_metrics
+
+    return tuple(m.key for m in headline_metrics(view))
 
 
 def raw_file_tasks(synthetic: bool = False) -> list[str]:

@@ -19,6 +19,10 @@ Public API:
     the registered tasks in listing order (:attr:`Task.rank`, then name); the HPC-GPT tasks
     (``synthetic=False``) by default, the synthetic test-bed ones with ``synthetic=True``, all
     with ``synthetic=None``.
+:func:`headline_metrics` / :func:`metric_tasks`
+    the :class:`Metric` columns of one headline table (``hargo summary``, the DVC headline, the
+    comparison report, the gate's metric list), built from every HPC-GPT task's
+    :attr:`Task.headline` when asked; the tasks whose rows one metric pools.
 
 Importing this package is cheap (no torch): the task modules import ``hargo.rewards`` lazily.
 """
@@ -29,10 +33,12 @@ from typing import Any
 
 from hargo.plugins import discover, register
 
-from hargo.tasks.base import FULL_REWARD_TOL, KINDS, RewardBatch, ScoreBatch, Task
+from hargo.tasks.base import (FULL_REWARD_TOL, KINDS, STATISTICS, VIEWS, Metric, RewardBatch,
+                              ScoreBatch, Task)
 
-__all__ = ["Task", "KINDS", "RewardBatch", "ScoreBatch", "FULL_REWARD_TOL", "UnknownTaskError",
-           "register_task", "get_task", "tasks", "task_names", "mean"]
+__all__ = ["Task", "Metric", "KINDS", "VIEWS", "STATISTICS", "RewardBatch", "ScoreBatch",
+           "FULL_REWARD_TOL", "UnknownTaskError", "register_task", "get_task", "tasks",
+           "task_names", "headline_metrics", "metric_tasks", "mean"]
 
 _REGISTRY: dict[str, Task] = {}
 _discovered = False
@@ -90,3 +96,29 @@ def get_task(name: Any, where: str = "", synthetic: bool | None = None) -> Task:
         raise UnknownTaskError(f"unknown task {name!r}{loc}; valid tasks: "
                                f"{list(task_names(synthetic))}")
     return t
+
+
+def headline_metrics(view: str) -> tuple[Metric, ...]:
+    """The columns of one headline table: the :class:`Metric` objects of the HPC-GPT tasks'
+    :attr:`Task.headline` that show in ``view`` (:meth:`Metric.shows_in`), each key once (the
+    first task's, in listing order), ordered by the metric's rank (its task's when None), then
+    the tasks' order, then the order of declaration. The tables add their own columns that are
+    no task's (``avg_score``, ``win_rate``, ``accuracy_<task>``, ...).
+
+    Raises:
+        ValueError: ``view`` is not one of :data:`VIEWS`.
+    """
+    if view not in VIEWS:
+        raise ValueError(f"headline_metrics: unknown view {view!r} (valid: {', '.join(VIEWS)})")
+    seen: dict[str, tuple] = {}
+    for i, t in enumerate(tasks()):
+        for j, m in enumerate(t.headline):
+            if m.key not in seen:
+                seen[m.key] = (t.rank if m.rank is None else m.rank, i, j, m)
+    return tuple(m for *_, m in sorted(seen.values(), key=lambda x: x[:3]) if m.shows_in(view))
+
+
+def metric_tasks(key: str) -> tuple[str, ...]:
+    """The HPC-GPT tasks whose :attr:`Task.headline` declares metric ``key`` (listing order):
+    the tasks whose rows the metric pools (``dr_f1``: race_c and race_fortran)."""
+    return tuple(t.name for t in tasks() if any(m.key == key for m in t.headline))

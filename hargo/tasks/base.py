@@ -16,19 +16,87 @@ and one summary function:
 ``summarize(rows: list[dict]) -> dict``
     the task's own metrics (keys among :attr:`Task.metrics`) from its scored rows (those of
     ``score_samples``); an empty list gives each metric None (the task is absent).
+
+Which of its metrics a task shows in the headline tables (``hargo summary``, the DVC headline,
+the comparison report, the promotion gate's metric list) are its :attr:`Task.headline`
+:class:`Metric` objects; where its records come from is :attr:`Task.raw_file` or
+:attr:`Task.records`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["Task", "KINDS", "RewardBatch", "ScoreBatch", "FULL_REWARD_TOL"]
+__all__ = ["Task", "Metric", "KINDS", "VIEWS", "STATISTICS", "RewardBatch", "ScoreBatch",
+           "FULL_REWARD_TOL"]
 
 #: What a task's answer is: ``yes_no`` (a 0/1 label), ``short_answer`` (a short fact, tiered
 #: partial credit), ``sentence`` (a sentence-length answer, graded by similarity).
 KINDS: tuple[str, ...] = ("yes_no", "short_answer", "sentence")
 #: A reward counts as the full reward 1.0 within this tolerance.
 FULL_REWARD_TOL = 1e-6
+#: Where a :class:`Metric` shows: ``summary`` (a column of ``hargo summary``), ``headline``
+#: (``metrics/headline.json`` and ``metrics/compare/headline.json``: the DVC metrics),
+#: ``report`` (a column of the comparison report's results table, with bootstrap intervals),
+#: ``gate`` (a metric ``register.gate_metrics`` may name).
+VIEWS: tuple[str, ...] = ("summary", "headline", "report", "gate")
+#: How a metric follows from its per-prompt values: ``mean`` (of ``float(row[field])``), or
+#: ``f1`` / ``precision`` / ``recall`` of the yes/no records (``label``, ``row[field]`` the
+#: predicted "yes"/"no"/None; :func:`hargo.stats.race_f1_records`).
+STATISTICS: tuple[str, ...] = ("mean", "f1", "precision", "recall")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric a task shows in the headline tables (:attr:`Task.headline`).
+
+    The key is computed by ``hargo.metrics.compute_metrics`` (the task's ``summarize``, or the
+    pooled yes/no metrics) or by evaluation (``dr_auc``); the tables only show it. A key
+    declared by several tasks is one column, its per-prompt values pooled over their rows (the
+    Data Race F1 of race_c and race_fortran).
+
+    Attributes:
+        key: its key in ``metrics/eval.json`` (e.g. ``plp_similarity``).
+        label: the column's label (``hargo summary``, the comparison report).
+        field: the field of the task's scored rows (:func:`hargo.metrics.score_samples`) the
+            metric is computed from, prompt by prompt (the report's bootstrap and the gate
+            resample them); None: not computable from the rows, so not in the ``report`` or
+            ``gate`` views whatever ``views`` says.
+        statistic: one of :data:`STATISTICS`.
+        percent: the comparison report shows it in percent (a share), else as a fraction.
+        views: where it shows, among :data:`VIEWS`.
+        rank: column order among every task's metrics (then the tasks' order, then the order of
+            declaration); None: its task's :attr:`Task.rank`.
+
+    Raises:
+        ValueError: at construction, an empty key or label, an unknown statistic or view.
+    """
+
+    key: str
+    label: str
+    field: str | None = None
+    statistic: str = "mean"
+    percent: bool = False
+    views: tuple[str, ...] = VIEWS
+    rank: int | None = None
+
+    def __post_init__(self):
+        for attr in ("key", "label"):
+            if not isinstance(getattr(self, attr), str) or not getattr(self, attr).strip():
+                raise ValueError(f"Metric {self.key!r}: {attr} must be a non-empty string")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"Metric {self.key!r}: statistic {self.statistic!r} (valid: "
+                             f"{', '.join(STATISTICS)})")
+        bad = [v for v in self.views if v not in VIEWS]
+        if bad:
+            raise ValueError(f"Metric {self.key!r}: unknown view(s) {bad} (valid: "
+                             f"{', '.join(VIEWS)})")
+
+    def shows_in(self, view: str) -> bool:
+        """Whether it shows in ``view`` (``report`` and ``gate`` need a per-prompt
+        :attr:`field`)."""
+        return view in self.views and (self.field is not None or view in ("summary",
+                                                                            "headline"))
 
 
 @dataclass(frozen=True)
@@ -99,11 +167,23 @@ class Task:
             per-task ``n_``/``accuracy_``/... ones (race: the pooled ``dr_f1`` ... of every
             yes/no task and its own ``dr_f1_<name>``, mlperf: ``mlperf_em``, plp:
             ``plp_similarity``).
+        headline: the metrics it shows in the headline tables (:class:`Metric`; ``hargo
+            summary``, the DVC headline, the comparison report, the gate's metric list), each
+            table built from the registry (:func:`hargo.tasks.headline_metrics`).
         labelled: its records carry a yes/no ``label`` (race), checked by the reward and the
             metrics; otherwise a string ``answer``.
-        raw_file: the upstream HPC-GPT file of its records in the raw data folder
-            (``hargo.data.raw``); None for tasks whose records are generated
-            (:attr:`synthetic`).
+        raw_file: where its raw records are (a JSON array of ``{instruction, input, output}``
+            strings, read by ``hargo.data.raw.load_raw``): a file name (no folder part) is in
+            the raw data folder (``data.raw_dir``: HPC-GPT's files); a path with a folder part
+            is read where it is (relative to the working directory, the repository root under
+            DVC; a file outside ``data.raw_dir`` is no dependency of the ``prepare`` stage
+            unless dvc.yaml lists it). None: no raw file.
+        records: instead of a raw file, a function of no argument returning its raw records
+            (a list of ``{instruction, input, output}`` dicts of strings, checked as a raw
+            file's are) for the ``prepare`` and ``validate`` stages: a task module that makes its
+            own records needs no data file (its code is a dependency of both stages through
+            ``hargo/tasks``). None: no generated records. At most one of ``raw_file`` and
+            ``records``.
         synthetic: a test-bed task of ``hargo.data.synthetic`` (records generated, not read;
             reward :class:`hargo.data.synthetic.SyntheticReward`).
         max_new_tokens, max_prompt_tokens: default generation budget (completion tokens) and
@@ -115,8 +195,9 @@ class Task:
         rank: listing order (tables, metric order); ties broken by name.
 
     Raises:
-        ValueError: at construction, an unknown kind, an empty name or description, or a
-            budget that is not None or an integer >= 1.
+        ValueError: at construction, an unknown kind, an empty name or description, a
+            budget that is not None or an integer >= 1, a headline entry that is not a
+            :class:`Metric`, or both ``raw_file`` and ``records``.
     """
 
     name: str
@@ -127,8 +208,10 @@ class Task:
     summarize: Callable[[list[dict]], dict] | None = None
     correct_threshold: float = 1.0 - FULL_REWARD_TOL
     metrics: tuple[str, ...] = ()
+    headline: tuple[Metric, ...] = ()
     labelled: bool = False
     raw_file: str | None = None
+    records: Callable[[], list[dict]] | None = None
     synthetic: bool = False
     max_new_tokens: int | None = None
     max_prompt_tokens: int | None = None
@@ -145,6 +228,11 @@ class Task:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"Task {self.name!r}: {attr} must be None or an integer >= 1, "
                                  f"got {v!r}")
+        if not all(isinstance(m, Metric) for m in self.headline):
+            raise ValueError(f"Task {self.name!r}: headline must hold hargo.tasks.Metric "
+                             f"objects, got {self.headline!r:.120}")
+        if self.raw_file is not None and self.records is not None:
+            raise ValueError(f"Task {self.name!r}: give raw_file or records, not both")
 
     def correct(self, reward: float | None, degenerate: str | None = None,
                 threshold: float | None = None) -> bool:

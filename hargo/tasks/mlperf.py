@@ -5,7 +5,7 @@ EM (``mlperf_em``: the reference occurs as a whole phrase and no other candidate
 Correct: the full reward 1.0, not degenerate."""
 from __future__ import annotations
 
-from hargo.tasks import RewardBatch, ScoreBatch, Task, mean as _mean, register_task
+from hargo.tasks import Metric, RewardBatch, ScoreBatch, Task, mean as _mean, register_task
 
 
 def mlperf_rewards(batch: RewardBatch) -> list[float]:
@@ -34,5 +34,6 @@ def mlperf_scores(batch: ScoreBatch) -> list[dict]:
 MLPERF = register_task(Task(
     name="mlperf", description="MLPerf facts, short answers", kind="short_answer",
     reward=mlperf_rewards, score=mlperf_scores, metrics=("mlperf_em",),
+    headline=(Metric("mlperf_em", "MLPerf EM", "em", percent=True),),
     summarize=lambda rows: {"mlperf_em": _mean([float(r["em"]) for r in rows])},
     raw_file="task1_ml_perf.json", rank=30))
