@@ -26,8 +26,8 @@ from collections import Counter, OrderedDict
 from typing import Any
 
 from hargo.data import labels as L
-from hargo.data.raw import FIELDS, TASK_FILES, make_id, make_record, normalise_text
-from hargo.vocab import RACE_TASKS
+from hargo.data.raw import FIELDS, make_id, make_record, normalise_text, source_file
+from hargo import vocab  # its task lists read when used (a task module added later counts)
 
 CONFLICT_POLICIES = ("majority", "drop")
 
@@ -47,7 +47,7 @@ def _key(raw: dict, fields: tuple[str, ...]) -> tuple[str, ...]:
 
 def _reject(task: str, index: int, raw: dict, reason: str, detail: str = "") -> dict:
     return {"id": make_id(task, index), "task": task,
-            "source": {"file": TASK_FILES[task], "index": index},
+            "source": {"file": source_file(task), "index": index},
             "reason": reason, "detail": detail,
             "instruction": raw["instruction"], "input": raw["input"], "output": raw["output"]}
 
@@ -78,7 +78,7 @@ def mask_race_raws(task: str, raws: list[dict]) -> tuple[list[dict], dict]:
         and ``{"label_name_records": raw records changed, "label_name_occurrences": names
         replaced}`` (both 0 for mlperf/plp).
     """
-    if task not in RACE_TASKS:
+    if task not in vocab.RACE_TASKS:
         return list(raws), {"label_name_records": 0, "label_name_occurrences": 0}
     out, changed, occurrences = _rewrite_fields(raws, PROMPT_FIELDS, L.mask_label_names)
     return out, {"label_name_records": changed, "label_name_occurrences": occurrences}
@@ -123,7 +123,7 @@ def clean_task(task: str, raws: list[dict], conflicts: str = "majority") -> tupl
         the first record (file order) giving the winning answer, as written (its instruction
         too); ``alt_answers`` the other answers, each as first written, in first-seen order.
     """
-    race = task in RACE_TASKS
+    race = task in vocab.RACE_TASKS
     rejects: list[dict] = []
     c: dict[str, Any] = {"raw": len(raws), "quarantined": Counter(), "exact_duplicates": 0,
                          "merged_duplicates": 0, "conflict_groups": 0, "conflict_records": 0,

@@ -107,7 +107,7 @@ from hargo.data.similarity import (kernel_tokens, nearest_similarity,
 from hargo.data.split import (near_duplicates, similarity_groups, split_grouped,
                               split_groups, split_paper)
 from hargo.io import atomic_files, write_json, write_jsonl
-from hargo.vocab import RACE_TASKS, TASKS
+from hargo import vocab  # its task lists read when used (a task module added later counts)
 
 CONFLICT_RULE = ("answers compared after normalise_text; majority: a strict majority of the raw "
                  "records is the reference, the rest alt_answers; drop: every conflict rejected; "
@@ -123,7 +123,7 @@ def paper_records(task: str, raws: list[dict]) -> list[dict]:
     output as ``answer``; for race tasks the normalised label, or ``None`` where there is none."""
     out = []
     for i, r in enumerate(raws):
-        label = L.parse_label(r["output"])[0] if task in RACE_TASKS else None
+        label = L.parse_label(r["output"])[0] if task in vocab.RACE_TASKS else None
         out.append(make_record(task, i, r, r["output"], label))
     return out
 
@@ -160,16 +160,16 @@ def answer_length_table(records: list[dict]) -> str:
     """CSV for ``dvc plots``: the share (percent) of each task's answers per character-length
     bin. Bins are powers of two: the row ``answer_chars = b`` counts lengths in ``[b, 2b)``
     (``0`` counts empty answers). Columns: ``answer_chars`` then one per task."""
-    per: dict[str, Counter] = {t: Counter() for t in TASKS}
+    per: dict[str, Counter] = {t: Counter() for t in vocab.TASKS}
     for r in records:
         n = len(r["answer"])
         per[r["task"]][0 if n == 0 else 1 << (n.bit_length() - 1)] += 1
     top = max((b for c in per.values() for b in c), default=1)
     bins = [0] + [1 << k for k in range(max(top, 1).bit_length())]
-    lines = ["answer_chars," + ",".join(TASKS)]
+    lines = ["answer_chars," + ",".join(vocab.TASKS)]
     for b in bins:
         cells = []
-        for t in TASKS:
+        for t in vocab.TASKS:
             tot = sum(per[t].values())
             cells.append(f"{100.0 * per[t][b] / tot:.2f}" if tot else "0.00")
         lines.append(f"{b}," + ",".join(cells))
@@ -186,7 +186,7 @@ def eval_nearest_train(train: list[dict], eval_: list[dict], threshold: float) -
         every race task (``n`` 0 and None values without eval records).
     """
     out = {}
-    for t in RACE_TASKS:
+    for t in vocab.RACE_TASKS:
         pool = [kernel_tokens(r["prompt"]) for r in train if r["task"] == t]
         queries = [kernel_tokens(r["prompt"]) for r in eval_ if r["task"] == t]
         out[t] = similarity_summary(nearest_similarity(pool, queries), threshold)
@@ -211,12 +211,12 @@ def compute_stats(train: list[dict], eval_: list[dict], raw: dict[str, list[dict
         "counts": {}, "handling": handling, "answer_length": {}, "prompt_length": {},
     }
     means, raw_means = {}, {}
-    for t in TASKS:
+    for t in vocab.TASKS:
         tr = [r for r in train if r["task"] == t]
         ev = [r for r in eval_ if r["task"] == t]
         entry: dict[str, Any] = {"raw": len(raw.get(t, [])), "train": len(tr), "eval": len(ev),
                                  "total": len(tr) + len(ev)}
-        if t in RACE_TASKS:
+        if t in vocab.RACE_TASKS:
             entry["labels"] = {name: dict(sorted(Counter(str(r["label"]) for r in rs).items()))
                                for name, rs in (("train", tr), ("eval", ev))}
         out["counts"][t] = entry
@@ -251,7 +251,7 @@ def _print_table(stats: dict) -> None:
                 "yes/no train", "yes/no eval"):
         tab.add_column(col, justify="left" if col == "task" else "right", no_wrap=True,
                        min_width=12 if col == "task" else None)
-    for t in TASKS:
+    for t in vocab.TASKS:
         c, h = stats["counts"][t], stats["handling"].get(t, {})
         lab = c.get("labels", {})
         yn = lambda d: f"{d.get('yes', 0)}/{d.get('no', 0)}" if d is not None else "-"
@@ -301,9 +301,9 @@ def _records(raw: dict[str, list[dict]], strategy: str, conflicts: str, mask: bo
         masked = {**masked, **controls}
         if strategy == "paper":
             recs = paper_records(task, raws)
-            forms = Counter(L.parse_label(r["output"])[1] for r in raws) if task in RACE_TASKS else {}
+            forms = Counter(L.parse_label(r["output"])[1] for r in raws) if task in vocab.RACE_TASKS else {}
             handling[task] = {"raw": len(raws), "kept": len(recs), "label_forms": dict(sorted(forms.items())),
-                              "unlabelled": sum(r["label"] is None for r in recs) if task in RACE_TASKS else 0}
+                              "unlabelled": sum(r["label"] is None for r in recs) if task in vocab.RACE_TASKS else 0}
         else:
             recs, rej, handling[task] = clean_task(task, raws, conflicts)
             rejects += rej
@@ -378,4 +378,4 @@ def prepare(params: Config | dict) -> dict:
     _print_table(stats)
     return {"strategy": strategy, "train": len(train), "eval": len(eval_), "rejects": len(rejects),
             "per_task": {t: {"train": stats["counts"][t]["train"], "eval": stats["counts"][t]["eval"]}
-                         for t in TASKS}}
+                         for t in vocab.TASKS}}

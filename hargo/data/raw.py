@@ -1,7 +1,12 @@
-"""The raw HPC-GPT files and their records: which file holds which task, the strict reader
-(:func:`load_file`, :func:`load_raw`), how one raw record becomes a prepared record
-(:func:`make_record`: its id, prompt and source), and the one text normalisation that decides
-when two instructions or two answers are the same (:func:`normalise_text`).
+"""The raw records of each task: which file holds which task (or which function makes them), the
+strict reader (:func:`load_file`, :func:`load_raw`), how one raw record becomes a prepared
+record (:func:`make_record`: its id, prompt and source), and the one text normalisation that
+decides when two instructions or two answers are the same (:func:`normalise_text`).
+
+Where a task's raw records come from is the task's own (:class:`hargo.tasks.Task`): a
+``raw_file`` in the raw data folder (HPC-GPT's four files), a ``raw_file`` path read where it
+is, or a ``records`` function that makes them; the registry is asked when records are read, so
+a task module added later is seen.
 """
 from __future__ import annotations
 
@@ -10,13 +15,42 @@ from pathlib import Path
 from typing import Any, Iterable, NoReturn
 
 from hargo.io import HargoInputError
-from hargo.tasks import tasks
+from hargo.tasks import Task, get_task, tasks
 
-#: task -> upstream file name: each registered task's ``raw_file`` (``hargo/tasks``; a task
-#: without one, e.g. a generated one, has no raw records). Order: the tasks' listing order, the
-#: order tables and statistics are printed in.
-TASK_FILES: dict[str, str] = {t.name: t.raw_file for t in tasks() if t.raw_file}
+__all__ = ["TASK_FILES", "FIELDS", "source_file", "raw_path", "load_file", "check_records",
+           "load_raw", "normalise_text", "instruction_prompt", "make_id", "make_record"]
+
 FIELDS: tuple[str, ...] = ("instruction", "input", "output")
+
+
+def __getattr__(name: str):
+    """``TASK_FILES``: task -> ``raw_file`` of each registered task with one (``hargo/tasks``),
+    in the tasks' listing order (the order tables and statistics are printed in); read from the
+    registry when asked."""
+    if name == "TASK_FILES":
+        return {t.name: t.raw_file for t in tasks() if t.raw_file}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def source_file(task: str) -> str:
+    """The ``source.file`` of a task's prepared records: its ``raw_file`` as the task names it,
+    or ``<module>.<function>`` of its ``records`` function.
+
+    Raises:
+        UnknownTaskError: not a registered task; ValueError: it has no raw records."""
+    t = get_task(task)
+    if t.raw_file:
+        return t.raw_file
+    if t.records is not None:
+        return f"{t.records.__module__}.{t.records.__qualname__}"
+    raise ValueError(f"task {task!r} has no raw records (neither raw_file nor records)")
+
+
+def raw_path(task: Task, raw_dir: str | Path) -> Path:
+    """Where ``task``'s ``raw_file`` is: under ``raw_dir`` for a bare file name, else the path as
+    given (relative to the working directory)."""
+    p = Path(task.raw_file)
+    return Path(raw_dir) / p if p.parent == Path(".") else p
 
 _JSON_WS = re.compile(r"[ \t\n\r]*")
 
@@ -188,34 +222,58 @@ def load_file(path: str | Path) -> list[dict]:
     if lone is not None:
         _fail(path, text, lone, f"JSON escape {text[lone:lone + 6]} is a lone UTF-16 surrogate, "
               "not a Unicode character")
+    return check_records(path, items)
+
+
+def check_records(where: str | Path, items: list) -> list[dict]:
+    """Check raw records (a file's parsed array, or a task's ``records()``): a non-empty list
+    of objects with string ``instruction``, ``input`` and ``output`` (other keys ignored).
+
+    Returns:
+        The records as ``{"instruction", "input", "output"}`` dicts, in order.
+
+    Raises:
+        HargoInputError: naming ``where``, the 0-based record and the field: an empty list, not
+            a list, a record that is not an object, a missing field or one not a string.
+    """
+    if not isinstance(items, list):
+        raise HargoInputError(where, f"expected a list of records, got {_type_name(items)}")
     if not items:
-        raise HargoInputError(path, "no records (empty JSON array)")
+        raise HargoInputError(where, "no records (empty JSON array)")
     out = []
     for i, rec in enumerate(items):
         if not isinstance(rec, dict):
-            raise HargoInputError(path, f"expected a JSON object, got {_type_name(rec)}", record=i)
+            raise HargoInputError(where, f"expected a JSON object, got {_type_name(rec)}", record=i)
         for f in FIELDS:
             if f not in rec:
-                raise HargoInputError(path, "missing required field", record=i, field=f)
+                raise HargoInputError(where, "missing required field", record=i, field=f)
             if not isinstance(rec[f], str):
-                raise HargoInputError(path, f"expected a string, got {_type_name(rec[f])}",
+                raise HargoInputError(where, f"expected a string, got {_type_name(rec[f])}",
                                       record=i, field=f)
         out.append({f: rec[f] for f in FIELDS})
     return out
 
 
 def load_raw(raw_dir: str | Path) -> dict[str, list[dict]]:
-    """Read the four raw files of ``raw_dir`` (names in :data:`TASK_FILES`), all checked by
-    :func:`load_file` before anything is returned.
+    """The raw records of every registered HPC-GPT task that has some, all checked before
+    anything is returned: a ``raw_file`` read by :func:`load_file` (a bare name under
+    ``raw_dir``: HPC-GPT's four files; a path as given, :func:`raw_path`), or the task's
+    ``records()`` checked by :func:`check_records` (named by :func:`source_file`).
 
     Returns:
-        ``{task: [raw record, ...]}`` in :data:`TASK_FILES` order.
+        ``{task: [raw record, ...]}`` in the tasks' listing order.
 
     Raises:
-        HargoInputError: see :func:`load_file` (a missing file is named).
+        HargoInputError: see :func:`load_file` (a missing file is named) and
+            :func:`check_records`.
     """
-    raw_dir = Path(raw_dir)
-    return {task: load_file(raw_dir / name) for task, name in TASK_FILES.items()}
+    out = {}
+    for t in tasks():
+        if t.raw_file:
+            out[t.name] = load_file(raw_path(t, raw_dir))
+        elif t.records is not None:
+            out[t.name] = check_records(f"{source_file(t.name)}()", list(t.records()))
+    return out
 
 
 # ----------------------------------------------------------------------------- records
@@ -256,6 +314,8 @@ def make_record(task: str, index: int, raw: dict, answer: str, label: str | None
          "prompt": [{"role": "user", "content": "<instruction>[\\n\\n<input>]"}],
          "answer": "...", "label": "yes" | "no" | None, "alt_answers": [...],
          "source": {"file": "task2_c_c++.json", "index": 12}}
+
+    (``source.file``: :func:`source_file`.)
     """
     return {
         "id": make_id(task, index),
@@ -264,5 +324,5 @@ def make_record(task: str, index: int, raw: dict, answer: str, label: str | None
         "answer": answer,
         "label": label,
         "alt_answers": list(alt_answers),
-        "source": {"file": TASK_FILES[task], "index": index},
+        "source": {"file": source_file(task), "index": index},
     }

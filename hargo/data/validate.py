@@ -49,7 +49,7 @@ from hargo.data.conflicts import mask_race_raws
 from hargo.data.control_tokens import CONTROL_TOKEN_REGEX
 from hargo.data.gx_adapter import MAX_IDS, run_suites  # noqa: F401  (public here too)
 from hargo.data.labels import LABEL_NAME, LABEL_NAME_REGEX
-from hargo.data.raw import TASK_FILES, load_raw, normalise_text
+from hargo.data.raw import load_raw, normalise_text, source_file
 from hargo.data.similarity import kernel_tokens, nearest_similarity
 from hargo.config import Config, as_section, params_dict
 from hargo.io import atomic_dir, atomic_write_json, read_jsonl
@@ -60,14 +60,16 @@ METRICS_FILE = "metrics/validation.json"
 
 
 def _tasks() -> tuple[str, ...]:
-    """The tasks whose records the raw files hold (registered tasks with a ``raw_file``:
-    :data:`hargo.data.raw.TASK_FILES`), in listing order; asked of the registry when called."""
-    return tuple(t.name for t in _registered() if t.raw_file)
+    """The tasks with raw records (registered tasks with a ``raw_file`` or a ``records``
+    function: :func:`hargo.data.raw.load_raw`), in listing order; asked of the registry when
+    called."""
+    return tuple(t.name for t in _registered() if t.raw_file or t.records is not None)
 
 
 def _race_tasks() -> tuple[str, ...]:
     """The yes/no tasks among :func:`_tasks` (their label checks)."""
-    return tuple(t.name for t in _registered() if t.raw_file and t.kind == "yes_no")
+    return tuple(t.name for t in _registered()
+                 if (t.raw_file or t.records is not None) and t.kind == "yes_no")
 
 
 class ValidationFailed(Exception):
@@ -125,7 +127,7 @@ def prepared_rows(train: list[dict], eval_: list[dict], raw: dict[str, list[dict
     computed columns ``schema_ok``, ``prompt_content``, ``prompt_chars``, ``answer_chars``,
     ``source_ok``, ``instruction``, ``leak_key`` (the normalised instruction), ``leaks`` and
     ``near_train`` (see the module docstring; :func:`near_train_similarity`)."""
-    by_file = {TASK_FILES[t]: rs for t, rs in raw.items()}
+    by_file = {source_file(t): rs for t, rs in raw.items()}
     rows = []
     for split, recs in (("train", train), ("eval", eval_)):
         for r in recs:

@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hargo.rewards import RACE_TASKS, TASKS
+from hargo import vocab  # its task lists read when used (a task module added later counts)
 
 __all__ = ["ACTUAL", "PREDICTED", "confusion_rows", "confusion_counts", "task_score_rows",
            "plot_confusion", "plot_task_curves", "plot_task_lengths", "write_plots"]
@@ -41,7 +41,7 @@ def confusion_rows(scored: Sequence[Mapping], samples: Sequence[Mapping]) -> lis
 
     rows = []
     for s, r in zip(samples, scored):
-        if s["task"] in RACE_TASKS:
+        if s["task"] in vocab.RACE_TASKS:
             rows.append({"actual": canonical_label(s["label"]),
                          "predicted": r.get("prediction") or "unparsed"})
     return rows
@@ -61,7 +61,7 @@ def task_score_rows(scored_by_model: Mapping[str, Sequence[Mapping]]) -> list[di
     ``hargo.rewards.TASKS`` order (tasks without samples left out)."""
     rows = []
     for model, scored in scored_by_model.items():
-        for task in TASKS:
+        for task in vocab.TASKS:
             rs = [r for r in scored if r["task"] == task]
             if not rs:
                 continue
@@ -134,7 +134,7 @@ def plot_confusion(path: str | Path, panels: Sequence[tuple[str, Sequence[Sequen
 def _task_scores_png(path: Path, rows: Sequence[Mapping]) -> None:
     plt = _pyplot()
     models = list(dict.fromkeys(r["model"] for r in rows))
-    tasks = [t for t in TASKS if any(r["task"] == t for r in rows)]
+    tasks = [t for t in vocab.TASKS if any(r["task"] == t for r in rows)]
     width = 0.8 / max(len(models), 1)
     fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(tasks), 3.4), dpi=100)
     for k, model in enumerate(models):
@@ -166,10 +166,11 @@ def plot_task_curves(path: str | Path,
     from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(TASKS), figsize=(3.6 * len(TASKS), 3.2), dpi=100,
+    ts = vocab.TASKS
+    fig, axes = plt.subplots(1, len(ts), figsize=(3.6 * len(ts), 3.2), dpi=100,
                              squeeze=False)
     any_line = False
-    for ax, task in zip(axes[0], TASKS):
+    for ax, task in zip(axes[0], ts):
         for k, (label, solid, dashed) in enumerate(curves):
             x, y = solid.get(task, ([], []))
             if x:
@@ -205,9 +206,10 @@ def plot_task_lengths(path: str | Path, chars: Sequence[tuple[str, Mapping[str, 
         chars: ``(label, {task: completion characters})`` per model, in order.
     """
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(TASKS), figsize=(3.8 * len(TASKS), 3.4), dpi=100,
+    ts = vocab.TASKS
+    fig, axes = plt.subplots(1, len(ts), figsize=(3.8 * len(ts), 3.4), dpi=100,
                              squeeze=False)
-    for ax, task in zip(axes[0], TASKS):
+    for ax, task in zip(axes[0], ts):
         data = [c.get(task, []) for _, c in chars]
         if any(data):
             ax.boxplot([d if d else [0] for d in data], showfliers=True)
