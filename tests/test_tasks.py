@@ -1,14 +1,16 @@
 """Tasks as plug-ins (hargo/tasks/, issue 28): the registry's API and errors, each task's raw
 file, reward and budgets as before the registry, one correctness rule for training and
 evaluation, an unknown task refused by name (never scored as PLP), and a toy task added as one
-new module -- its records, reward, metrics and generation budget seen by the ``rl`` stage on the
-tiny model, by evaluation's scoring and by the comparison's summary, with no other file
-edited."""
+new module -- its records (made by the module: ``prepare`` splits them), reward, metrics and
+generation budget seen by the ``rl`` stage on the tiny model, by evaluation's scoring, and its
+metric a column of ``hargo summary``, the DVC headline, the comparison report and the gate's
+metric list, with no other file edited."""
 from __future__ import annotations
 
 import copy
 import json
 import math
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -207,12 +209,18 @@ def test_a_per_task_budget_map_must_name_each_task_without_a_default(committed_p
 # ------------------------------------------------------------------ a toy task, one module
 
 TOY_MODULE = textwrap.dedent('''\
-    """``toy``: answer with the word "toy". Reward 1 when the completion says it, else 0."""
-    from hargo.tasks import Task, mean, register_task
+    """``toy``: answer with the word "toy". Reward 1 when the completion says it, else 0. Its
+    records are made here (no data file); its metric ``toy_said`` is in the headline tables."""
+    from hargo.tasks import Metric, Task, mean, register_task
 
 
     def says_toy(text: str) -> bool:
         return "toy" in text.casefold()
+
+
+    def toy_records() -> list[dict]:
+        return [{"instruction": f"Say the word toy, number {i}.", "input": "", "output": "toy"}
+                for i in range(20)]
 
 
     register_task(Task(
@@ -220,7 +228,8 @@ TOY_MODULE = textwrap.dedent('''\
         reward=lambda batch: [float(says_toy(t)) for t in batch.texts],
         score=lambda batch: [{"said": says_toy(t)} for t in batch.texts],
         summarize=lambda rows: {"toy_said": mean([float(r["said"]) for r in rows])},
-        metrics=("toy_said",), max_new_tokens=3, max_prompt_tokens=64, rank=50))
+        metrics=("toy_said",), headline=(Metric("toy_said", "toy said", "said", percent=True),),
+        records=toy_records, max_new_tokens=3, max_prompt_tokens=64, rank=50))
 ''')
 
 
@@ -230,26 +239,13 @@ def toy_package(tmp_path_factory) -> Path:
     return package_copy_with(tmp_path_factory.mktemp("pkg"), "tasks", "toy", TOY_MODULE)
 
 
-#: Modules that read the task list once, when imported (``from hargo.vocab import TASKS``:
-#: tables' columns, plot panels, the gate's metric names); imported before the toy is
-#: registered, so that no later test of this process sees the toy in them.
-IMPORT_TIME_READERS = ("hargo.compare.aggregate", "hargo.compare.baselines",
-                       "hargo.compare.evaluate", "hargo.compare.render", "hargo.compare.report",
-                       "hargo.data.conflicts", "hargo.data.prepare", "hargo.data.split",
-                       "hargo.data.validate", "hargo.data.raw", "hargo.evaluation.baselines",
-                       "hargo.evaluation.evaluate", "hargo.evaluation.plots", "hargo.gate")
-
-
 @pytest.fixture()
 def toy_task(toy_package, monkeypatch):
     """This process's task registry, re-discovered with the copy's ``hargo/tasks`` on the
     package's path (so ``toy.py`` is found as a module of the package); restored afterwards."""
-    import importlib
-
     import hargo.tasks as registry
 
-    for name in IMPORT_TIME_READERS:
-        importlib.import_module(name)
+    registry.tasks()    # the built-ins discovered first: restoring the registry keeps them
     rediscover(monkeypatch, registry, toy_package)
     try:
         yield get_task("toy")
@@ -319,3 +315,138 @@ def test_toy_task_trains_in_the_rl_stage_at_its_own_budget(
     assert step["toy/accuracy"] == step["toy/reward_mean"]    # its rule: the full reward 1.0
     on_disk = json.loads((tmp_path / "metrics" / "rl" / "grpo.json").read_text())
     assert set(on_disk["rewards"]) == {"race_c", "toy", "all"}
+
+
+# --------------------------------------------- the toy's records and its headline columns
+
+def test_toy_task_is_one_new_file(toy_package):
+    """The package the toy tests run is this one plus ``hargo/tasks/toy.py``, no other file
+    added or changed (what ``git diff --stat`` of a commit adding the toy would show)."""
+    def files(pkg: Path) -> dict:
+        return {p.relative_to(pkg): p.read_bytes() for p in pkg.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts}
+
+    ours, theirs = files(Path(__file__).resolve().parents[1] / "hargo"), files(
+        toy_package / "hargo")
+    assert set(theirs) - set(ours) == {Path("tasks/toy.py")}
+    assert [p for p, b in ours.items() if theirs.get(p) != b] == []
+
+
+@pytest.mark.fast
+def test_a_raw_file_is_under_the_raw_folder_or_where_its_path_says(tmp_path):
+    from hargo.data.raw import raw_path
+
+    ok = dict(description="d", kind="sentence", reward=list, score=list)
+    assert raw_path(Task(name="a", raw_file="a.json", **ok), tmp_path) == tmp_path / "a.json"
+    elsewhere = tmp_path / "elsewhere" / "a.json"
+    assert raw_path(Task(name="a", raw_file=str(elsewhere), **ok), "data/raw") == elsewhere
+    assert raw_path(Task(name="a", raw_file="d/a.json", **ok), "data/raw") == Path("d/a.json")
+    with pytest.raises(ValueError, match="'a': give raw_file or records, not both"):
+        Task(name="a", raw_file="a.json", records=list, **ok)
+
+
+def test_toy_task_records_are_made_by_its_module_and_prepared(toy_task, tmp_path):
+    """The toy's records come from its ``records`` function, not from the HPC-GPT folder: the
+    raw reader lists them after the four files' and ``prepare`` splits them like the others."""
+    from hargo.data.prepare import prepare
+    from hargo.data.raw import load_raw, source_file
+
+    tiny = Path(__file__).parent / "data" / "hpc_tiny"
+    assert not list(tiny.glob("*toy*"))
+    raw = load_raw(tiny)
+    assert list(raw) == [*BEFORE, "toy"] and len(raw["toy"]) == 20
+    assert raw["toy"][3] == {"instruction": "Say the word toy, number 3.", "input": "",
+                             "output": "toy"}
+    assert source_file("toy") == "hargo.tasks.toy.toy_records"
+    out = prepare({"seed": 42, "data": {"raw_dir": str(tiny), "out_dir": str(tmp_path),
+                                        "split": {"strategy": "grouped", "eval_fraction": 0.1,
+                                                  "similarity_threshold": 0.9,
+                                                  "minhash_perm": 128},
+                                        "conflicts": "majority"}})
+    assert out["per_task"]["toy"] == {"train": 18, "eval": 2}     # 10% of 20 instructions
+    toy = [json.loads(line) for split in ("train", "eval")
+           for line in (tmp_path / f"{split}.jsonl").read_text().splitlines()
+           if json.loads(line)["task"] == "toy"]
+    assert len(toy) == 20 and {r["answer"] for r in toy} == {"toy"}
+    assert {r["source"]["file"] for r in toy} == {"hargo.tasks.toy.toy_records"}
+
+
+class _TieJudge:
+    name = "tie"
+
+    def compare_batch(self, samples, a, b):
+        return [0] * len(a)
+
+
+def _scored_toy_rows(samples: list[dict], said: list[int]) -> list[dict]:
+    """Evaluation rows of toy prompts (``score_samples``' fields) saying toy where ``said``."""
+    return [{"id": s["id"], "task": "toy", "completion": "toy" if x else "no",
+             "chars": 3 if x else 2, "reward": float(x), "correct": bool(x), "said": bool(x)}
+            for s, x in zip(samples, said)]
+
+
+def test_toy_metric_is_a_column_of_the_summary_the_report_and_the_gate(
+        toy_task, committed_params, tmp_path, mlflow_uri, capsys, monkeypatch):
+    """``toy_said`` (its one Metric) shows in ``hargo summary``'s table, the DVC headline, the
+    comparison report's results table and intervals, and the gate's metric list, which the gate
+    computes from the rows; no module but toy.py names it."""
+    from hargo import summary
+    from hargo.compare import aggregate, render
+    from hargo.config.gate_rule import check_gate_params
+    from hargo.gate import GATE_METRICS, gate
+    from hargo.metrics import HEADLINE_METRICS, headline
+    from hargo.params import apply_overrides
+
+    # hargo summary: a column after MLPerf EM, before AvgScore
+    monkeypatch.setenv("COLUMNS", "240")
+    assert summary.columns()[-3:] == (("mlperf_em", "MLPerf EM"), ("toy_said", "toy said"),
+                                      ("avg_score", "AvgScore"))
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "eval.json").write_text(json.dumps({
+        "sft": {"dr_f1": 0.5, "toy_said": 0.25, "avg_score": 0.5},
+        "grpo": {"dr_f1": 0.5, "toy_said": 0.75, "avg_score": 0.625, "win_rate": 0.5},
+        "run": {"judge": "tie"}}))
+    data = summary.run(apply_overrides(committed_params, {"rl.methods": ["grpo"]}), tmp_path)
+    assert (data["models"]["sft"]["toy_said"], data["models"]["grpo"]["toy_said"]) == (0.25,
+                                                                                      0.75)
+    table = capsys.readouterr().out
+    assert "toy said" in table and "0.750" in table
+    # the DVC headline
+    assert HEADLINE_METRICS == ("dr_f1", "dr_mcc", "plp_similarity", "mlperf_em", "toy_said",
+                                "avg_score", "win_rate")
+    assert headline({"grpo": {"toy_said": 0.75, "n_toy": 4}}) == {"grpo": {"toy_said": 0.75}}
+    # the comparison report: 4 toy prompts; SFT says toy once, GRPO twice, HARGO three times
+    samples = _toy_records(4)
+    rows = {"sft": _scored_toy_rows(samples, [1, 0, 0, 0]),
+            "grpo-s1": _scored_toy_rows(samples, [1, 1, 0, 0]),
+            "hargo-s1": _scored_toy_rows(samples, [1, 1, 1, 0])}
+    train = {m: {1: {"prompts_seen": 2, "wall_s": 1.0}} for m in ("grpo", "hargo")}
+    agg = aggregate.aggregate(samples, rows, {}, train, ["grpo", "hargo"], [1],
+                              aggregate.RecordingJudge(_TieJudge()))
+    assert agg.per_run["sft"]["toy_said"] == 0.25
+    assert agg.results["hargo"]["toy_said"] == {"mean": 0.75, "std": 0.0, "values": [0.75]}
+    ci, notes = aggregate.bootstrap_cis(agg.per_prompt, ["grpo", "hargo"], [1], 200, 0.95, 0)
+    assert ci["hargo-grpo"]["toy_said"]["diff"] == pytest.approx(0.25)
+    setup = render.Setup(model="tiny", methods=["grpo", "hargo"], seeds=[1], judge="tie",
+                         steps=1, prompts_per_step=2, num_generations=2,
+                         sft_samples_per_task=1, sft_epochs=1, resamples=200, confidence=0.95,
+                         bootstrap_seed=0, data_version="x", git_commit="y")
+    md = render.render_md(render.document(setup, samples, agg, ci, notes, train, None), "f")
+    header = next(line for line in md.splitlines() if "WinRate vs SFT (%)" in line)
+    assert re.search(r"MLPerf EM \(%\) *\| *toy said \(%\) *\| *AvgScore", header)
+    assert "acc toy (%)" in header and "reward toy" in header
+    hargo_row = next(line for line in md.splitlines() if line.startswith("| HARGO "))
+    assert "75.00 ± 0.00" in hargo_row
+    assert "HARGO - GRPO, toy said: +25.00" in md
+    assert render.summary(setup, samples, agg, ci, notes, train, None)["sft"]["toy_said"] == 0.25
+    # the gate: its metric list, its params check and the metric from the per-prompt rows
+    assert GATE_METRICS[GATE_METRICS.index("mlperf_em"):] == (
+        "mlperf_em", "toy_said", "avg_score", "win_rate", "accuracy_race_c",
+        "accuracy_race_fortran", "accuracy_mlperf", "accuracy_plp", "accuracy_toy")
+    assert check_gate_params({"model_name": "hargo-hpc",
+                              "gate_metrics": ["toy_said"]}).gate_metrics == ["toy_said"]
+    _, _, intervals = gate(rows["hargo-s1"], rows["sft"], ["toy_said", "accuracy_toy"], 0.0,
+                           resamples=200)
+    assert {k: (v["candidate"], v["reference"], v["diff"], v["n_prompts"])
+            for k, v in intervals.items()} == {"toy_said": (0.75, 0.25, 0.5, 4),
+                                               "accuracy_toy": (0.75, 0.25, 0.5, 4)}
