@@ -70,7 +70,7 @@ def _build(cls: type, raw: Any, key: str, root: Mapping, synthetic: bool = False
             kw[f.name] = MappingProxyType({n: _method_block(m, root) for n, m in dynamic.items()})
             continue
         if f.name not in raw:
-            if f.default is MISSING and f.default_factory is MISSING:
+            if meta.get("required") or (f.default is MISSING and f.default_factory is MISSING):
                 raise ParamsError(f"{sub}: missing (no key '{sub}')")
             continue                                          # the default
         value = raw[f.name]
