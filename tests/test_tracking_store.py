@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hargo import tracking, tracking_store
+from hargo.config import as_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,7 +126,7 @@ def test_a_deleted_experiment_stops_rl_before_its_checkpoint_folder_changes(
     client = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
     client.delete_experiment(client.get_experiment_by_name("hargo").experiment_id)
     with pytest.raises(tracking_store.TrackingStoreError, match="restore -x 1"):
-        rl.run(rl_params(committed_params, tiny_model_dir, project / "data"), "grpo",
+        rl.run(as_config(rl_params(committed_params, tiny_model_dir, project / "data")), "grpo",
                root=project)
     assert stale.read_text() == "an earlier run's checkpoint"
 
