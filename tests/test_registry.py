@@ -90,11 +90,10 @@ def reg_root(tmp_path, tiny_model_dir) -> Path:
     return tmp_path
 
 
-def reg_params(committed_params, methods=("grpo",), **over) -> dict:
-    return apply_overrides(committed_params, {"rl.methods": list(methods),
-                                              "register.model_name": "hargo-hpc",
-                                              "register.gate_metrics": ["dr_f1", "plp_similarity"],
-                                              "register.tolerance": 0.0, **over})
+def reg_params(committed_params, methods=("grpo",), **over):
+    return as_config(apply_overrides(committed_params, {
+        "rl.methods": list(methods), "register.model_name": "hargo-hpc",
+        "register.gate_metrics": ["dr_f1", "plp_similarity"], "register.tolerance": 0.0, **over}))
 
 
 def _client(uri):
