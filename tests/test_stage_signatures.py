@@ -20,7 +20,7 @@ STAGES = {"prepare", "validate", "base-model", "sft", "rl", "evaluate", "registe
 
 #: Signatures of hargo/ and flows/ that still take ``Config | Mapping`` (helpers below the
 #: stages; see docs/parameters.md "The typed config"): the number may only go down.
-MAPPING_SIGNATURES_AT_MOST = 31
+MAPPING_SIGNATURES_AT_MOST = 21
 
 
 def _command_name(fn: ast.FunctionDef) -> str | None:

@@ -46,11 +46,11 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
 
     # this pipeline ran sft, rl@grpo and evaluate; the rest were cached by DVC
     for stage, tags in (("sft", None), ("rl", {"hargo.method": "grpo"}), ("evaluate", None)):
-        with tracking.stage_run(stage, params, tmp_path, extra_tags=tags):
+        with tracking.stage_run(stage, as_config(params), tmp_path, extra_tags=tags):
             pass
     # a run under another pipeline (other params) must not count
     other = apply_overrides(params, {"seed": 7})
-    with tracking.stage_run("prepare", other, tmp_path):
+    with tracking.stage_run("prepare", as_config(other), tmp_path):
         pass
 
     data = summary.run(as_config(params), root=tmp_path)
@@ -82,7 +82,7 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
     assert [st[s]["status"] for s in st] == ["cached", "cached", "cached", "ran", "ran",
                                              "cached", "ran", "cached"]
     client = MlflowClient(mlflow_uri)
-    parent = tracking.parent_run_id(params, tmp_path)
+    parent = tracking.parent_run_id(as_config(params), tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("hargo").experiment_id],
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
     want = {r.data.tags["hargo.stage"]: (r.info.end_time - r.info.start_time) / 1000 for r in runs}

@@ -35,7 +35,7 @@ def store_template(tmp_path_factory, committed_params) -> Path:
     mp.delenv("HARGO_PARENT_RUN_ID", raising=False)
     mp.delenv("DVC_ROOT", raising=False)
     try:
-        with tracking.stage_run("validate", committed_params, root):
+        with tracking.stage_run("validate", as_config(committed_params), root):
             pass
     finally:
         mp.undo()
@@ -144,7 +144,7 @@ def test_a_dvc_temp_workspace_logs_to_the_projects_store(project, committed_para
     monkeypatch.setenv("DVC_ROOT", str(project))
     monkeypatch.setenv("DVC_EXP_NAME", "dusty-mule")
     assert tracking.tracking_uri(ws) == f"sqlite:///{project / 'mlruns' / 'mlflow.db'}"
-    with tracking.stage_run("validate", committed_params, ws) as run:
+    with tracking.stage_run("validate", as_config(committed_params), ws) as run:
         pass
     assert not (ws / "mlruns").exists()
     got = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}").get_run(run.info.run_id)
