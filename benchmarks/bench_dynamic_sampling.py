@@ -41,7 +41,7 @@ def one_run(params: dict, method: str, root: Path, enabled: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
-        res = rl.run(p, method, root=root, run_name=f"bench-{method}-{'ds' if enabled else 'off'}",
+        res = rl.run(as_config(p), method, root=root, run_name=f"bench-{method}-{'ds' if enabled else 'off'}",
                      out_dir=tmp / "model", ckpt_dir=tmp / "ckpt",
                      metrics_path=tmp / "metrics.json", keep_history=True)
     cfg = as_config(p)

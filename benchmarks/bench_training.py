@@ -56,7 +56,7 @@ def bench_sft(params: Mapping, base_dir: Path, train_path: Path, steps: int) -> 
     tok = loading.load_tokenizer(base_dir)
     subset, skipped = select_subset(read_prepared(train_path), cfg.sft.samples_per_task,
                                     cfg.seed, tok, cfg.train.max_prompt_tokens)
-    m = sft.train(p, base_dir, subset, out_dir=None, report_to=())
+    m = sft.train(cfg, base_dir, subset, out_dir=None, report_to=())
     s = cfg.sft
     return {
         "benchmark": "SFT step (fwd+bwd+opt)",
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from hargo.config import as_section
+    from hargo.config import as_config, as_section
     from hargo.params import load_params
 
     params = load_params(args.params)
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
 
         if args.profile:   # benchmark-only: what a forced profile costs on this CPU
             hardware.detect_profile = lambda: hardware.PROFILES[args.profile]
-        hardware.setup_torch(params)
+        hardware.setup_torch(as_config(params))
         row = BENCHMARKS[args.one](params, real_base_dir(args.cache), args.train, args.steps)
         sys.stdout.flush()
         print("\n" + json.dumps(row))

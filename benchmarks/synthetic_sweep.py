@@ -165,11 +165,11 @@ def _train_sft(params_path: str, sets: list[str], root: Path) -> None:
     from hargo.compare.synthetic import train_sft
     from hargo.compare.synthetic_data import prepare_data
     from hargo.compare.synthetic_plan import METRICS_DIR, MODEL_DIR
-    from hargo.params import load_params
+    from hargo.config import load_config
 
     metrics = root / METRICS_DIR / "sft.json"
     if not (root / MODEL_DIR).exists() or not metrics.exists():
-        params = load_params(params_path, sets)
+        params = load_config(params_path, sets)
         t0 = time.perf_counter()
         prepare_data(params, root)
         train_sft(params, root)

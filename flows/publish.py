@@ -14,6 +14,7 @@ from prefect.tasks import exponential_backoff
 from flows.report import mlflow_runs, render_report
 from flows.retries import retry_if_transient
 from hargo import tracking
+from hargo.config import as_config
 
 __all__ = ["REPORT_KEY", "open_mlflow_run", "close_mlflow_run", "build_report", "publish"]
 
@@ -28,7 +29,7 @@ _STORE_TASK = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_fa
 @task(name="open-mlflow-run", **_STORE_TASK)
 def open_mlflow_run(params: dict, flow_run_id: str) -> str:
     """Create the pipeline's MLflow parent run (door ``prefect``); returns its id."""
-    return tracking.start_parent_run(params, "prefect",
+    return tracking.start_parent_run(as_config(params), "prefect",
                                      extra_tags={"hargo.prefect_flow_run_id": flow_run_id})
 
 
@@ -50,7 +51,7 @@ def build_report(params: dict, params_path: str, overrides: dict, parent_run_id:
                  steps: list[dict], failure: str | None) -> str:
     """The run's markdown report: steps, metrics/eval.json's table, the MLflow runs."""
     uri = tracking.tracking_uri(".")
-    exp_id = tracking.setup(params, ".")
+    exp_id = tracking.setup(as_config(params), ".")
     runs = mlflow_runs(exp_id, parent_run_id) if parent_run_id else []
     eval_path = Path("metrics") / "eval.json"
     metrics = json.loads(eval_path.read_text(encoding="utf-8")) if eval_path.exists() else None

@@ -1,8 +1,9 @@
 """The ``hargo`` command line. Each subcommand is one pipeline stage (``dvc.yaml`` calls them).
 
 Heavy libraries are imported inside the commands, so ``hargo --help`` starts fast. The commands
-load params.yaml once, checked (:func:`hargo.params.load_params`), hand the stage that mapping,
-and read what they need themselves through the typed config (:func:`hargo.config.as_config`).
+load params.yaml once, checked, as the typed config (:func:`hargo.config.load_config`) and hand
+the stage that :class:`~hargo.config.Config`; the stages read its typed sections, never a params
+mapping (tests/test_stage_signatures.py).
 """
 from __future__ import annotations
 
@@ -53,11 +54,14 @@ def _first_use() -> None:
 
 
 def _params(path: str, overrides: Optional[List[str]]):
-    from hargo.params import ParamsError, load_params, read_params_file
+    """The typed config of the params file ``path`` with the ``--set`` ``overrides``
+    (:func:`hargo.config.load_config`); a bad file or value: one red line naming the key, exit 2."""
+    from hargo.config import load_config
+    from hargo.params import ParamsError, read_params_file
 
     try:
         _READ.update(path=path, values=read_params_file(path))  # before the stage reads it
-        return load_params(path, overrides)
+        return load_config(path, overrides)
     except (ParamsError, FileNotFoundError) as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         raise typer.Exit(2)
@@ -91,20 +95,11 @@ def _params_changed() -> str | None:
 
 
 def _model_dir(params) -> str | None:
-    """``model.out_dir`` of a stage's first argument (a :class:`hargo.config.Config` or a params
-    mapping), for the full-disk message; None when it has none."""
-    from collections.abc import Mapping
+    """``model.out_dir`` of a stage's first argument (a :class:`hargo.config.Config`), for the
+    full-disk message; None when it is no config."""
+    from hargo.config import Config
 
-    from hargo.config import Config, as_section
-
-    if isinstance(params, Config):
-        return params.model.out_dir
-    if not isinstance(params, Mapping):
-        return None
-    try:
-        return as_section(params, "model").out_dir
-    except (ValueError, TypeError, KeyError):   # a partial or bad model section: no folder named
-        return None
+    return params.model.out_dir if isinstance(params, Config) else None
 
 
 def _run(fn, *args, online: bool = False, **kwargs):
@@ -226,10 +221,8 @@ def base_model(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt):
     """Resolve the base model (embedded SmolLM2, a hub id or a folder) into models/base."""
     from hargo.models import base as stage
 
-    from hargo.config import as_section
-
     p = _params(params, set_)
-    _run(stage.run, p, online=stage.needs_hub(as_section(p, "model")))
+    _run(stage.run, p, online=stage.needs_hub(p.model))
 
 
 @app.command()

@@ -9,27 +9,29 @@ nothing of the stages (the ``params`` stage lists this module among its deps: dv
 """
 from __future__ import annotations
 
-from typing import List, Mapping, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from hargo.config import Config
 
 __all__ = ["check_methods_and_paths", "forget_stamp", "warn_learning_rates", "report_unstamped",
            "explain_fields"]
 
 
-def check_methods_and_paths(checked: Mapping) -> None:
-    """The checks of the checked params mapping ``checked`` that its fields cannot make: each
+def check_methods_and_paths(checked: "Config") -> None:
+    """The checks of the typed config ``checked`` that its fields cannot make: each
     method of ``rl.methods`` and ``compare.methods`` names an estimator, loss and KL estimator
     that exist (a typo in a method module), and no path knob leaves where dvc.yaml declares it
     (:func:`hargo.config.dvc_paths.check_pipeline_paths`).
 
     Raises:
         typer.Exit: code 2, after one red ``error: ...`` line."""
-    from hargo.config import as_config
     from hargo.methods import get_method
     from hargo.methods._check import check_method_names
 
-    cfg = as_config(checked)
+    cfg = checked
     compared = cfg.compare.methods if cfg.compare is not None else ()
     for name in dict.fromkeys([*cfg.rl.methods, *compared]):
         try:   # a typo in a method module's estimator / loss / KL name
@@ -60,12 +62,14 @@ def forget_stamp(params: str) -> None:
                     fg="yellow", err=True)
 
 
-def warn_learning_rates(checked: Mapping) -> None:
-    """One yellow warning line per implausible learning rate of ``checked``
-    (:func:`hargo.params.implausible_learning_rates`)."""
+def warn_learning_rates(checked: "Config") -> None:
+    """One yellow warning line per implausible learning rate of the typed config ``checked``
+    (:func:`hargo.params.implausible_learning_rates` of the file's entries, in its order:
+    :func:`hargo.config.params_dict`)."""
+    from hargo.config import params_dict
     from hargo.params import implausible_learning_rates
 
-    for w in implausible_learning_rates(checked):
+    for w in implausible_learning_rates(params_dict(checked)):
         typer.secho(f"warning: {w}", fg="yellow", err=True)
 
 

@@ -10,9 +10,12 @@ Imports (inside the functions): :mod:`hargo.config`, :mod:`hargo.training.rl` an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from hargo.config import Config
 
 __all__ = ["serve_host", "serve_plan", "exec_server"]
 
@@ -32,20 +35,19 @@ def serve_host(host: str) -> str:
         raise typer.Exit(2)
 
 
-def serve_plan(p: Mapping, params: str, host: str, tensor_parallel_size: int,
+def serve_plan(p: "Config", params: str, host: str, tensor_parallel_size: int,
                data_parallel_size: int) -> tuple[list[str], str]:
-    """(the ``vllm serve`` command, ``sft.out_dir``) for the checked params mapping ``p`` read
+    """(the ``vllm serve`` command, ``sft.out_dir``) for the typed config ``p`` read
     from the file ``params``: the SFT model served on ``rl.vllm_server.port`` at ``host``
     (:func:`hargo.training.vllm_rollout.serve_command`), its context the rl stage's
     (:func:`hargo.training.rl.vllm_max_len`).
 
     Raises:
         typer.Exit: code 2 when ``params`` sets no ``rl.vllm_server``, after one red line."""
-    from hargo.config import as_config
     from hargo.training.rl import vllm_max_len
     from hargo.training.vllm_rollout import serve_command
 
-    cfg = as_config(p)
+    cfg = p
     if cfg.rl.vllm_server is None:
         typer.secho(f"error: rl.vllm_server: not set in {params} (hargo vllm-serve serves on "
                     "rl.vllm_server.port; give rl.vllm_server its host, port and timeout)",

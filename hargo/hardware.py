@@ -267,23 +267,19 @@ def describe_cpu() -> str:
             f"{'+'.join(flags) if flags else 'no native bf16 (AVX2)'}")
 
 
-def setup_torch(params: "Config | Mapping") -> int:
+def setup_torch(params: "Config", seed: int | None = None) -> int:
     """Set torch's intra-op thread count from ``train.threads`` (an integer, 0 for torch's
     default, or ``auto``: see :func:`hargo.hardware.resolve_threads`, re-checked at every call)
-    and seed Python, NumPy and torch (``transformers.set_seed`` of ``seed``).
+    and seed Python, NumPy and torch (``transformers.set_seed`` of ``seed``, default the
+    config's).
 
-    ``params``: the typed config or a params mapping (its ``train`` and ``seed`` checked).
+    ``params``: the typed config.
 
-    Returns the thread count in force.
-
-    Raises:
-        ParamsError: a bad ``train`` section or ``seed`` of a params mapping (names the key)."""
+    Returns the thread count in force."""
     import torch
     from transformers import set_seed
 
-    from hargo.config import as_section
-
-    threads = resolve_threads(_train_section(params).threads)
+    threads = resolve_threads(params.train.threads)
     torch.set_num_threads(threads)
-    set_seed(as_section(params, "seed"))
+    set_seed(int(params.seed if seed is None else seed))
     return threads

@@ -48,7 +48,7 @@ from typing import Mapping, Sequence
 from hargo.champion import (CANDIDATE, CHAMPION, IDENTITY_TAG, ROWS_ARTIFACT, champion_reference,
                             version_by_alias)
 from hargo.evaluation.identity import read_eval_identity, read_eval_rows
-from hargo.config import Config, as_config, params_dict
+from hargo.config import Config, params_dict
 from hargo.gate import check_rows_match_metrics, gate
 from hargo.io import HargoInputError, atomic_write_json, require_complete_dir
 from hargo.model_card import base_record, local_model_card
@@ -108,13 +108,12 @@ def read_eval_metrics(path: str | Path, models: Sequence[str], gate_metrics: Seq
     return out
 
 
-def run(params: "Config | Mapping", root: str | Path = ".") -> dict:
+def run(params: Config, root: str | Path = ".") -> dict:
     """Run the register stage (see the module docstring).
 
     Args:
-        params: the typed config (:mod:`hargo.config`) or a params mapping (``register``,
-            ``rl.methods``, ``rl.out_dir``,
-            ``sft.out_dir``, ``mlflow``, ``seed``).
+        params: the typed config (:class:`hargo.config.Config`; ``register``, ``rl.methods``,
+            ``rl.out_dir``, ``sft.out_dir``, ``mlflow``, ``seed``).
         root: the repository root that relative paths start from.
 
     Returns:
@@ -173,7 +172,7 @@ class _Undo:
     moved_candidate: bool = False
 
 
-def _register(params: "Config | Mapping", root: str | Path) -> dict:
+def _register(cfg: Config, root: str | Path) -> dict:
     """:func:`run`'s body: every check (:func:`_checked_inputs`, :func:`_open_store`), then, in
     the stage's MLflow run, the versions (:func:`_log_versions`), the gate
     (:func:`_judge_candidates`), the aliases (:func:`_move_aliases`) and the document; undone on
@@ -183,26 +182,25 @@ def _register(params: "Config | Mapping", root: str | Path) -> dict:
     from hargo import tracking
 
     root = Path(root)
-    cfg, pd = as_config(params), params_dict(params)
     gp = cfg.register               # checked by the gate's own rule (hargo.gate.check_gate_params)
     name, gates = gp.model_name, list(gp.gate_metrics)
     methods = list(cfg.rl.methods)
-    inp = _checked_inputs(cfg, pd, root, methods, gates)
-    uri = _open_store(pd, root)
+    inp = _checked_inputs(cfg, root, methods, gates)
+    uri = _open_store(cfg, root)
     client = MlflowClient()
     old, ref_label, reference, not_comparable = champion_reference(
         client, name, inp.identity, inp.rows[methods[0]], gates)
     if old is None:
         reference, ref_label = inp.rows[SFT], SFT
     old_candidate = version_by_alias(client, name, CANDIDATE)
-    common = tracking.common_tags(pd, root)
+    common = tracking.common_tags(cfg, root)
     base = base_record(root / cfg.model.out_dir)    # where the base model came from: the cards
     judge = _eval_judge(root / EVAL_FILE)
 
-    with tracking.stage_run("register", pd, root) as mlrun:
+    with tracking.stage_run("register", cfg, root) as mlrun:
         undo = _Undo()
         try:
-            base_doc = _log_versions(client, name, methods, inp, pd, common, base, undo)
+            base_doc = _log_versions(client, name, methods, inp, cfg, common, base, undo)
             candidates = [(m, mv) for m, mv in undo.created if m is not None]   # None: the base
             versions, new_champ = _judge_candidates(client, cfg, candidates, inp, reference,
                                                     ref_label, not_comparable)
@@ -226,7 +224,7 @@ def _register(params: "Config | Mapping", root: str | Path) -> dict:
     return doc
 
 
-def _checked_inputs(cfg: Config, pd: Mapping, root: Path, methods: Sequence[str],
+def _checked_inputs(cfg: Config, root: Path, methods: Sequence[str],
                     gates: Sequence[str]) -> _Inputs:
     """Every check that runs before anything is registered: metrics present for SFT and each
     method, per-prompt rows matching them, model folders complete and not diverged, adapters
@@ -239,7 +237,7 @@ def _checked_inputs(cfg: Config, pd: Mapping, root: Path, methods: Sequence[str]
             for m in methods}
     from hargo.training.divergence import DivergenceBounds, check_training_record
 
-    bounds = DivergenceBounds.from_params(pd)
+    bounds = DivergenceBounds.of(cfg.train.divergence)
     for m in methods:     # a model whose training diverged is never registered
         check_training_record(dirs[m], bounds, f"model folder of '{m}'")
     inp = _Inputs(metrics, identity, rows, dirs, {m: adapter_dir(dirs[m]) for m in methods})
@@ -256,7 +254,7 @@ def _checked_inputs(cfg: Config, pd: Mapping, root: Path, methods: Sequence[str]
     return inp
 
 
-def _open_store(pd: Mapping, root: Path) -> str:
+def _open_store(cfg: Config, root: Path) -> str:
     """The tracking URI, once the store took its first write (a read-only store fails here).
 
     Raises:
@@ -265,8 +263,8 @@ def _open_store(pd: Mapping, root: Path) -> str:
 
     uri = tracking.tracking_uri(root)
     try:
-        tracking.setup(pd, root)
-        tracking.parent_run_id(pd, root)  # the first write: fails here on a read-only store
+        tracking.setup(cfg, root)
+        tracking.parent_run_id(cfg, root)  # the first write: fails here on a read-only store
     except Exception as e:  # e.g. the store's folder cannot be created
         if isinstance(e, RuntimeError):
             raise
@@ -274,15 +272,17 @@ def _open_store(pd: Mapping, root: Path) -> str:
     return uri
 
 
-def _log_versions(client, name: str, methods: Sequence[str], inp: _Inputs, pd: Mapping,
+def _log_versions(client, name: str, methods: Sequence[str], inp: _Inputs, cfg: Config,
                   common: Mapping, base, undo: _Undo) -> dict | None:
     """Log each method's model to the active run and register it as a version of ``name`` (an
     adapter's base once, as a version of ``<name>-base``); each version lands in
-    ``undo.created``. Returns the base's record (None: no adapter)."""
+    ``undo.created``; the versions' params are ``cfg``'s as params.yaml has them
+    (:func:`hargo.config.params_dict`). Returns the base's record (None: no adapter)."""
     import mlflow
 
     from hargo import tracking
 
+    pd = params_dict(cfg)
     version_tags = {k: common[k] for k in VERSION_TAGS if k in common}
     if ensure_registered_model(client, name, "hargo: RL post-trained models on the "
                                "HPC-GPT tasks; @champion passed the register gate, "

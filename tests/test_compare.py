@@ -12,6 +12,7 @@ import pytest
 
 from flow_project import PIPELINE_GROUP
 from hargo.params import ParamsError, apply_overrides
+from hargo.config import as_config
 
 DEFAULT_METHODS = ["hpcgpt", "ppo", "dpo", "kto", "simpo", "grpo", "dr_grpo", "hargo"]
 
@@ -19,18 +20,18 @@ DEFAULT_METHODS = ["hpcgpt", "ppo", "dpo", "kto", "simpo", "grpo", "dr_grpo", "h
 def test_run_params_apply_the_comparison_budget_and_seed(committed_params):
     from hargo.compare.train import run_params
 
-    p = run_params(committed_params, "hargo", 3)
+    p = run_params(as_config(committed_params), "hargo", 3)
     c = committed_params["compare"]
     assert p["seed"] == 3 and committed_params["seed"] == 42      # a copy; the input unchanged
     assert p["rl"]["steps"] == c["steps"] and p["rl"]["prompts_per_step"] == c["prompts_per_step"]
     assert p["rl"]["samples_per_task"] == c["samples_per_task"]
     assert p["rl"]["hargo"] == committed_params["rl"]["hargo"]    # method knobs untouched
-    h = run_params(committed_params, "hpcgpt", 1)
+    h = run_params(as_config(committed_params), "hpcgpt", 1)
     assert h["sft"]["learning_rate"] == 2e-5                       # the HPC-GPT recipe
     assert (h["sft"]["lora"]["r"], h["sft"]["lora"]["alpha"]) == (8, 16.0)
     assert committed_params["sft"]["learning_rate"] == 2e-4
     with pytest.raises(ParamsError, match="method: unknown method .ppo2."):
-        run_params(committed_params, "ppo2", 1)
+        run_params(as_config(committed_params), "ppo2", 1)
 
 
 def test_run_names_and_parsing(committed_params):
@@ -48,7 +49,7 @@ def test_run_names_and_parsing(committed_params):
     for bad in ("hargo-s9", "hargo", "nope-s1", "hargo_b1-s1"):   # b1 not in the quick methods
         with pytest.raises(ParamsError, match="--run"):
             parse_run(committed_params, bad)
-    ev = eval_params(committed_params)
+    ev = eval_params(as_config(committed_params))
     assert ev["samples_per_task"] == committed_params["compare"]["evaluate"]["samples_per_task"]
     assert ev["backend"] == committed_params["evaluate"]["backend"]
 

@@ -46,7 +46,8 @@ def test_params_yaml_builds_with_its_values():
     assert cfg.rl.method("hargo") == HargoParams(beta=0.02, alpha=0.3, rho=0.9, eps=1e-6,
                                                  eps_w=1e-6)
     assert cfg.rl.method("ppo").lam == 0.95
-    assert cfg.compare.method("simpo") == {"beta": 2.0, "gamma": 0.5, "learning_rate": 5e-5}
+    assert dataclasses.asdict(cfg.compare.method("simpo")) == {"beta": 2.0, "gamma": 0.5,
+                                                              "learning_rate": 5e-5}
     assert cfg.validate.task_counts["race_c"] == (1500, 2000)
     assert cfg.data.split.similarity_threshold == 0.885
     assert cfg.sft.lora.r == 8 and cfg.rl.lora.adapter_dtype == "bfloat16"

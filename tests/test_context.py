@@ -11,6 +11,7 @@ import pytest
 
 from hargo.models.loading import check_context, context_length
 from hargo.testing import crafted_records, make_tiny_model
+from hargo.config import as_config
 
 
 # -- the rule ------------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ def test_rl_refuses_a_budget_past_the_context_before_training(short_context_mode
     write_jsonl(data / "train.jsonl", crafted_records(1))   # 4 prompts: RL takes them all
     p = rl_params(committed_params, short_context_model, data, max_new_tokens=100)
     with pytest.raises(ValueError) as e:
-        rl.run(p, "grpo", root=tmp_path)
+        rl.run(as_config(p), "grpo", root=tmp_path)
     assert "rl.max_new_tokens=100 leaves no room" in str(e.value)
     assert not (tmp_path / "models").exists() and not (tmp_path / "metrics").exists()
 
@@ -120,14 +121,14 @@ def test_rl_refuses_a_budget_past_the_context_before_training(short_context_mode
     p = rl_params(committed_params, short_context_model, data, max_new_tokens=96 - longest + 1,
                   max_prompt_tokens=64)
     with pytest.raises(ValueError) as e:
-        rl.run(p, "grpo", root=tmp_path)
+        rl.run(as_config(p), "grpo", root=tmp_path)
     assert f"lower rl.max_prompt_tokens to at most {longest - 1}" in str(e.value)
     assert f"or rl.max_new_tokens to at most {96 - longest}" in str(e.value)
     # a cap per task: the message names the longest prompt's task's cap
     task = max(crafted_records(1), key=lambda r: _prompt_len(short_context_model, r["prompt"]))["task"]
     p["rl"]["max_prompt_tokens"] = {t: 64 for t in ("race_c", "race_fortran", "mlperf", "plp")}
     with pytest.raises(ValueError) as e:
-        rl.run(p, "grpo", root=tmp_path)
+        rl.run(as_config(p), "grpo", root=tmp_path)
     assert f"lower rl.max_prompt_tokens.{task} to at most {longest - 1}" in str(e.value)
 
 
@@ -146,5 +147,5 @@ def test_sft_refuses_a_max_length_past_the_context(short_context_model, tmp_path
     p["data"]["out_dir"] = str(data)
     p["sft"].update(out_dir=str(tmp_path / "sft"), max_length=200)
     with pytest.raises(ValueError, match=r"sft.max_length=200 is past the model's context of 96"):
-        sft.run(p)
+        sft.run(as_config(p))
     assert not (tmp_path / "sft").exists()

@@ -148,7 +148,7 @@ def test_a_failed_stage_run_says_why(mlflow_uri, committed_params):
     from hargo import tracking
 
     with pytest.raises(TrainingDiverged):
-        with tracking.stage_run("rl", committed_params, extra_tags={"hargo.method": "hargo"}) as r:
+        with tracking.stage_run("rl", as_config(committed_params), extra_tags={"hargo.method": "hargo"}) as r:
             run_id = r.info.run_id
             raise TrainingDiverged("rl (hargo) diverged at step 2: loss = 3.1e+23")
     run = mlflow.get_run(run_id)

@@ -16,6 +16,7 @@ import pytest
 
 from hargo.io import HargoInputError
 from hargo.params import apply_overrides
+from hargo.config import as_config
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -138,7 +139,7 @@ def test_evaluate_vllm_writes_metrics_generations_plots_and_mlflow(eval_root, co
 
     params = eval_params(committed_params, **{"evaluate.kv_cache_gib": 0.5})
     engines = _track_vllm_engines(monkeypatch)
-    out = evaluate.run(params, root=eval_root)
+    out = evaluate.run(as_config(params), root=eval_root)
     # engines are freed between models: when each engine starts, every earlier one (its KV cache
     # and weights) is already gone, and none outlives the stage. An object count, not a memory
     # figure: resident-set growth depends on the allocator and on whether vLLM keeps its KV cache
@@ -318,7 +319,7 @@ def test_unknown_task_in_eval_split_is_a_clear_error(eval_root, committed_params
     write_eval(eval_root / "data" / "prepared" / "eval.jsonl", bad)
     _no_generation(monkeypatch)
     with pytest.raises(HargoInputError) as e:
-        evaluate.run(eval_params(committed_params), root=eval_root)
+        evaluate.run(as_config(eval_params(committed_params)), root=eval_root)
     msg = str(e.value)
     assert "eval.jsonl, record 3, field 'task'" in msg
     assert "'fortran-x'" in msg and "'race_cobol'" in msg and "race_fortran" in msg
@@ -337,7 +338,7 @@ def test_missing_or_half_written_model_folder_is_a_clear_error(eval_root, commit
         (folder / ".complete").unlink()
     _no_generation(monkeypatch)
     with pytest.raises(FileNotFoundError) as e:
-        evaluate.run(eval_params(committed_params), root=eval_root)
+        evaluate.run(as_config(eval_params(committed_params)), root=eval_root)
     msg = str(e.value)
     assert str(folder) in msg and "grpo" in msg and "hargo rl --method grpo" in msg
     assert ("does not exist" if damage == "missing" else "incomplete") in msg

@@ -17,13 +17,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hargo.config import as_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 STAGE = """
 import json, sys, time
 from hargo import tracking
-params = json.load(open("params.json"))
+from hargo.config import as_config
+params = as_config(json.load(open("params.json")))
 with tracking.stage_run("rl", params, ".", extra_tags={"hargo.method": "hargo"}) as run:
     open("started", "w").write(run.info.run_id)
     for i in range(600):          # a training stage's log lines
@@ -96,7 +98,7 @@ def test_the_pipeline_parent_run_ends_as_the_flow_run_did(mlflow_uri, committed_
     for failure, killed, status in [
             (None, False, "FINISHED"), ("step sft failed", False, "FAILED"),
             ("pipeline cancelled: TerminationSignal: 15", True, "KILLED")]:
-        parent = tracking.start_parent_run(committed_params, "prefect")
+        parent = tracking.start_parent_run(as_config(committed_params), "prefect")
         close_mlflow_run.fn(parent, failure, killed)
         run = MlflowClient(mlflow_uri).get_run(parent)
         assert run.info.status == status and run.info.end_time, failure

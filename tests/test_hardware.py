@@ -172,13 +172,13 @@ def _matrix_params(committed: dict, tiny_model_dir: Path) -> dict:
 
 
 def _build_config(params: dict, method: str, out: Path):
-    from hargo.compare.train import family, run_params
+    from hargo.compare.train import family, run_config
 
     if method == "sft":
         from hargo.training.sft import sft_config
 
-        return sft_config(params, out, report_to=())
-    p = run_params(params, method, 1)
+        return sft_config(as_config(params), out, report_to=())
+    p = run_config(as_config(params), method, 1)
     fam = family(method)
     if fam == "rl":
         from hargo.training.rl import build_grpo_config
@@ -190,7 +190,7 @@ def _build_config(params: dict, method: str, out: Path):
         return build_config(p, method, out, seed=1)
     from hargo.training.sft import sft_config   # hpcgpt: SFT's config with the HPC-GPT recipe
 
-    return sft_config(p, out, report_to=())
+    return sft_config(as_config(p), out, report_to=())
 
 
 @pytest.mark.parametrize("profile", list(PROFILES), indirect=True)
@@ -205,7 +205,7 @@ def test_every_trainer_config_is_valid_on_every_profile(profile, method, committ
 
 def _construct_trainer(params: dict, method: str, model_dir: Path, out: Path):
     """Construct (not train) the trainer of ``method`` on the tiny model and crafted data."""
-    from hargo.compare.train import family, run_params
+    from hargo.compare.train import family, run_config
     from hargo.models import loading
     from hargo.testing import crafted_records
 
@@ -213,11 +213,11 @@ def _construct_trainer(params: dict, method: str, model_dir: Path, out: Path):
     if method in ("sft", "hpcgpt"):
         from hargo.training import sft
 
-        p = params if method == "sft" else run_params(params, method, 1)
+        p = params if method == "sft" else run_config(as_config(params), method, 1)
         model = loading.load_model(model_dir)
-        return sft.build_trainer(p, model, loading.load_tokenizer(model_dir), records,
-                                 sft.sft_config(p, out, report_to=()))
-    p = run_params(params, method, 1)
+        return sft.build_trainer(as_config(p), model, loading.load_tokenizer(model_dir), records,
+                                 sft.sft_config(as_config(p), out, report_to=()))
+    p = run_config(as_config(params), method, 1)
     if family(method) == "rl":
         from hargo.training.rl import build_trainer
 
@@ -228,8 +228,8 @@ def _construct_trainer(params: dict, method: str, model_dir: Path, out: Path):
               "rejected": [{"role": "assistant", "content": "no idea"}]} for r in records[:2]]
     rows = (preference.kto_rows(pairs, [0, 1], 2) if method == "kto"
             else preference.dpo_rows(pairs, [0, 1]))
-    args = preference.build_config(p, method, out, seed=1)
-    return preference.build_trainer(p, method, loading.load_model(model_dir),
+    args = preference.build_config(as_config(p), method, out, seed=1)
+    return preference.build_trainer(as_config(p), method, loading.load_model(model_dir),
                                     loading.load_tokenizer(model_dir), rows, args)
 
 
@@ -259,8 +259,8 @@ def test_one_real_bf16_autocast_sft_step_on_the_cpu(profile, committed_params, t
     params = _matrix_params(committed_params, tiny_model_dir)
     params["sft"].update(max_steps=1, batch_size=4, learning_rate=5e-3)
     model = loading.load_model(tiny_model_dir)
-    trainer = sft.build_trainer(params, model, loading.load_tokenizer(tiny_model_dir),
-                                crafted_records(1), sft.sft_config(params, tmp_path, report_to=()))
+    trainer = sft.build_trainer(as_config(params), model, loading.load_tokenizer(tiny_model_dir),
+                                crafted_records(1), sft.sft_config(as_config(params), tmp_path, report_to=()))
     seen: list[torch.dtype] = []
     layer = trainer.model.get_base_model().model.layers[0].self_attn.q_proj.base_layer
     hook = layer.register_forward_hook(lambda m, i, o: seen.append(o.dtype))

@@ -19,6 +19,16 @@ from hargo.data.raw import TASK_FILES, make_record
 from hargo.data.records import read_prepared
 from hargo.evaluation.identity import GATE_FIELDS, read_eval_rows
 from hargo.io import HargoInputError, atomic_write_json, atomic_write_jsonl, read_jsonl, write_jsonl
+from hargo.config import as_config
+
+
+def _config(partial: dict):
+    """The typed config the prepare stage takes: params.yaml with ``partial``'s sections."""
+    from hargo.config import as_config
+    from hargo.params import read_params_file
+
+    root = Path(__file__).resolve().parents[1]
+    return as_config({**read_params_file(root / "params.yaml"), **partial})
 
 TINY = Path(__file__).parent / "data" / "hpc_tiny"
 
@@ -98,11 +108,11 @@ def test_prepare_output_with_unicode_line_separators_reads_back(tmp_path, commit
         f[i]["output"] = ch + f[i]["output"]
     (raw / "task1_plp.json").write_text(json.dumps(f, ensure_ascii=False), encoding="utf-8")
     out = tmp_path / "out"
-    summary = P.run({"seed": 42, "data": {"raw_dir": str(raw), "out_dir": str(out),
+    summary = P.run(_config({"seed": 42, "data": {"raw_dir": str(raw), "out_dir": str(out),
                                           "split": {"strategy": "grouped", "eval_fraction": 0.1,
                                                     "similarity_threshold": 0.9,
                                                     "minhash_perm": 128},
-                                          "conflicts": "majority"}})
+                                          "conflicts": "majority"}}))
     train, eval_ = read_prepared(out / "train.jsonl"), read_prepared(out / "eval.jsonl")
     assert summary["per_task"]["plp"] == {"train": 11, "eval": 1}
     assert len(train) == 56 and len(eval_) == 5
@@ -115,6 +125,6 @@ def test_prepare_output_with_unicode_line_separators_reads_back(tmp_path, commit
     from hargo.tracking import split_dataset
 
     params = {**committed_params, "data": {**committed_params["data"], "out_dir": str(out)}}
-    profile = split_dataset("train", params, tmp_path).profile
+    profile = split_dataset("train", as_config(params), tmp_path).profile
     assert profile == {"num_rows": 56, "tasks": {"mlperf": 15, "plp": 11, "race_c": 19,
                                                  "race_fortran": 11}}

@@ -23,6 +23,7 @@ from rl_helpers import TASKS, rl_params, write_jsonl
 from hargo.methods import (FAMILIES, RL_FAMILIES, Method, UnknownMethodError, get_method,
                            method_names, methods, methods_of_family, register_method)
 from hargo.testing import crafted_records
+from hargo.config import as_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -293,9 +294,9 @@ def test_toy_method_is_checked_compared_and_trained_by_the_rl_stage(
 
     # the comparison: its method list, family, run params and label
     assert family("toy") == "rl" and render.pretty("toy") == "TOY"
-    assert run_params(params, "toy", 3)["rl"]["toy"] == {"beta": 0.02}
+    assert run_params(as_config(params), "toy", 3)["rl"]["toy"] == {"beta": 0.02}
 
-    res = rl.run(params, "toy", root=tmp_path, keep_history=True)
+    res = rl.run(as_config(params), "toy", root=tmp_path, keep_history=True)
     assert res["method"] == "toy" and res["steps"] == 1
     assert (tmp_path / "models" / "rl" / "toy" / "model.safetensors").is_file()
     on_disk = json.loads((tmp_path / "metrics" / "rl" / "toy.json").read_text())

@@ -11,6 +11,7 @@ import pytest
 
 from hargo.io import HargoInputError
 from hargo.training import preference_trainers as preference
+from hargo.config import as_config
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -55,7 +56,7 @@ def test_preference_method_trains_and_writes_an_evaluable_model(tmp_path, tiny_m
 
     params = pref_params(committed_params)
     out = tmp_path / "model"
-    m = preference.train_preference(params, method, tiny_model_dir, crafted_pairs(3), out, seed=1)
+    m = preference.train_preference(as_config(params), method, tiny_model_dir, crafted_pairs(3), out, seed=1)
 
     assert m["method"] == method and m["seed"] == 1
     assert m["steps"] == 2
@@ -101,13 +102,13 @@ def test_no_pairs_is_a_clear_error_naming_pairs_jsonl(tmp_path, tiny_model_dir,
                                                       committed_params):
     params = pref_params(committed_params)
     with pytest.raises(HargoInputError, match=r"data/preferences/pairs.jsonl: no preference pairs"):
-        preference.train_preference(params, "dpo", tiny_model_dir, [], tmp_path / "m", seed=1)
+        preference.train_preference(as_config(params), "dpo", tiny_model_dir, [], tmp_path / "m", seed=1)
     bad = crafted_pairs(2)
     bad[1]["rejected"] = "maybe"
     path = tmp_path / "pairs.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in bad))
     with pytest.raises(HargoInputError, match=r"pairs.jsonl, record 1, field 'rejected'"):
-        preference.train_preference(params, "kto", tiny_model_dir, path, tmp_path / "m", seed=1)
+        preference.train_preference(as_config(params), "kto", tiny_model_dir, path, tmp_path / "m", seed=1)
     assert not (tmp_path / "m").exists()
 
 
@@ -116,10 +117,10 @@ def test_unknown_method_and_bad_params_are_refused(committed_params):
 
     params = pref_params(committed_params)
     with pytest.raises(ParamsError, match="method: must be one of dpo, kto, simpo"):
-        preference.check_params(params, "orpo")
+        preference.check_params(as_config(params), "orpo")
     params["compare"]["simpo"]["beta"] = 0
     with pytest.raises(ParamsError, match=r"compare.simpo.beta: must be > 0"):
-        preference.check_params(params, "simpo")
+        preference.check_params(as_config(params), "simpo")
 
 
 def test_pair_order_draws_without_replacement_then_cycles():
@@ -165,7 +166,7 @@ def test_interrupted_preference_run_starts_over_to_the_uninterrupted_result(
     from transformers import TrainerCallback
 
     params = pref_params(committed_params)
-    straight = preference.train_preference(params, method, tiny_model_dir, crafted_pairs(3),
+    straight = preference.train_preference(as_config(params), method, tiny_model_dir, crafted_pairs(3),
                                            tmp_path / "a", seed=1)
 
     class StopAfterStep1(TrainerCallback):
@@ -185,13 +186,13 @@ def test_interrupted_preference_run_starts_over_to_the_uninterrupted_result(
 
     monkeypatch.setattr(preference, "build_trainer", build_with_stop)
     with pytest.raises(_Interrupted):
-        preference.train_preference(params, method, tiny_model_dir, crafted_pairs(3),
+        preference.train_preference(as_config(params), method, tiny_model_dir, crafted_pairs(3),
                                     tmp_path / "b", seed=1)
     monkeypatch.setattr(preference, "build_trainer", original)
     assert built and not Path(built[0]).exists()              # nothing to resume from
     assert not (tmp_path / "b").exists()
 
-    again = preference.train_preference(params, method, tiny_model_dir, crafted_pairs(3),
+    again = preference.train_preference(as_config(params), method, tiny_model_dir, crafted_pairs(3),
                                         tmp_path / "b", seed=1)
     assert again["steps"] == straight["steps"] == 2
     assert [s for s, _ in again["loss_curve"]] == [s for s, _ in straight["loss_curve"]]

@@ -11,6 +11,7 @@ import pytest
 from hargo.compare import preferences
 from hargo.io import HargoInputError
 from hargo.params import ParamsError, apply_overrides
+from hargo.config import as_config
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -84,7 +85,7 @@ def test_make_pairs_refuses_bad_shapes_and_rewards():
 
 
 def test_check_params_names_the_key(committed_params):
-    preferences.check_params(committed_params)
+    preferences.check_params(as_config(committed_params))
     for key, value, msg in [
             ("compare.preferences.samples_per_prompt", 1, "must be >= 2"),
             ("compare.preferences.temperature", 0.0, "must be > 0"),
@@ -92,7 +93,7 @@ def test_check_params_names_the_key(committed_params):
             ("compare.preferences.out_dir", "", "expected a non-empty path")]:
         p = apply_overrides(committed_params, {key: value})
         with pytest.raises(ParamsError, match=f"{key}: {msg}"):
-            preferences.check_params(p)
+            preferences.check_params(as_config(p))
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ def test_stage_writes_ranked_pairs_and_stats(pref_root, committed_params, mlflow
     from hargo.rewards import RewardConfig, TaskReward
 
     params = stage_params(committed_params)
-    out = preferences.run(params, root=pref_root)
+    out = preferences.run(as_config(params), root=pref_root)
     folder = pref_root / "data" / "preferences"
     assert (folder / ".complete").exists()
     pairs = _jsonl(folder / "pairs.jsonl")
@@ -196,7 +197,7 @@ def test_stage_writes_ranked_pairs_and_stats(pref_root, committed_params, mlflow
     assert run.data.metrics["preferences/race_c/ties_dropped"] == 2
 
     # seeded: a second run writes the same pairs
-    preferences.run(params, root=pref_root)
+    preferences.run(as_config(params), root=pref_root)
     assert _jsonl(folder / "pairs.jsonl") == pairs
 
 
@@ -212,10 +213,10 @@ def test_stage_bad_input_fails_before_generating_and_writes_nothing(pref_root, c
     (pref_root / "data" / "prepared" / "train.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in bad))
     with pytest.raises(HargoInputError, match=r"train.jsonl, record 4, field 'task'"):
-        preferences.run(stage_params(committed_params), root=pref_root)
+        preferences.run(as_config(stage_params(committed_params)), root=pref_root)
     (pref_root / "models" / "sft" / ".complete").unlink()
     with pytest.raises(FileNotFoundError, match="incomplete"):
-        preferences.run(stage_params(committed_params), root=pref_root)
+        preferences.run(as_config(stage_params(committed_params)), root=pref_root)
     assert not (pref_root / "data" / "preferences").exists()
 
 
@@ -228,9 +229,9 @@ def test_zero_pairs_fail_when_a_preference_method_needs_them(pref_root, committe
     (pref_root / "data" / "prepared" / "train.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in races))
     with pytest.raises(ValueError, match=r"0 pairs from 3 prompts.*lists dpo, kto, simpo"):
-        preferences.run(stage_params(committed_params), root=pref_root)
+        preferences.run(as_config(stage_params(committed_params)), root=pref_root)
     assert not (pref_root / "data" / "preferences").exists()
-    out = preferences.run(stage_params(committed_params, **{"compare.methods": ["grpo"]}),
+    out = preferences.run(as_config(stage_params(committed_params, **{"compare.methods": ["grpo"]})),
                           root=pref_root)
     assert out["pairs"] == 0 and out["ties_dropped"] == 3
     assert (pref_root / "data" / "preferences" / "pairs.jsonl").read_text() == ""

@@ -24,6 +24,15 @@ from hargo.data import split as S
 from hargo.io import HargoInputError
 from hargo.vocab import TASKS
 
+
+def _config(partial: dict):
+    """The typed config the prepare stage takes: params.yaml with ``partial``'s sections."""
+    from hargo.config import as_config
+    from hargo.params import read_params_file
+
+    root = Path(__file__).resolve().parents[1]
+    return as_config({**read_params_file(root / "params.yaml"), **partial})
+
 TINY = Path(__file__).parent / "data" / "hpc_tiny"
 OUTPUTS = ("train.jsonl", "eval.jsonl", "rejects.jsonl", "stats.json", "answer_lengths.csv")
 
@@ -174,7 +183,7 @@ def _tiny_with_label_names(tmp_path: Path) -> Path:
 
 def test_prepare_masks_label_names_before_grouping_and_counts_them(tmp_path):
     raw = _tiny_with_label_names(tmp_path)
-    P.run(params(raw, tmp_path / "out"))
+    P.run(_config(params(raw, tmp_path / "out")))
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
     h = stats["handling"]
     got = {t: (h[t]["label_name_records"], h[t]["label_name_occurrences"]) for t in TASKS}
@@ -197,7 +206,7 @@ def test_prepare_masks_label_names_before_grouping_and_counts_them(tmp_path):
     # off: the prompts as written, nothing counted
     p = params(raw, tmp_path / "off")
     p["data"]["mask_label_names"] = False
-    P.run(p)
+    P.run(_config(p))
     stats = json.loads((tmp_path / "off" / "stats.json").read_text())
     assert stats["handling"]["race_fortran"]["label_name_records"] == 0
     assert stats["handling"]["race_fortran"]["kept"] == 12 and stats["label_name_rule"] is None
@@ -206,7 +215,7 @@ def test_prepare_masks_label_names_before_grouping_and_counts_them(tmp_path):
         r["prompt"][0]["content"] for r in recs if r["id"] == "race_fortran-00000")
     p["data"].update(mask_label_names="yes", out_dir=str(tmp_path / "bad"))
     with pytest.raises(ValueError, match="data.mask_label_names: expected true or false, got 'yes'"):
-        P.run(p)
+        P.run(_config(p))
     assert not (tmp_path / "bad").exists()
 
 
@@ -280,7 +289,7 @@ def test_bad_input_names_file_record_field_and_writes_nothing(tmp_path, content,
     raw = _bad_dir(tmp_path, content)
     out = tmp_path / "prepared"
     with pytest.raises(HargoInputError) as e:
-        P.run(params(raw, out))
+        P.run(_config(params(raw, out)))
     err = e.value
     assert err.path.endswith("task1_plp.json") and "task1_plp.json" in str(err)
     assert (err.record, err.field) == (record, field)
@@ -303,18 +312,18 @@ def test_valid_surrogate_pairs_and_escaped_backslashes_are_not_lone_surrogates(t
 
 def test_bad_input_leaves_earlier_outputs_untouched(tmp_path):
     out = tmp_path / "prepared"
-    P.run(params(TINY, out))
+    P.run(_config(params(TINY, out)))
     before = {n: (out / n).read_bytes() for n in OUTPUTS}
     raw = _bad_dir(tmp_path, b"[" + GOOD + b", {")
     with pytest.raises(HargoInputError):
-        P.run(params(raw, out, seed=7))
+        P.run(_config(params(raw, out, seed=7)))
     assert {n: (out / n).read_bytes() for n in OUTPUTS} == before
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary leftovers
 
 
 def test_a_failure_while_writing_leaves_the_old_outputs_whole(tmp_path, monkeypatch):
     out = tmp_path / "prepared"
-    P.run(params(TINY, out))
+    P.run(_config(params(TINY, out)))
     before = {n: (out / n).read_bytes() for n in OUTPUTS}
     real_write, written = P.write_jsonl, []
 
@@ -459,7 +468,7 @@ def test_race_majority_and_merged_duplicates():
 
 @pytest.mark.parametrize("strategy,conflicts", [("grouped", "majority"), ("grouped", "drop"), ("paper", "majority")])
 def test_every_raw_record_is_accounted_for(tmp_path, strategy, conflicts):
-    P.run(params(TINY, tmp_path, strategy, conflicts))
+    P.run(_config(params(TINY, tmp_path, strategy, conflicts)))
     stats = json.loads((tmp_path / "stats.json").read_text())
     for task, h in stats["handling"].items():
         removed = (sum(h.get("quarantined", {}).values()) + h.get("exact_duplicates", 0)
@@ -537,7 +546,7 @@ def test_prepare_merges_near_duplicate_instructions(tmp_path):
     copies[0]["output"] = "A different answer."
     (raw / "task1_plp.json").write_text(json.dumps(plp + copies))
     for seed in (1, 2, 3):
-        P.run(params(raw, tmp_path / "out", fraction=0.25, seed=seed))
+        P.run(_config(params(raw, tmp_path / "out", fraction=0.25, seed=seed)))
         train, eval_ = (read_jsonl(tmp_path / "out" / n) for n in ("train.jsonl", "eval.jsonl"))
         key = lambda r: " ".join(r["prompt"][0]["content"].split()).casefold()  # independent of R
         assert not {key(r) for r in train} & {key(r) for r in eval_}
@@ -575,7 +584,7 @@ def test_eval_size_is_floor_robust_to_float_error():
 
 
 def test_paper_strategy_gives_5273_584_on_the_real_files(real_raw_dir, tmp_path):
-    summary = P.run(params(real_raw_dir, tmp_path, "paper"))
+    summary = P.run(_config(params(real_raw_dir, tmp_path, "paper")))
     assert (summary["train"], summary["eval"], summary["rejects"]) == (5273, 584, 0)
     assert summary["per_task"] == {"race_c": {"train": 1673, "eval": 185},
                                    "race_fortran": {"train": 1419, "eval": 157},
@@ -592,7 +601,7 @@ def test_paper_strategy_gives_5273_584_on_the_real_files(real_raw_dir, tmp_path)
     assert stats["answer_length_ratio_raw"] == {"longest_task": "plp", "shortest_task": "race_fortran",
                                                 "ratio": 59.05}  # 147.2438 / 2.4937; the paper: 58x
     # the same seed gives the same split
-    P.run(params(real_raw_dir, tmp_path / "again", "paper"))
+    P.run(_config(params(real_raw_dir, tmp_path / "again", "paper")))
     assert (tmp_path / "again" / "eval.jsonl").read_bytes() == (tmp_path / "eval.jsonl").read_bytes()
 
 
@@ -629,7 +638,7 @@ def _answer_votes_from_raw(task: str, raws: list[dict]) -> list[list[int]]:
 
 
 def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
-    summary = P.run(params(real_raw_dir, tmp_path))
+    summary = P.run(_config(params(real_raw_dir, tmp_path)))
     assert summary["per_task"] == {"race_c": {"train": 1609, "eval": 178},
                                    "race_fortran": {"train": 1418, "eval": 157},
                                    "mlperf": {"train": 998, "eval": 110},
@@ -706,7 +715,7 @@ def test_grouped_strategy_on_the_real_files(real_raw_dir, tmp_path):
 # ----------------------------------------------------------------------------- outputs and stats
 
 def test_prepared_record_schema_and_outputs(tmp_path):
-    summary = P.run(params(TINY, tmp_path))
+    summary = P.run(_config(params(TINY, tmp_path)))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(OUTPUTS)
     # race_c 21 -> 2 eval; fortran 12 -> 1; mlperf 16 -> 1; plp 12 -> 1
     assert summary["per_task"] == {"race_c": {"train": 19, "eval": 2}, "race_fortran": {"train": 11, "eval": 1},
@@ -752,9 +761,9 @@ def test_length_ratio():
 
 def test_bad_params_are_refused(tmp_path):
     with pytest.raises(ValueError, match="strategy"):
-        P.run(params(TINY, tmp_path, strategy="random"))
+        P.run(_config(params(TINY, tmp_path, strategy="random")))
     with pytest.raises(ValueError, match="conflicts"):
-        P.run(params(TINY, tmp_path, conflicts="vote"))
+        P.run(_config(params(TINY, tmp_path, conflicts="vote")))
     assert not tmp_path.joinpath("train.jsonl").exists()
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from hargo.io import HargoInputError
 from hargo.params import apply_overrides
+from hargo.config import as_config
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -89,11 +90,10 @@ def reg_root(tmp_path, tiny_model_dir) -> Path:
     return tmp_path
 
 
-def reg_params(committed_params, methods=("grpo",), **over) -> dict:
-    return apply_overrides(committed_params, {"rl.methods": list(methods),
-                                              "register.model_name": "hargo-hpc",
-                                              "register.gate_metrics": ["dr_f1", "plp_similarity"],
-                                              "register.tolerance": 0.0, **over})
+def reg_params(committed_params, methods=("grpo",), **over):
+    return as_config(apply_overrides(committed_params, {
+        "rl.methods": list(methods), "register.model_name": "hargo-hpc",
+        "register.gate_metrics": ["dr_f1", "plp_similarity"], "register.tolerance": 0.0, **over}))
 
 
 def _client(uri):
@@ -684,7 +684,7 @@ def test_failure_after_the_champion_moved_puts_the_champion_back(reg_root, commi
     from hargo import registry
 
     write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
-    registry.run(reg_params(committed_params), root=reg_root)
+    registry.run(as_config(reg_params(committed_params)), root=reg_root)
     assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
     before = (reg_root / "metrics" / "register.json").read_text()
 
@@ -698,7 +698,7 @@ def test_failure_after_the_champion_moved_puts_the_champion_back(reg_root, commi
     monkeypatch.setattr(registry, "atomic_write_json", fail_after_alias)
     with pytest.raises(RuntimeError, match="nothing was registered and no alias moved: "
                                            "OSError: disk full"):
-        registry.run(reg_params(committed_params), root=reg_root)
+        registry.run(as_config(reg_params(committed_params)), root=reg_root)
     assert seen == [{"candidate": "2", "champion": "2"}]   # it had moved
     assert _aliases(mlflow_uri) == {"candidate": "1", "champion": "1"}
     assert _versions(mlflow_uri) == ["1"]
@@ -714,7 +714,7 @@ def test_failure_after_the_first_champion_was_set_removes_it(reg_root, committed
     monkeypatch.setattr(registry, "atomic_write_json",
                         lambda path, doc: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(RuntimeError, match="OSError: disk full"):
-        registry.run(reg_params(committed_params), root=reg_root)
+        registry.run(as_config(reg_params(committed_params)), root=reg_root)
     assert _registered_names(mlflow_uri) == []
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from hargo.io import HargoInputError
 from tests.test_registry import HEALTHY_RECORD, model_rows, reg_params, write_eval
+from hargo.config import as_config
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -227,7 +228,7 @@ def test_a_failure_after_the_base_was_stored_leaves_nothing_registered(
         raise OSError("disk full")
     monkeypatch.setattr(registry, "log_adapter_model", broken)
     with pytest.raises(RuntimeError, match="nothing was registered.*disk full"):
-        registry.run(reg_params(committed_params), root=lora_root)
+        registry.run(as_config(reg_params(committed_params)), root=lora_root)
     assert MlflowClient(mlflow_uri).search_registered_models() == []
 
 
@@ -279,7 +280,7 @@ def test_the_registered_adapter_of_a_real_rl_run_is_the_evaluated_merged_model(
     data = write_jsonl(tmp_path / "data" / "train.jsonl", crafted_records(per_task=1)).parent
     params = rl_params(committed_params, sft, data, steps=2)
     params["model"]["dtype"] = dtype
-    rl.run(params, "grpo", root=root)
+    rl.run(as_config(params), "grpo", root=root)
     write_eval(root, {"grpo": model_rows(plp=0.45)})
     doc = run(reg_params(params), root=root)
     kept = dtype == "float32"

@@ -13,6 +13,7 @@ import yaml
 from hargo.compare import aggregate, report
 from hargo.stats import (f1_statistic, mean_std, paired_bootstrap_ci, paired_bootstrap_ci_seeds,
                          precision_statistic, race_f1_records, recall_statistic)
+from hargo.config import as_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -490,7 +491,7 @@ def test_report_renders_from_fixture(tmp_path, mlflow_uri):
     import mlflow
 
     params = _make_fixture(tmp_path)
-    out = report.run(params, root=tmp_path)
+    out = report.run(as_config(params), root=tmp_path)
 
     md = (tmp_path / "reports/comparison.md").read_text()
     # hargo AvgScore over seeds: mean (7.7/8 + 5.5/8)/2 = 0.825, sample std 0.275/sqrt(2)
@@ -594,7 +595,7 @@ def test_report_race_table_against_baselines_by_hand(tmp_path, mlflow_uri):
     import shutil
 
     params = _make_fixture(tmp_path)
-    report.run(params, root=tmp_path)
+    report.run(as_config(params), root=tmp_path)
     race = json.loads((tmp_path / "metrics/compare/summary.json").read_text())["race"]
     ay, nn = race["baselines"]["always-yes"], race["baselines"]["nearest-train"]
     assert ay == pytest.approx({"dr_f1": 2 / 3, "dr_mcc": 0.0, "dr_auc": 0.5,
@@ -619,7 +620,7 @@ def test_report_race_table_against_baselines_by_hand(tmp_path, mlflow_uri):
     assert "base model was not evaluated here" in md
 
     shutil.copytree(tmp_path / "data/compare/eval/sft", tmp_path / "data/compare/eval/base")
-    report.run(params, root=tmp_path)
+    report.run(as_config(params), root=tmp_path)
     race = json.loads((tmp_path / "metrics/compare/summary.json").read_text())["race"]
     assert race["baselines"]["base"] == race["sft"]
     md = (tmp_path / "reports/comparison.md").read_text()
@@ -630,20 +631,20 @@ def test_report_race_table_against_baselines_by_hand(tmp_path, mlflow_uri):
 def test_report_without_grpo_notes_and_missing_inputs(tmp_path, mlflow_uri):
     params = _make_fixture(tmp_path)
     params["compare"]["methods"] = ["hargo"]
-    out = report.run(params, root=tmp_path)
+    out = report.run(as_config(params), root=tmp_path)
     md = (tmp_path / "reports/comparison.md").read_text()
     assert "grpo is not in compare.methods" in md and out["ci"] == {}
 
     params["compare"]["methods"] = ["grpo", "hargo"]
     (tmp_path / "metrics/compare/train/hargo-s2.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"hargo-s2\.json.*compare_train"):
-        report.run(params, root=tmp_path)
+        report.run(as_config(params), root=tmp_path)
     (tmp_path / "data/compare/eval/grpo-s1/generations.jsonl").unlink()
     with pytest.raises(FileNotFoundError, match=r"grpo-s1/generations\.jsonl.*compare_eval"):
-        report.run(params, root=tmp_path)
+        report.run(as_config(params), root=tmp_path)
     params["compare"]["methods"] = ["dpo"]
     with pytest.raises(FileNotFoundError, match="compare_eval"):
-        report.run(params, root=tmp_path)
+        report.run(as_config(params), root=tmp_path)
 
 
 def test_report_rejects_stale_metrics(tmp_path, mlflow_uri):
@@ -652,7 +653,7 @@ def test_report_rejects_stale_metrics(tmp_path, mlflow_uri):
     params = _make_fixture(tmp_path)
     atomic_write_json(tmp_path / "data/compare/eval/hargo-s1/metrics.json", {"avg_score": 0.5})
     with pytest.raises(HargoInputError, match=r"hargo-s1/metrics\.json, field 'avg_score'"):
-        report.run(params, root=tmp_path)
+        report.run(as_config(params), root=tmp_path)
 
 
 def test_report_preference_methods_need_pair_stats(tmp_path, mlflow_uri):
@@ -669,9 +670,9 @@ def test_report_preference_methods_need_pair_stats(tmp_path, mlflow_uri):
                           {**doc, "method": "dpo", "history": []})
     params["compare"]["methods"] = ["hargo", "dpo"]
     with pytest.raises(FileNotFoundError, match=r"data/preferences/stats\.json.*preferences"):
-        report.run(params, root=tmp_path)
+        report.run(as_config(params), root=tmp_path)
     atomic_write_json(tmp_path / "data/preferences/stats.json", {"pairs": 12, "ties_dropped": 4})
-    out = report.run(params, root=tmp_path)
+    out = report.run(as_config(params), root=tmp_path)
     md = (tmp_path / "reports/comparison.md").read_text()
     assert "grpo is not in compare.methods" in md
     assert "pairs 12, ties_dropped 4" in md

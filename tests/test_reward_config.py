@@ -1,4 +1,4 @@
-"""The reward constants read from params.yaml (hargo.rewards._config.config_from_params)."""
+"""The reward constants read from params.yaml (the typed config's reward blocks, hargo.config.rewards)."""
 import pytest
 
 from hargo.rewards import RewardConfig

@@ -16,6 +16,7 @@ from rl_helpers import (FIXED_GROUPS, fixed_batch_params, G_FIXED, TASKS, char_r
                         rl_params, write_jsonl, set_method_knobs)
 
 from hargo.testing import crafted_records
+from hargo.config import as_config
 
 # one xdist worker runs this module (scripts/test.sh: --dist loadgroup), so the module's trained
 # runs (``straight_runs``, ``fixed_params``) are built once
@@ -100,7 +101,7 @@ def test_rl_runs_every_method_and_logs_per_task_metrics(committed_params, tiny_m
     G = 2
     params = rl_params(committed_params, tiny_model_dir, data_dir, steps=2, num_generations=G,
                        prompts_per_step=4, save_steps=2, log_completions_steps=1)
-    results = {m: rl.run(params, m, root=tmp_path) for m in METHODS}
+    results = {m: rl.run(as_config(params), m, root=tmp_path) for m in METHODS}
 
     client = MlflowClient(tracking_uri=mlflow_uri)
     exp = client.get_experiment_by_name(params["mlflow"]["experiment"])
@@ -524,7 +525,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
     params = rl_params(committed_params, tiny_model_dir, data_dir, steps=4, save_steps=2,
                        prompts_per_step=prompts_per_step, num_generations=2,
                        log_completions_steps=0, learning_rate=5e-3)
-    straight = rl.run(params, "hargo", root=tmp_path / "a")
+    straight = rl.run(as_config(params), "hargo", root=tmp_path / "a")
 
     original = HargoGRPOTrainer._save_checkpoint
 
@@ -535,7 +536,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
 
     monkeypatch.setattr(HargoGRPOTrainer, "_save_checkpoint", save_then_die)
     with pytest.raises(_Interrupted):
-        rl.run(params, "hargo", root=tmp_path / "b")
+        rl.run(as_config(params), "hargo", root=tmp_path / "b")
     monkeypatch.setattr(HargoGRPOTrainer, "_save_checkpoint", original)
     ckpt = tmp_path / "b" / "checkpoints" / "rl" / "hargo" / "checkpoint-2"
     assert not (tmp_path / "b" / "models" / "rl" / "hargo").exists()   # nothing half-written
@@ -543,7 +544,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
     assert state2["global_step"] == 2 and state2["ema"]["value"] is not None
     assert len(state2["recorder"]["history"]) == 2
 
-    resumed = rl.run(params, "hargo", root=tmp_path / "b")
+    resumed = rl.run(as_config(params), "hargo", root=tmp_path / "b")
     assert resumed["resumed_from_step"] == 2 and resumed["steps_this_run"] == 2
     assert resumed["steps"] == straight["steps"] == 4
     assert resumed["ema_baseline"] == pytest.approx(straight["ema_baseline"], abs=1e-9)
@@ -571,7 +572,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(committed_params, t
     import shutil
 
     shutil.rmtree(tmp_path / "b" / "models" / "rl" / "hargo")
-    again = rl.run(params, "hargo", root=tmp_path / "b")
+    again = rl.run(as_config(params), "hargo", root=tmp_path / "b")
     assert again["resumed_from_step"] is None
     assert again["steps_this_run"] == again["steps"] == 4
     assert (tmp_path / "b" / "models" / "rl" / "hargo" / ".complete").is_file()
@@ -774,19 +775,19 @@ def test_bad_params_and_inputs_fail_before_training(committed_params, tiny_model
 
     base = rl_params(committed_params, tiny_model_dir, data_dir)
     with pytest.raises(ParamsError, match="rl.num_generations"):
-        rl.run(rl_params(base, tiny_model_dir, data_dir, num_generations=1), "hargo", root=tmp_path)
+        rl.run(as_config(rl_params(base, tiny_model_dir, data_dir, num_generations=1)), "hargo", root=tmp_path)
     with pytest.raises(ParamsError, match=r"rl\.hargo\.alpha: must be >= 0"):
-        rl.run(rl_params(base, tiny_model_dir, data_dir, alpha=-0.1), "hargo", root=tmp_path)
+        rl.run(as_config(rl_params(base, tiny_model_dir, data_dir, alpha=-0.1)), "hargo", root=tmp_path)
     with pytest.raises(ParamsError, match="unknown method 'reinforce'"):
-        rl.run(base, "reinforce", root=tmp_path)
+        rl.run(as_config(base), "reinforce", root=tmp_path)
     bad = rl_params(base, tmp_path / "no-such-model", data_dir)
     with pytest.raises(FileNotFoundError, match="no-such-model"):
-        rl.run(bad, "grpo", root=tmp_path)
+        rl.run(as_config(bad), "grpo", root=tmp_path)
     recs = crafted_records(1)
     recs[2]["task"] = "fft"
     write_jsonl(tmp_path / "bad" / "train.jsonl", recs)
     with pytest.raises(HargoInputError, match=r"record 2, field 'task'"):
-        rl.run(rl_params(base, tiny_model_dir, tmp_path / "bad"), "grpo", root=tmp_path)
+        rl.run(as_config(rl_params(base, tiny_model_dir, tmp_path / "bad")), "grpo", root=tmp_path)
     assert not (tmp_path / "models").exists() and not (tmp_path / "checkpoints").exists()
 
 
@@ -902,5 +903,5 @@ def test_an_unusable_store_fails_before_the_checkpoint_folder_changes(tmp_path, 
     uri = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     with pytest.raises(RuntimeError, match=uri.replace(".", r"\.")):
-        rl.run(rl_params(committed_params, tiny_model_dir, data), "grpo", root=tmp_path)
+        rl.run(as_config(rl_params(committed_params, tiny_model_dir, data)), "grpo", root=tmp_path)
     assert stale.read_text() == "an earlier run's checkpoint"

@@ -15,6 +15,7 @@ from rl_helpers import rl_params, write_jsonl
 
 from hargo.params import ParamsError
 from hargo.testing import crafted_records
+from hargo.config import as_config
 
 
 def _tree(folder: Path) -> dict[str, str]:
@@ -82,7 +83,7 @@ def test_a_refused_setting_leaves_the_checkpoints_byte_identical(
     _finished_run(ckpt)
     before = _tree(root)
     with pytest.raises(error, match=match):
-        rl.run(params, "grpo", root=root)
+        rl.run(as_config(params), "grpo", root=root)
     assert _tree(root) == before
     assert "starting over" not in capsys.readouterr().out
     client = MlflowClient(mlflow_uri)        # and no stage run was opened for it

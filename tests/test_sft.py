@@ -15,6 +15,7 @@ from hargo.io import HargoInputError, atomic_write_jsonl
 from hargo.data import records
 from hargo.models import loading
 from hargo.training import common, sft
+from hargo.config import as_config
 
 TASKS = ("race_c", "race_fortran", "mlperf", "plp")
 ANSWERS = {"race_c": "yes", "race_fortran": "no", "mlperf": "42",
@@ -64,7 +65,7 @@ def _run_and_check(workdir: Path, params: dict, margin: float) -> dict:
     from mlflow.tracking import MlflowClient
     from transformers import AutoModelForCausalLM
 
-    metrics = sft.run(params)
+    metrics = sft.run(as_config(params))
     # the loss on the fixed set of 8 examples falls by a real margin (a random init starts near
     # ln 49152 = 10.80 nats; measured at step 10: full 10.92 -> 8.46, LoRA 10.92 -> 10.01)
     assert metrics["steps"] == 10
@@ -129,10 +130,10 @@ def test_sft_rejects_bad_input_before_training(workdir, committed_params):
     bad[3]["answer"] = ""
     atomic_write_jsonl(workdir / "data" / "prepared" / "train.jsonl", bad)
     with pytest.raises(HargoInputError, match=r"train.jsonl, record 3, field 'answer'"):
-        sft.run(params)
+        sft.run(as_config(params))
     shutil.rmtree(workdir / "models" / "base")
     with pytest.raises(FileNotFoundError, match="base_model"):
-        sft.run(params)
+        sft.run(as_config(params))
     assert not (workdir / "models" / "sft").exists()
     assert not (workdir / "metrics" / "sft.json").exists()
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from hargo.params import apply_overrides
+from hargo.config import as_config
 
 
 def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, committed_params,
@@ -45,14 +46,14 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
 
     # this pipeline ran sft, rl@grpo and evaluate; the rest were cached by DVC
     for stage, tags in (("sft", None), ("rl", {"hargo.method": "grpo"}), ("evaluate", None)):
-        with tracking.stage_run(stage, params, tmp_path, extra_tags=tags):
+        with tracking.stage_run(stage, as_config(params), tmp_path, extra_tags=tags):
             pass
     # a run under another pipeline (other params) must not count
     other = apply_overrides(params, {"seed": 7})
-    with tracking.stage_run("prepare", other, tmp_path):
+    with tracking.stage_run("prepare", as_config(other), tmp_path):
         pass
 
-    data = summary.run(params, root=tmp_path)
+    data = summary.run(as_config(params), root=tmp_path)
 
     assert data["judge"] == "task-reward"
     assert data["models"]["sft"] == {"dr_f1": 0.5, "dr_mcc": 0.125, "dr_auc": None,
@@ -81,7 +82,7 @@ def test_summary_reads_metrics_stage_runs_and_the_register_decision(tmp_path, co
     assert [st[s]["status"] for s in st] == ["cached", "cached", "cached", "ran", "ran",
                                              "cached", "ran", "cached"]
     client = MlflowClient(mlflow_uri)
-    parent = tracking.parent_run_id(params, tmp_path)
+    parent = tracking.parent_run_id(as_config(params), tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("hargo").experiment_id],
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
     want = {r.data.tags["hargo.stage"]: (r.info.end_time - r.info.start_time) / 1000 for r in runs}
@@ -117,7 +118,7 @@ def test_summary_always_yes_row_from_an_older_eval_json(tmp_path, committed_para
     (tmp_path / "metrics" / "eval.json").write_text(json.dumps({
         "sft": {"dr_f1": 0.5, "dr_always_yes_f1": 0.6875}, "run": {"judge": "j"}}))
     params = apply_overrides(committed_params, {"rl.methods": ["grpo"]})
-    data = summary.collect(params, root=tmp_path)
+    data = summary.collect(as_config(params), root=tmp_path)
     assert list(data["models"]) == ["always-yes", "sft", "grpo"]
     ay = data["models"]["always-yes"]
     assert (ay["dr_f1"], ay["dr_mcc"], ay["dr_auc"], ay["dr_yes_share"], ay["baseline"]) == (
@@ -128,10 +129,10 @@ def test_summary_without_a_pipeline_run_or_eval_metrics(tmp_path, committed_para
     from hargo import summary
 
     with pytest.raises(FileNotFoundError, match="run the pipeline first"):
-        summary.run(committed_params, root=tmp_path)
+        summary.run(as_config(committed_params), root=tmp_path)
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "eval.json").write_text(json.dumps({"run": {"judge": "llm:judge"}}))
-    data = summary.collect(committed_params, root=tmp_path)
+    data = summary.collect(as_config(committed_params), root=tmp_path)
     assert all(v["status"] == "cached" for v in data["stages"].values())
     assert "no MLflow experiment" in data["stages_note"]
     assert data["register"] is None and data["judge"] == "llm:judge"
@@ -153,6 +154,6 @@ def test_summary_is_as_wide_as_columns_says(tmp_path, committed_params, mlflow_u
             monkeypatch.delenv("COLUMNS", raising=False)
         else:
             monkeypatch.setenv("COLUMNS", columns)
-        summary.run(params, root=tmp_path)
+        summary.run(as_config(params), root=tmp_path)
         widest = max(len(line) for line in capsys.readouterr().out.splitlines())
         assert widest == int(columns or 140), columns   # the table needs more: it fills it

@@ -19,6 +19,7 @@ from hargo.compare.synthetic_plan import configuration, plan
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig, generate
 from hargo.models.tiny import TinyPolicyConfig, build_tiny_policy, train_small_tokenizer
 from hargo.params import ParamsError, validate_params
+from hargo.config import as_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -373,8 +374,8 @@ def tiny_bed(params, tmp_path_factory) -> tuple[Path, dict, dict]:
     ``(root, prepare's stats, train_sft's output)``. Read-only: tests copy ``root``."""
     root = tmp_path_factory.mktemp("synthetic-bed")
     p = tiny_params(params)
-    stats = D.prepare_data(p, root)
-    sft_out = S.train_sft(p, root)
+    stats = D.prepare_data(as_config(p), root)
+    sft_out = S.train_sft(as_config(p), root)
     return root, stats, sft_out
 
 
@@ -424,7 +425,7 @@ def test_pipeline_end_to_end_resumes_per_run(params, tiny_bed, tmp_path):
     lines: list[str] = []
     two = copy.deepcopy(p)
     two["synthetic"]["parallel_runs"] = 2   # two worker processes; the runs they return are kept
-    het = S.train_configuration(two, "heterogeneous", tmp_path, print_fn=lines.append)
+    het = S.train_configuration(as_config(two), "heterogeneous", tmp_path, print_fn=lines.append)
     assert sorted(het["runs"]) == ["grpo-s1", "grpo-s2", "hargo-s1", "hargo-s2"]
     run = het["runs"]["hargo-s1"]
     assert len(run["history"]) == 1 and len(run["eval"]["reward"]) == 18
@@ -436,22 +437,22 @@ def test_pipeline_end_to_end_resumes_per_run(params, tiny_bed, tmp_path):
     shares = [v for k, v in run["history"][0].items() if k.endswith("/update_mass_share")]
     assert shares and (sum(shares) == pytest.approx(1.0) or all(np.isnan(shares)))
     # a second call keeps every finished run; a change of HARGO's own knob re-trains HARGO only
-    again = S.train_configuration(p, "heterogeneous", tmp_path, print_fn=lines.append)
+    again = S.train_configuration(as_config(p), "heterogeneous", tmp_path, print_fn=lines.append)
     same = lambda x: json.dumps(x, sort_keys=True)  # noqa: E731  (NaN != NaN, its text is equal)
     assert same(again["runs"]) == same(json.loads(json.dumps(het["runs"])))
     assert sum("done earlier, kept" in ln for ln in lines) == 4
     q = copy.deepcopy(p)
     q["rl"]["hargo"]["alpha"] = 0.5
     lines.clear()
-    S.train_configuration(q, "heterogeneous", tmp_path, print_fn=lines.append)
+    S.train_configuration(as_config(q), "heterogeneous", tmp_path, print_fn=lines.append)
     kept = [ln for ln in lines if "done earlier, kept" in ln]
     assert len(kept) == 2 and all("grpo-s" in ln for ln in kept)
-    S.train_configuration(p, "homogeneous", tmp_path, print_fn=lines.append)
+    S.train_configuration(as_config(p), "homogeneous", tmp_path, print_fn=lines.append)
     with pytest.raises(FileNotFoundError, match=r"heterogeneous.json lacks runs \[.grpo-s3., .hargo-s3.\]"):
         r = copy.deepcopy(p)
         r["synthetic"]["seeds"] = [1, 2, 3]
-        R.report(r, tmp_path)
-    summary = R.report(p, tmp_path)
+        R.report(as_config(r), tmp_path)
+    summary = R.report(as_config(p), tmp_path)
     assert set(summary["configurations"]) == {"heterogeneous", "homogeneous"}
     assert "all/reward" in summary["configurations"]["homogeneous"]["intervals"]["hargo-grpo"]
     md = (tmp_path / "reports/synthetic.md").read_text()

@@ -25,6 +25,7 @@ from hargo.rewards import RewardConfig, TaskReward
 from hargo.tasks import (KINDS, Task, UnknownTaskError, get_task, register_task, task_names,
                          tasks)
 from hargo.testing import crafted_record, crafted_records
+from hargo.config import as_config
 
 #: The tasks, their order, descriptions and raw files before the registry (hargo/vocab.py's
 #: tuples and hargo/data/raw.py's TASK_FILES at ccd7249).
@@ -307,7 +308,7 @@ def test_toy_task_trains_in_the_rl_stage_at_its_own_budget(
     for key in ("max_new_tokens", "max_prompt_tokens"):     # the committed maps: no toy
         params["rl"][key] = dict(committed_params["rl"][key])
         assert "toy" not in params["rl"][key]
-    res = rl.run(params, "grpo", root=tmp_path, keep_history=True)
+    res = rl.run(as_config(params), "grpo", root=tmp_path, keep_history=True)
     assert res["skipped_prompts"] == {"race_c": 0, "toy": 1}
     (step,) = res["history"]
     assert step["toy/completion_length"] <= 3 < step["race_c/completion_length"] <= 8

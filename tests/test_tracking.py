@@ -13,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hargo import tracking, tracking_store
+from hargo.config import as_config
 
 
 def test_stage_runs_share_one_parent_and_carry_tags(mlflow_uri, committed_params, monkeypatch,
@@ -24,9 +25,9 @@ def test_stage_runs_share_one_parent_and_carry_tags(mlflow_uri, committed_params
     pointer.parent.mkdir(parents=True)
     pointer.write_text("outs:\n- md5: 0123456789abcdef0123456789abcdef.dir\n  size: 10\n"
                        "  nfiles: 4\n  hash: md5\n  path: hpc-gpt\n")
-    with tracking.stage_run("prepare", committed_params, tmp_path) as r1:
+    with tracking.stage_run("prepare", as_config(committed_params), tmp_path) as r1:
         mlflow.log_metric("n", 3)
-    with tracking.stage_run("sft", committed_params, tmp_path) as r2:
+    with tracking.stage_run("sft", as_config(committed_params), tmp_path) as r2:
         pass
     client = MlflowClient(mlflow_uri)
     a, b = client.get_run(r1.info.run_id), client.get_run(r2.info.run_id)
@@ -55,15 +56,15 @@ def test_data_version_is_the_roots_dvc_pointer(tmp_path, monkeypatch):
 
 def test_changed_params_get_a_new_parent(mlflow_uri, committed_params):
     other = {**committed_params, "seed": committed_params["seed"] + 1}
-    p1 = tracking.parent_run_id(committed_params)
-    p2 = tracking.parent_run_id(other)
+    p1 = tracking.parent_run_id(as_config(committed_params))
+    p2 = tracking.parent_run_id(as_config(other))
     assert p1 != p2
-    assert tracking.parent_run_id(committed_params) == p1
+    assert tracking.parent_run_id(as_config(committed_params)) == p1
 
 
 def test_failed_stage_marks_run_failed(mlflow_uri, committed_params):
     with pytest.raises(ValueError):
-        with tracking.stage_run("validate", committed_params) as run:
+        with tracking.stage_run("validate", as_config(committed_params)) as run:
             raise ValueError("boom")
     assert MlflowClient(mlflow_uri).get_run(run.info.run_id).info.status == "FAILED"
 
@@ -75,19 +76,19 @@ def test_unwritable_store_is_a_clear_error(tmp_path, monkeypatch, committed_para
     blocker.write_text("x")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{blocker / 'sub' / 'mlflow.db'}")
     with pytest.raises(RuntimeError, match="cannot be used"):
-        tracking.setup(committed_params)
+        tracking.setup(as_config(committed_params))
 
 
 # --- issue 13: experiment kind, a parent spanning the pipeline, datasets, portability, fail-fast
 
 
 def test_experiment_is_a_model_training_experiment(mlflow_uri, committed_params):
-    exp_id = tracking.setup(committed_params)
+    exp_id = tracking.setup(as_config(committed_params))
     client = MlflowClient(mlflow_uri)
     assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
     # an experiment created before the tag existed (or switched in the UI) is marked again
     client.set_experiment_tag(exp_id, "mlflow.experimentKind", "genai_development")
-    assert tracking.setup(committed_params) == exp_id
+    assert tracking.setup(as_config(committed_params)) == exp_id
     assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
 
 
@@ -95,12 +96,12 @@ def test_parent_run_spans_the_pipeline(mlflow_uri, committed_params):
     import time
 
     client = MlflowClient(mlflow_uri)
-    with tracking.stage_run("prepare", committed_params) as r1:
+    with tracking.stage_run("prepare", as_config(committed_params)) as r1:
         parent = r1.data.tags["mlflow.parentRunId"]
         assert client.get_run(parent).info.status == "RUNNING"
         time.sleep(0.6)
     assert client.get_run(parent).info.status == "FINISHED"
-    with tracking.stage_run("sft", committed_params) as r2:
+    with tracking.stage_run("sft", as_config(committed_params)) as r2:
         assert client.get_run(parent).info.status == "RUNNING"   # re-opened, not re-created
         time.sleep(0.6)
     assert r2.data.tags["mlflow.parentRunId"] == parent
@@ -116,7 +117,7 @@ def test_parent_run_spans_the_pipeline(mlflow_uri, committed_params):
 
 
 def test_failed_stage_ends_the_parent_failed(mlflow_uri, committed_params):
-    with pytest.raises(ValueError), tracking.stage_run("validate", committed_params) as run:
+    with pytest.raises(ValueError), tracking.stage_run("validate", as_config(committed_params)) as run:
         raise ValueError("boom")
     parent = run.data.tags["mlflow.parentRunId"]
     assert MlflowClient(mlflow_uri).get_run(parent).info.status == "FAILED"
@@ -134,24 +135,24 @@ def test_split_dataset_digest_is_the_dvc_hash_and_profile_counts_tasks(tmp_path,
     rows = [{"task": "code", "prompt": "a"}, {"task": "code", "prompt": "b"},
             {"task": "qa", "prompt": "c"}]
     path, text = _prepared(tmp_path, rows)
-    ds = tracking.split_dataset("train", committed_params, tmp_path)
+    ds = tracking.split_dataset("train", as_config(committed_params), tmp_path)
     assert ds.digest == hashlib.md5(text.encode()).hexdigest()   # no dvc.lock: the file's md5
     (tmp_path / "dvc.lock").write_text(
         "schema: '2.0'\nstages:\n  prepare:\n    outs:\n    - path: data/prepared/train.jsonl\n"
         f"      md5: 0123456789abcdef0123456789abcdef\n      size: {len(text)}\n")
-    ds = tracking.split_dataset("train", committed_params, tmp_path)
+    ds = tracking.split_dataset("train", as_config(committed_params), tmp_path)
     assert ds.name == "hpc-gpt-train"
     assert ds.digest == "0123456789abcdef0123456789abcdef"
     assert ds.profile == {"num_rows": 3, "tasks": {"code": 2, "qa": 1}}
     path.write_text(text + json.dumps({"task": "qa", "prompt": "d"}) + "\n")   # lock is stale
-    assert tracking.split_dataset("train", committed_params, tmp_path).digest == \
+    assert tracking.split_dataset("train", as_config(committed_params), tmp_path).digest == \
         hashlib.md5(path.read_bytes()).hexdigest()
 
 
 def test_stage_logs_its_split_as_an_input(mlflow_uri, tmp_path, committed_params):
     _, text = _prepared(tmp_path, [{"task": "code", "prompt": "a"}, {"task": "qa", "prompt": "b"}])
-    with tracking.stage_run("sft", committed_params, tmp_path) as run:
-        tracking.log_split("train", "training", committed_params, tmp_path)
+    with tracking.stage_run("sft", as_config(committed_params), tmp_path) as run:
+        tracking.log_split("train", "training", as_config(committed_params), tmp_path)
     client = MlflowClient(mlflow_uri)
     for run_id in (run.info.run_id, run.data.tags["mlflow.parentRunId"]):
         (inp,) = client.get_run(run_id).inputs.dataset_inputs
@@ -171,7 +172,7 @@ def test_moved_project_reads_its_own_artifacts(how, tmp_path, monkeypatch, commi
     a, b = tmp_path / "clone-a", tmp_path / "moved" / "clone-b"
     a.mkdir()
     (a / "note.txt").write_text("hello")
-    with tracking.stage_run("prepare", committed_params, a) as run:
+    with tracking.stage_run("prepare", as_config(committed_params), a) as run:
         mlflow.log_artifact(str(a / "note.txt"))
     b.parent.mkdir()
     shutil.move(str(a), str(b))
@@ -186,7 +187,7 @@ def test_moved_project_reads_its_own_artifacts(how, tmp_path, monkeypatch, commi
         assert res.exit_code == 0, res.output
         assert "'experiments.artifact_location': 1" in res.output
         assert "'runs.artifact_uri': 2" in res.output      # the stage run and its parent
-    exp_id = tracking.setup(committed_params, b)        # re-roots the moved store (first use)
+    exp_id = tracking.setup(as_config(committed_params), b)        # re-roots the moved store (first use)
     client = MlflowClient(tracking.tracking_uri(b))
     assert client.get_experiment(exp_id).artifact_location == (b / "mlruns" / "artifacts").as_uri()
     got = client.download_artifacts(run.info.run_id, "note.txt", str(tmp_path))
@@ -204,7 +205,7 @@ def test_reroot_moves_every_location_under_the_old_store_and_nothing_else(tmp_pa
     a, b = tmp_path / "clone-a", tmp_path / "moved" / "clone-b"
     a.mkdir()
     monkeypatch.chdir(a)                      # as under dvc repro: the store is created here
-    tracking.setup(committed_params, a)
+    tracking.setup(as_config(committed_params), a)
     client = MlflowClient(tracking.tracking_uri(a))
     default_before = client.get_experiment("0").artifact_location
     assert default_before.replace("file://", "").startswith(str(a / "mlruns"))
@@ -249,11 +250,11 @@ def test_a_copied_project_reroots_through_a_relative_uri_and_before_loading_a_mo
     a.mkdir()
     monkeypatch.chdir(a)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlruns/mlflow.db")
-    exp_id = tracking.setup(committed_params, a)
+    exp_id = tracking.setup(as_config(committed_params), a)
     shutil.copytree(a, b)
     shutil.copytree(a, c)
     monkeypatch.chdir(b)
-    tracking.setup(committed_params, b)
+    tracking.setup(as_config(committed_params), b)
     assert MlflowClient(f"sqlite:///{b}/mlruns/mlflow.db").get_experiment(exp_id) \
         .artifact_location == (b / "mlruns" / "artifacts").as_uri()
     monkeypatch.chdir(c)
@@ -282,7 +283,7 @@ def test_unusable_store_fails_fast_naming_the_uri(kind, tmp_path, monkeypatch, c
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     t0 = time.monotonic()
     with pytest.raises(RuntimeError) as err:
-        tracking.setup(committed_params)
+        tracking.setup(as_config(committed_params))
     assert time.monotonic() - t0 < 10
     assert uri in str(err.value) and "Fix:" in str(err.value)
 
@@ -291,7 +292,7 @@ def test_http_retries_are_bounded_unless_the_user_set_them(mlflow_uri, monkeypat
                                                            committed_params):
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "7")
-    tracking.setup(committed_params)
+    tracking.setup(as_config(committed_params))
     from mlflow.environment_variables import (
         MLFLOW_HTTP_REQUEST_MAX_RETRIES,
         MLFLOW_HTTP_REQUEST_TIMEOUT,
@@ -364,7 +365,7 @@ def test_transient_server_outage_is_retried_with_a_bounded_back_off(monkeypatch,
         with caplog.at_level(logging.WARNING, logger=tracking_store.RETRY_LOGGER):
             t0 = time.monotonic()
             with pytest.raises(RuntimeError):  # the 404 on create: the point is the retries
-                tracking.setup(committed_params)
+                tracking.setup(as_config(committed_params))
             took = time.monotonic() - t0
     finally:
         srv.shutdown()
@@ -382,7 +383,7 @@ def test_parent_bookkeeping_failure_does_not_fail_the_stage(mlflow_uri, committe
         raise ConnectionError("store went away")
 
     monkeypatch.setattr(tracking, "end_pipeline_run", broken)
-    with tracking.stage_run("sft", committed_params) as run:
+    with tracking.stage_run("sft", as_config(committed_params)) as run:
         mlflow.log_metric("n", 1)
     assert MlflowClient(mlflow_uri).get_run(run.info.run_id).info.status == "FINISHED"
     assert any("could not update the pipeline parent run" in r.getMessage()
@@ -399,7 +400,7 @@ def _setup_in_process(args):
 
     barrier.wait()
     try:
-        return "ok", t.setup(params, root)
+        return "ok", t.setup(as_config(params), root)
     except Exception as e:  # the result names what went wrong
         return "error", f"{type(e).__name__}: {e}"
 
@@ -429,7 +430,8 @@ import json, signal, sys, time
 # worker may after other tests
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from hargo import tracking
-params = json.loads(sys.argv[2])
+from hargo.config import as_config
+params = as_config(json.loads(sys.argv[2]))
 with tracking.stage_run("rl", params, sys.argv[1], extra_tags={"hargo.method": "hargo"}) as run:
     print(run.info.run_id, flush=True)
     time.sleep(120)

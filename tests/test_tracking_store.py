@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hargo import tracking, tracking_store
+from hargo.config import as_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,7 @@ def store_template(tmp_path_factory, committed_params) -> Path:
     mp.delenv("HARGO_PARENT_RUN_ID", raising=False)
     mp.delenv("DVC_ROOT", raising=False)
     try:
-        with tracking.stage_run("validate", committed_params, root):
+        with tracking.stage_run("validate", as_config(committed_params), root):
             pass
     finally:
         mp.undo()
@@ -125,7 +126,7 @@ def test_a_deleted_experiment_stops_rl_before_its_checkpoint_folder_changes(
     client = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
     client.delete_experiment(client.get_experiment_by_name("hargo").experiment_id)
     with pytest.raises(tracking_store.TrackingStoreError, match="restore -x 1"):
-        rl.run(rl_params(committed_params, tiny_model_dir, project / "data"), "grpo",
+        rl.run(as_config(rl_params(committed_params, tiny_model_dir, project / "data")), "grpo",
                root=project)
     assert stale.read_text() == "an earlier run's checkpoint"
 
@@ -143,7 +144,7 @@ def test_a_dvc_temp_workspace_logs_to_the_projects_store(project, committed_para
     monkeypatch.setenv("DVC_ROOT", str(project))
     monkeypatch.setenv("DVC_EXP_NAME", "dusty-mule")
     assert tracking.tracking_uri(ws) == f"sqlite:///{project / 'mlruns' / 'mlflow.db'}"
-    with tracking.stage_run("validate", committed_params, ws) as run:
+    with tracking.stage_run("validate", as_config(committed_params), ws) as run:
         pass
     assert not (ws / "mlruns").exists()
     got = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}").get_run(run.info.run_id)

@@ -20,6 +20,7 @@ import torch
 
 from rl_helpers import (FIXED_GROUPS, fixed_batch_params, G_FIXED, completion_token_ids, fixed_completions,
                         fixed_inputs, fixed_rollout, prompt_token_ids, rl_params, write_jsonl)
+from hargo.config import as_config
 
 SERVER = {"host": "10.0.0.7", "port": 8123, "timeout": 17}
 
@@ -412,10 +413,10 @@ def test_a_refused_backend_leaves_a_resumable_checkpoint_untouched(fixed_params,
     state.write_text('{"global_step": 7}')
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     with pytest.raises(UnsupportedVLLMError, match="vllm-server .* cannot run here"):
-        rl.run(params, "grpo", root=tmp_path)
+        rl.run(as_config(params), "grpo", root=tmp_path)
     params["compare"]["methods"] = ["grpo"]
     with pytest.raises(UnsupportedVLLMError, match="vllm-server .* cannot run here"):
-        compare_train.run(params, "grpo", int(params["compare"]["seeds"][0]), root=tmp_path)
+        compare_train.run(as_config(params), "grpo", int(params["compare"]["seeds"][0]), root=tmp_path)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert state.read_text() == '{"global_step": 7}'
 

@@ -29,7 +29,7 @@ from typing import Mapping
 from hargo.generation_budget import budget_record
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
 from hargo.compare.layout import BASE_RUN, EVAL_ROOT, SFT_RUN  # re-exported
-from hargo.config import CompareEvaluate, Config, as_config, as_section, params_dict, to_plain
+from hargo.config import CompareEvaluate, Config, as_section, to_plain
 from hargo.params import ParamsError
 
 __all__ = ["run", "eval_params", "parse_run", "EVAL_ROOT", "SFT_RUN", "BASE_RUN"]
@@ -37,8 +37,9 @@ __all__ = ["run", "eval_params", "parse_run", "EVAL_ROOT", "SFT_RUN", "BASE_RUN"
 _RUN_RE = re.compile(r"^(?P<method>[a-z_0-9]+)-s(?P<seed>\d+)$")
 
 
-def parse_run(params: "Config | Mapping", run: str) -> tuple[str, int] | None:
-    """``(method, seed)`` of ``"<method>-s<seed>"``, or None for ``"sft"`` and ``"base"``.
+def parse_run(params: Config, run: str) -> tuple[str, int] | None:
+    """``(method, seed)`` of ``"<method>-s<seed>"``, or None for ``"sft"`` and ``"base"``
+    (``params``: the typed config).
 
     Raises:
         ParamsError: not ``sft``, ``base`` nor a run of ``compare.methods`` x ``compare.seeds``.
@@ -59,21 +60,20 @@ def parse_run(params: "Config | Mapping", run: str) -> tuple[str, int] | None:
 _OWN = tuple(f.name for f in dataclasses.fields(CompareEvaluate))
 
 
-def eval_params(params: "Config | Mapping") -> dict:
-    """The typed ``evaluate`` section as the mapping the generation and scoring helpers take
+def eval_params(params: Config) -> dict:
+    """The typed ``evaluate`` section of ``params`` (the typed config) as the mapping the generation and scoring helpers take
     (every field; a key params.yaml leaves out has the config's default, the same as the
     helpers'), with ``compare.evaluate``'s keys (samples_per_task, max_new_tokens) applied.
 
     Raises:
         ParamsError: bad params (by the key's dotted name), or no ``compare`` section."""
-    cfg = as_config(params)
-    ev, own = cfg.evaluate, as_section(cfg, "compare", required=True).evaluate
+    ev, own = params.evaluate, as_section(params, "compare", required=True).evaluate
     out = to_plain(ev)
     out.update({k: to_plain(getattr(own, k)) for k in _OWN})
     return out
 
 
-def eval_param_names(params: "Config | Mapping") -> tuple[str, str]:
+def eval_param_names(params: Config) -> tuple[str, str]:
     """The params.yaml names of the prompt cap and the completion budget :func:`eval_params`
     took: ``compare.evaluate.<key>`` where that block (typed: :class:`CompareEvaluate`, whose
     keys are required) has the key, else ``evaluate.<key>``; the same for every valid
@@ -82,8 +82,9 @@ def eval_param_names(params: "Config | Mapping") -> tuple[str, str]:
                  for k in ("max_prompt_tokens", "max_new_tokens"))
 
 
-def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
-    """Evaluate one model of the comparison (see the module docstring).
+def run(params: Config, run: str, root: str | Path = ".") -> dict:
+    """Evaluate one model of the comparison (see the module docstring; ``params``: the typed
+    config).
 
     Returns ``{"run", "n_prompts", "skipped", "metrics": {dr_f1, plp_similarity, mlperf_em,
     avg_score, ...}}``.
@@ -102,8 +103,7 @@ def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
 
-    cfg = as_config(params)
-    pd = params_dict(cfg)     # MLflow, hardware and the rewards still take the mapping
+    cfg = params
     root = Path(root)
     parsed = parse_run(cfg, run)
     ev = eval_params(cfg)     # the generation and scoring helpers take the block as a mapping
@@ -121,13 +121,13 @@ def run(params: "Config | Mapping", run: str, root: str | Path = ".") -> dict:
         raise HargoInputError(eval_path, f"no eval prompt has at most evaluate.max_prompt_tokens"
                               f"={cfg.evaluate.max_prompt_tokens} tokens (skipped per task: "
                               f"{skipped})")
-    setup_torch(pd)
+    setup_torch(cfg)
     print(f"[compare-eval {run}] {len(subset)} prompts, backend {backend}", flush=True)
-    with tracking.stage_run("compare-eval", pd, root, extra_tags={"hargo.run": run},
+    with tracking.stage_run("compare-eval", cfg, root, extra_tags={"hargo.run": run},
                             run_name=f"compare-eval-{run}"):
         import mlflow
 
-        tracking.log_split("eval", "evaluation", pd, root)
+        tracking.log_split("eval", "evaluation", cfg, root)
 
         t0 = time.perf_counter()
         res = gen.run_generation(mdir, [r["prompt"] for r in subset], ev, backend,

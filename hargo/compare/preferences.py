@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hargo.config import Config, as_config, as_section, params_dict
+from hargo.config import Config, as_section
 from hargo.io import HargoInputError, atomic_dir, atomic_write_json, atomic_write_jsonl
 from hargo.methods import method_names
 
@@ -44,22 +44,20 @@ PAIRS_FILE = "pairs.jsonl"
 STATS_FILE = "stats.json"
 
 
-def check_params(params: "Config | Mapping") -> Config:
-    """Check the params (the typed config's own checks: ``compare.preferences``' keys,
-    ``seed``, ``train.max_prompt_tokens`` ...) and that ``compare.preferences.out_dir`` is a
-    non-empty path, which the config does not check; returns the typed config.
+def check_params(params: Config) -> Config:
+    """Check that the typed config ``params`` has a ``compare`` section and ``compare.preferences.out_dir`` is a
+    non-empty path, which the config does not check; returns ``params``.
 
     Raises:
-        ParamsError: naming the first bad key by its dotted path; no ``compare`` section.
+        ParamsError: no ``compare`` section, or an empty ``compare.preferences.out_dir``.
     """
     from hargo.params import ParamsError
 
-    cfg = as_config(params)
-    as_section(cfg, "compare", required=True)
-    out = cfg.compare.preferences.out_dir
+    as_section(params, "compare", required=True)    # no compare section: refused by name
+    out = params.compare.preferences.out_dir
     if not out.strip():
         raise ParamsError(f"compare.preferences.out_dir: expected a non-empty path, got {out!r}")
-    return cfg
+    return params
 
 
 def load_train_records(path: str | Path) -> list[dict]:
@@ -140,13 +138,13 @@ def make_pairs(records: Sequence[Mapping], completions: Sequence[str],
     return pairs, stats
 
 
-def generation_params(params: "Config | Mapping") -> dict:
+def generation_params(params: Config) -> dict:
     """The ``params_evaluate``-style block :func:`run_generation` reads: decoding from
     ``compare.preferences`` (``temperature``, ``max_new_tokens``), the engine settings (dtype,
     batch size, KV cache, GPU memory share, eager mode) from ``evaluate`` (a key params.yaml
-    leaves out has the config's default, the same as :func:`run_generation`'s)."""
-    cfg = as_config(params)
-    ev, pref = cfg.evaluate, cfg.compare.preferences
+    leaves out has the config's default, the same as :func:`run_generation`'s); ``params``: the
+    typed config."""
+    ev, pref = params.evaluate, params.compare.preferences
     out = {"dtype": ev.dtype, "batch_size": ev.batch_size, "kv_cache_gib": ev.kv_cache_gib,
            "gpu_memory_utilization": ev.gpu_memory_utilization,
            "enforce_eager": ev.enforce_eager}
@@ -154,8 +152,8 @@ def generation_params(params: "Config | Mapping") -> dict:
     return out
 
 
-def run(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Any]:
-    """Stage ``preferences`` (see the module docstring); returns the stats written (plus the
+def run(params: Config, root: str | Path = ".") -> dict[str, Any]:
+    """Stage ``preferences`` (see the module docstring; ``params``: the typed config); returns the stats written (plus the
     output folder under ``out_dir``).
 
     Raises:
@@ -172,7 +170,6 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Any]:
 
     t_start = time.perf_counter()
     cfg = check_params(params)
-    pd = params_dict(cfg)      # MLflow logs the parameters as a mapping
     root = Path(root)
     pref = cfg.compare.preferences
     seed, k, backend = int(cfg.seed), int(pref.samples_per_prompt), pref.backend
@@ -186,7 +183,7 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Any]:
         raise HargoInputError(train_path, f"every prompt is longer than train.max_prompt_tokens="
                               f"{cap} tokens (skipped: {skipped})")
     out_dir = root / pref.out_dir
-    with tracking.stage_run("preferences", pd, root) as mlrun:
+    with tracking.stage_run("preferences", cfg, root) as mlrun:
         print(f"[preferences] {len(subset)} prompts x {k} samples from {model_dir} "
               f"({backend}, temperature {pref.temperature}, {pref.max_new_tokens} new "
               f"tokens; {sum(skipped.values())} skipped as too long)", flush=True)

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hargo.compare import render
-from hargo.config import Config, as_config, as_section, params_dict
+from hargo.config import Config, as_section
 from hargo.compare.aggregate import (SFT, Aggregates, RecordingJudge, StoredRewards, aggregate,
                                      bootstrap_cis, run_metrics, run_name, sft_cis)
 from hargo.compare.baselines import race_table
@@ -216,16 +216,16 @@ def _check_stored_metrics(path: Path, stored: Mapping, rows: Sequence[Mapping],
                                   f"compare_eval", field=k)
 
 
-def load_inputs(params: "Config | Mapping", root: Path, methods: Sequence[str],
+def load_inputs(params: Config, root: Path, methods: Sequence[str],
                 seeds: Sequence[int]) -> Inputs:
-    """Read every input of the report (module docstring) and check it before anything is
-    written: each generations row's fields, every run answering the SFT run's prompt ids, each
+    """Read every input of the report (module docstring; ``params``: the typed config) and
+    check it before anything is written: each generations row's fields, every run answering the SFT run's prompt ids, each
     ``metrics.json`` agreeing with its generations, each training history a list.
 
     Raises:
         FileNotFoundError, HargoInputError: as :func:`run`.
     """
-    cfg = as_config(params)
+    cfg = params
     eval_path = root / cfg.data.out_dir / "eval.jsonl"
     records = _load_eval_records(eval_path)
     labels = _race_labels(records, eval_path)
@@ -341,10 +341,11 @@ def flat_metrics(agg: Aggregates, ci: Mapping[str, Mapping]) -> dict[str, float]
     return {k: v for k, v in flat.items() if math.isfinite(v)}
 
 
-def log_to_mlflow(params: "Config | Mapping", root: Path, setup: render.Setup, agg: Aggregates,
+def log_to_mlflow(params: Config, root: Path, setup: render.Setup, agg: Aggregates,
                   ci: Mapping[str, Mapping], out: Outputs) -> str:
     """Log the comparison as an MLflow run tagged ``hargo.kind=comparison``: the
-    :func:`flat_metrics`, the comparison's params and the written files as artifacts.
+    :func:`flat_metrics`, the comparison's params (``params``: the typed config) and the written
+    files as artifacts.
 
     Returns:
         The MLflow run id.
@@ -353,10 +354,9 @@ def log_to_mlflow(params: "Config | Mapping", root: Path, setup: render.Setup, a
 
     from hargo import tracking
 
-    cfg = as_config(params)
-    pd = params_dict(cfg)     # tracking takes the mapping
-    exp_id = tracking.setup(pd, root)
-    tags = {**tracking.common_tags(pd, root), "hargo.kind": "comparison",
+    cfg = params
+    exp_id = tracking.setup(cfg, root)
+    tags = {**tracking.common_tags(cfg, root), "hargo.kind": "comparison",
             "hargo.judge": setup.judge, "hargo.seeds": ",".join(map(str, setup.seeds)),
             "hargo.methods": ",".join(setup.methods)}
     with mlflow.start_run(experiment_id=exp_id, run_name="comparison", tags=tags) as mlrun:
@@ -392,11 +392,11 @@ def _setup(cfg: Config, root: Path, methods: list[str], seeds: list[int],
         data_version=tracking.data_version(root), git_commit=tracking.git_commit(root))
 
 
-def run(params: "Config | Mapping", root: str | Path = ".") -> dict:
+def run(params: Config, root: str | Path = ".") -> dict:
     """Run the ``report`` stage (see the module docstring).
 
     Args:
-        params: the typed config, or the loaded params.yaml mapping (``seed``, ``data.out_dir``, ``evaluate`` (judge),
+        params: the typed config (``seed``, ``data.out_dir``, ``evaluate`` (judge),
             ``rewards``, ``rl.num_generations``, ``sft``, ``model.source``, ``mlflow``,
             ``compare``: ``methods``, ``seeds``, ``steps``, ``prompts_per_step``,
             ``preferences.out_dir``, ``report.bootstrap_resamples``, ``report.confidence``).
@@ -416,7 +416,7 @@ def run(params: "Config | Mapping", root: str | Path = ".") -> dict:
             ``metrics.json`` that disagrees with its ``generations.jsonl``.
         RuntimeError: the MLflow store cannot be used.
     """
-    cfg = as_config(params)
+    cfg = params
     as_section(cfg, "compare", required=True)
     root = Path(root)
     methods = list(cfg.compare.methods)

@@ -60,8 +60,7 @@ from hargo.compare.synthetic_inputs import (prompt_quota, rl_prompts,  # noqa: F
                                             sft_records, stage_params, train_reward)
 from hargo.compare.synthetic_plan import (CONFIGURATIONS, METRICS_DIR, MODEL_DIR, RUNS_DIR,
                                           SyntheticPlan, configuration, plan, read_split)
-from hargo.config import as_section, params_dict, to_plain
-from hargo.config.loading import apply_overrides
+from hargo.config import Config, as_config, params_dict, to_plain
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig
 from hargo.io import atomic_write_json
 from hargo.training.rl_logging import StepRecorder
@@ -287,8 +286,8 @@ def _save_policy(model, tokenizer, out: Path) -> None:
 
 # --------------------------------------------------------------------------- stages
 
-def train_sft(params: Mapping, root: str | Path = ".") -> dict:
-    """Stage ``synthetic_sft``: build the tiny policy (its small tokenizer trained on the train
+def train_sft(params: Config, root: str | Path = ".") -> dict:
+    """Stage ``synthetic_sft`` (``params``: the typed config): build the tiny policy (its small tokenizer trained on the train
     split's prompts and answers), SFT it on :func:`sft_records` (``synthetic.sft``), write
     ``models/synthetic/sft`` and ``metrics/synthetic/sft.json`` (SFT metrics, the policy's
     size, its greedy eval rewards under both configurations: the untuned row of the report).
@@ -301,7 +300,7 @@ def train_sft(params: Mapping, root: str | Path = ".") -> dict:
     root = Path(root)
     p = plan(params)
     train, ev = read_split(root, "train"), read_split(root, "eval")
-    seed = as_section(params, "seed")
+    seed = params.seed
     q = stage_params(params, p, seed)
     setup_torch(q)
     texts = [m["content"] for r in train for m in r["prompt"]] + [r["answer"] for r in train]
@@ -321,18 +320,20 @@ def train_sft(params: Mapping, root: str | Path = ".") -> dict:
 
 def _train_run_job(job: tuple) -> dict:
     """One run of :func:`train_configuration` in a worker process (``synthetic.parallel_runs``
-    > 1): ``(params, configuration, method, seed, root, model_dir)``; its step logs are not
-    printed (the parent prints one line a finished run)."""
+    > 1): ``(params, configuration, method, seed, root, model_dir)``, ``params`` the config's
+    :func:`~hargo.config.params_dict` (a typed config's read-only maps do not pickle), typed
+    again here; its step logs are not printed (the parent prints one line a finished run)."""
     params, name, method, seed, root, model_dir = job
+    params = as_config(params)
     p = plan(params)
     root = Path(root)
     return train_run(params, p, name, method, seed, read_split(root, "train"),
                      read_split(root, "eval"), Path(model_dir), print_fn=lambda *a, **k: None)
 
 
-def train_configuration(params: Mapping, name: str, root: str | Path = ".",
+def train_configuration(params: Config, name: str, root: str | Path = ".",
                         print_fn=print) -> dict:
-    """Stage ``synthetic_rl@<name>``: every method x seed, resumable per run (module
+    """Stage ``synthetic_rl@<name>`` (``params``: the typed config): every method x seed, resumable per run (module
     docstring), ``synthetic.parallel_runs`` at once (each finished run is kept as it arrives);
     writes ``metrics/synthetic/<name>.json``: ``{"configuration", "runs":
     {"<method>-s<seed>": train_run's dict}, "wall_s"}``.
@@ -380,8 +381,8 @@ def train_configuration(params: Mapping, name: str, root: str | Path = ".",
 
         from hargo.hardware import resolve_threads
 
-        each = max(1, resolve_threads(as_section(params, "train").threads) // p.parallel_runs)
-        q = apply_overrides(dict(params_dict(params)), {"train.threads": each})
+        each = max(1, resolve_threads(params.train.threads) // p.parallel_runs)
+        q = params_dict(params.with_values({"train.threads": each}))   # pickled to the workers
         jobs = [(q, name, m, s, str(root), str(model_dir)) for m, s, _, _ in pending]
         where = {(m, s): (fp, path) for m, s, fp, path in pending}
         # a worker trains run after run: a fresh process per run cost ~10 s of imports each

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping
 
 from hargo.compare.synthetic_plan import DATA_DIR, plan, read_split  # noqa: F401 (re-exported)
-from hargo.config import as_section
+from hargo.config import Config
 from hargo.data.synthetic import SYNTHETIC_TASKS, check_synthetic
 from hargo.io import atomic_files, write_json, write_jsonl
 
@@ -99,8 +98,9 @@ def validate_splits(train: list[dict], ev: list[dict], data) -> list[dict]:
     return results
 
 
-def prepare_data(params: Mapping, root: str | Path = ".") -> dict:
-    """Stage ``synthetic_data``: the train and eval splits (seed ``params.seed``), validated
+def prepare_data(params: Config, root: str | Path = ".") -> dict:
+    """Stage ``synthetic_data`` (``params``: the typed config): the train and eval splits (seed
+    ``params.seed``), validated
     (module docstring), and ``stats.json`` (records and mean reference length in characters per
     task and split, and every expectation's outcome).
 
@@ -112,7 +112,7 @@ def prepare_data(params: Mapping, root: str | Path = ".") -> dict:
     from hargo.data.synthetic import generate
 
     p = plan(params)
-    seed = as_section(params, "seed")
+    seed = params.seed
     train, ev = generate(p.data, seed)
     check_synthetic(train, "synthetic train split")
     check_synthetic(ev, "synthetic eval split")

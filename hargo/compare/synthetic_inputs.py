@@ -4,20 +4,20 @@ examples with their hedges (:func:`sft_records`), and a run's training reward an
 quota (:func:`train_reward`, :func:`prompt_quota`). No torch at import."""
 from __future__ import annotations
 
-import copy
 from typing import Mapping, Sequence
 
 from hargo.compare.synthetic_plan import SyntheticPlan
-from hargo.config import CHARS_PER_TOKEN_BOUND, Config, to_plain
+from hargo.config import CHARS_PER_TOKEN_BOUND, Config, as_config, to_plain
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig
 
 __all__ = ["stage_params", "rl_prompts", "sft_records", "train_reward", "prompt_quota"]
 
 
-def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> "Config":
+def stage_params(params: "Config | Mapping", p: SyntheticPlan, seed: int) -> Config:
     """The typed config (:class:`hargo.config.Config` of the synthetic tasks:
     ``Config.from_params(..., synthetic=True)``) for :func:`hargo.training.sft.train` and
-    :func:`hargo.training.rl.build_trainer` on the tiny policy: ``params`` with ``seed``, full
+    :func:`hargo.training.rl.build_trainer` on the tiny policy: ``params`` (the main typed
+    config, :meth:`~hargo.config.Config.with_values`) with ``seed``, full
     fine-tuning (no LoRA: the policy is tiny), fp32 weights (with the main pipeline's
     ``train.bf16`` autocast where the hardware has native bf16, so results depend on the CPU:
     the report names it), no gradient checkpointing, transformers generation, dynamic sampling
@@ -37,32 +37,29 @@ def stage_params(params: Mapping, p: SyntheticPlan, seed: int) -> "Config":
 
     Raises:
         ParamsError: a bad key of ``params`` or of the plan's values (named)."""
-    q = copy.deepcopy(dict(params))
-    q["seed"] = int(seed)
-    q["model"] = {**q["model"], "dtype": "float32", "trust_remote_code": False}
-    q["train"] = {**q["train"], "gradient_checkpointing": False}
-    q["sft"] = {**q["sft"], "samples_per_task": None, "max_steps": -1, "grad_accum": 1,
-                "epochs": p.sft.epochs, "learning_rate": p.sft.learning_rate,
-                "batch_size": p.sft.batch_size, "max_length": p.sft.max_length,
-                "lora": {**q["sft"]["lora"], "enabled": False}}
     rl = p.rl
     rl_budgets = {t: n for t, n in rl.max_new_tokens.items()}
     eval_budgets = {t: n for t, n in p.evaluate.max_new_tokens.items()}
-    q["rl"] = {**q["rl"], "steps": rl.steps, "prompts_per_step": rl.prompts_per_step,
-               "num_generations": rl.num_generations,
-               "max_new_tokens": rl_budgets, "max_prompt_tokens": None,
-               "temperature": rl.temperature, "learning_rate": rl.learning_rate,
-               "lora": {**q["rl"]["lora"], "enabled": False}, "generation_backend": "transformers",
-               "dynamic_sampling": to_plain(rl.dynamic_sampling),
-               "save_steps": rl.steps + 1, "log_completions_steps": 0}
-    q["validate"] = {**q["validate"], "task_counts": {}}
-    q["evaluate"] = {**q["evaluate"], "max_new_tokens": eval_budgets}
-    answer = q["rewards"]["answer"]
-    q["rewards"] = {**q["rewards"], "answer": {**answer, "max_chars": {
-        t: CHARS_PER_TOKEN_BOUND * max(rl_budgets.get(t, 1), eval_budgets.get(t, 1))
-        for t in SYNTHETIC_TASKS}}}
-    q["compare"] = None
-    return Config.from_params(q, synthetic=True)
+    return as_config(params).with_values({
+        "seed": int(seed), "model.dtype": "float32", "model.trust_remote_code": False,
+        "train.gradient_checkpointing": False,
+        "sft.samples_per_task": None, "sft.max_steps": -1, "sft.grad_accum": 1,
+        "sft.epochs": p.sft.epochs, "sft.learning_rate": p.sft.learning_rate,
+        "sft.batch_size": p.sft.batch_size, "sft.max_length": p.sft.max_length,
+        "sft.lora.enabled": False,
+        "rl.steps": rl.steps, "rl.prompts_per_step": rl.prompts_per_step,
+        "rl.num_generations": rl.num_generations,
+        "rl.max_new_tokens": rl_budgets, "rl.max_prompt_tokens": None,
+        "rl.temperature": rl.temperature, "rl.learning_rate": rl.learning_rate,
+        "rl.lora.enabled": False, "rl.generation_backend": "transformers",
+        "rl.dynamic_sampling": to_plain(rl.dynamic_sampling),
+        "rl.save_steps": rl.steps + 1, "rl.log_completions_steps": 0,
+        "validate.task_counts": {},
+        "evaluate.max_new_tokens": eval_budgets,
+        "rewards.answer.max_chars": {
+            t: CHARS_PER_TOKEN_BOUND * max(rl_budgets.get(t, 1), eval_budgets.get(t, 1))
+            for t in SYNTHETIC_TASKS},
+        "compare": None}, synthetic=True)
 
 
 def rl_prompts(train: Sequence[Mapping], p: SyntheticPlan, seed: int) -> list[dict]:

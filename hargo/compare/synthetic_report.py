@@ -31,7 +31,7 @@ from hargo.compare.aggregate import mean_curve
 from hargo.compare.layout import run_name
 from hargo.compare.synthetic_plan import CONFIGURATIONS, FIGURES_DIR, METRICS_DIR, REPORT_MD
 from hargo.compare.synthetic_plan import plan as synthetic_plan
-from hargo.config import as_section
+from hargo.config import Config
 from hargo.data.synthetic import SYNTHETIC_TASKS
 from hargo.io import atomic_files, write_json
 from hargo.stats import mean_std, paired_bootstrap_ci_two_level
@@ -160,10 +160,11 @@ def flat_metrics(summary: Mapping) -> dict[str, float]:
     return out
 
 
-def log_to_mlflow(params: Mapping, plan, root: Path, summary: Mapping,
+def log_to_mlflow(params: Config, plan, root: Path, summary: Mapping,
                   files: Sequence[Path]) -> str:
     """Log the test bed's results as an MLflow run ``synthetic`` (tag ``hargo.kind =
-    synthetic``): :func:`flat_metrics`, the plan's sizes as params, ``files`` as artifacts
+    synthetic``) of the typed config ``params``: :func:`flat_metrics`, the plan's sizes as
+    params, ``files`` as artifacts
     (under ``synthetic/``). Returns the run id.
 
     Raises:
@@ -329,8 +330,9 @@ def _configuration(root: Path, name: str, plan, seed, sft_eval: Mapping, place,
     return lines, entry
 
 
-def report(params: Mapping, root: str | Path = ".") -> dict:
-    """Stage ``synthetic_report``: build, write and log the report (module docstring); returns
+def report(params: Config, root: str | Path = ".") -> dict:
+    """Stage ``synthetic_report`` (``params``: the typed config): build, write and log the
+    report (module docstring); returns
     ``metrics/synthetic/summary.json``'s content.
 
     Raises:
@@ -341,7 +343,7 @@ def report(params: Mapping, root: str | Path = ".") -> dict:
 
     root = Path(root)
     plan = synthetic_plan(params)
-    seed = as_section(params, "seed")
+    seed = params.seed
 
     sft = _load_metrics(root, "sft")
     summary: dict = {"cpu": describe_cpu(), "methods": list(plan.methods),

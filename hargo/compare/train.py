@@ -36,12 +36,11 @@ Outputs (whole or not at all): ``models/compare/<run>/`` (merged model) and
 """
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from hargo.config import Config, as_config, as_section, params_dict
+from hargo.config import Config, as_section, params_dict
 from hargo.io import HargoInputError, atomic_write_json, read_jsonl
 from hargo.compare.layout import TRAIN_METRICS_ROOT, run_name  # re-exported
 from hargo.methods import RL_FAMILIES, get_method
@@ -67,9 +66,8 @@ def family(method: str) -> str:
     return "rl" if fam in RL_FAMILIES else fam
 
 
-def model_dir(params: "Config | Mapping", method: str, seed: int,
-              root: str | Path = ".") -> Path:
-    """``<compare.out_dir>/<method>-s<seed>``."""
+def model_dir(params: Config, method: str, seed: int, root: str | Path = ".") -> Path:
+    """``<compare.out_dir>/<method>-s<seed>`` of the typed config ``params``."""
     out_dir = as_section(params, "compare", required=True).out_dir
     return Path(root) / out_dir / run_name(method, seed)
 
@@ -79,50 +77,36 @@ def metrics_path(method: str, seed: int, root: str | Path = ".") -> Path:
     return Path(root) / TRAIN_METRICS_ROOT / f"{run_name(method, seed)}.json"
 
 
-def _with(params: Mapping, values: Mapping[str, Any]) -> dict:
-    """A deep copy of the params mapping ``params`` with each dotted key of ``values``
-    (``"rl.steps"``) set to its value."""
-    out = copy.deepcopy(dict(params))
-    for dotted, value in values.items():
-        *path, last = dotted.split(".")
-        node = out
-        for k in path:
-            node[k] = dict(node.get(k) or {})
-            node = node[k]
-        node[last] = value
-    return out
-
-
-def run_params(params: "Config | Mapping", method: str, seed: int) -> dict:
-    """The params one comparison run trains with, as a params mapping: a copy where ``seed``
-    is the run's seed and ``rl.steps / rl.prompts_per_step / rl.samples_per_task`` are the
-    comparison's budget (``compare.steps / prompts_per_step / samples_per_task``); for
+def run_config(params: Config, method: str, seed: int) -> Config:
+    """The typed config one comparison run trains with: ``params`` (the typed config) where
+    ``seed`` is the run's seed and ``rl.steps / rl.prompts_per_step / rl.samples_per_task`` are
+    the comparison's budget (``compare.steps / prompts_per_step / samples_per_task``); for
     ``hpcgpt`` ``sft.learning_rate`` and ``sft.lora.r / alpha`` are the HPC-GPT recipe's
-    (``compare.hpcgpt``), with the adapter enabled. :func:`run_config` is the same, typed.
+    (``compare.hpcgpt``: :class:`~hargo.config.compare.HPCGPTParams`), with the adapter enabled.
+    Built and checked again (:meth:`~hargo.config.Config.with_values`), so that its
+    :func:`~hargo.config.params_dict` is the run's own mapping.
 
     Raises:
         ParamsError: unknown method, or bad params (by the key's dotted name)."""
     fam = family(method)
-    cfg = as_config(params)
-    c = as_section(cfg, "compare", required=True)
+    c = as_section(params, "compare", required=True)
     values: dict[str, Any] = {"seed": int(seed), "rl.steps": int(c.steps),
                               "rl.prompts_per_step": int(c.prompts_per_step),
                               "rl.samples_per_task": c.samples_per_task}
-    if fam == "sft":       # the HPC-GPT recipe (compare.<method>: hpcgpt's block, a mapping)
+    if fam == "sft":       # the HPC-GPT recipe (compare.<method>: hpcgpt's block)
         h = c.method(method)
-        values.update({"sft.learning_rate": float(h["learning_rate"]),
-                       "sft.lora.enabled": True, "sft.lora.r": int(h["lora_r"]),
-                       "sft.lora.alpha": float(h["lora_alpha"])})
-    return _with(params_dict(cfg), values)
+        values.update({"sft.learning_rate": float(h.learning_rate),
+                       "sft.lora.enabled": True, "sft.lora.r": int(h.lora_r),
+                       "sft.lora.alpha": float(h.lora_alpha)})
+    return params.with_values(values)
 
 
-def run_config(params: "Config | Mapping", method: str, seed: int) -> Config:
-    """The typed config one comparison run trains with (:func:`run_params`, built and checked
-    again, so that its :func:`~hargo.config.params_dict` is the run's own mapping).
+def run_params(params: Config, method: str, seed: int) -> dict:
+    """:func:`run_config` as the params mapping MLflow logs (:func:`hargo.config.params_dict`).
 
     Raises:
         ParamsError: unknown method, or bad params (by the key's dotted name)."""
-    return Config.from_params(run_params(params, method, seed))
+    return params_dict(run_config(params, method, seed))
 
 
 def _train_hpcgpt(cfg: Config, root: Path, out_dir: Path) -> dict:
@@ -160,8 +144,9 @@ def _train_preference(cfg: Config, method: str, seed: int, root: Path, out_dir: 
     return m
 
 
-def run(params: "Config | Mapping", method: str, seed: int, root: str | Path = ".") -> dict:
-    """Train ``method`` with ``seed`` (see the module docstring); returns the metrics written.
+def run(params: Config, method: str, seed: int, root: str | Path = ".") -> dict:
+    """Train ``method`` with ``seed`` (see the module docstring; ``params``: the typed config);
+    returns the metrics written.
 
     Raises:
         ParamsError: bad params, unknown method, or a seed not in ``compare.seeds`` (before any
@@ -178,13 +163,13 @@ def run(params: "Config | Mapping", method: str, seed: int, root: str | Path = "
 
     from hargo import tracking
 
-    cfg = as_config(params)
+    cfg = params
     c = as_section(cfg, "compare", required=True)
     fam = family(method)
     if fam == "rl":    # a vLLM backend that cannot run here, before the checkpoint folder
         from hargo.training.rl import check_generation_backend
 
-        check_generation_backend(params_dict(cfg))
+        check_generation_backend(cfg)
     if method not in c.methods:
         raise ParamsError(f"--method: {method!r} is not in compare.methods {list(c.methods)}")
     if int(seed) not in [int(s) for s in c.seeds]:
@@ -211,11 +196,10 @@ def run(params: "Config | Mapping", method: str, seed: int, root: str | Path = "
                    keep_history=True)
         result = {**r, "prompts_seen": int(r["steps"]) * int(run_cfg.rl.prompts_per_step)}
     else:
-        p = params_dict(run_cfg)       # MLflow logs the run's parameters as a mapping
-        with tracking.stage_run("compare", p, root, extra_tags={"hargo.method": method,
-                                                               "hargo.run": name},
+        with tracking.stage_run("compare", run_cfg, root, extra_tags={"hargo.method": method,
+                                                                     "hargo.run": name},
                                 run_name=f"compare-{name}"):
-            tracking.log_split("train", "training", p, root)
+            tracking.log_split("train", "training", run_cfg, root)
             result = (_train_hpcgpt(run_cfg, root, out_dir) if fam == "sft"
                       else _train_preference(run_cfg, method, seed, root, out_dir))
             result["history"] = []

@@ -133,9 +133,22 @@ class Config:
         return _build_root(copy.deepcopy(dict(params)), synthetic=bool(synthetic))
 
     def to_dict(self) -> dict:
-        """The params mapping this config was built from, normalised (numbers as numbers): for
-        logging the run's parameters and for code not yet reading the typed config."""
+        """The params mapping this config was built from, normalised (numbers as numbers): only
+        for logging the run's parameters and for the digests of a run (:func:`params_dict`);
+        code reads the typed fields."""
         return copy.deepcopy(dict(self._params))
+
+    def with_values(self, values: Mapping[str, Any], synthetic: bool | None = None
+                    ) -> "Config":
+        """This config with each dotted key of ``values`` set (``{"seed": 3, "rl.steps": 8}``:
+        any declared field, :func:`~hargo.config.loading.apply_overrides`), built and checked
+        again: how a stage derives the config of one run, whose :meth:`to_dict` is then that
+        run's own params. ``synthetic``: the task universe of the result (None: this one's).
+
+        Raises:
+            ParamsError: an undeclared key or a bad value, by its dotted name."""
+        universe = self._synthetic if synthetic is None else bool(synthetic)
+        return Config.from_params(apply_overrides(self.to_dict(), values), synthetic=universe)
 
     def get(self, dotted: str) -> Any:
         """The value of the dotted key (``"rl.hargo.alpha"``), typed."""
@@ -302,10 +315,8 @@ def explain(cls: type = Config, prefix: str = "") -> list[str]:
                     out.extend(explain(m.params_class, f"{prefix}{name}."))
             else:
                 for name, m in registries.compare_methods().items():
-                    for k, rule in m.param_rules:
-                        rng = describe_range({"lo_open": False, "hi_open": False, **rule})
-                        out.append(f"{prefix}{name}.{k} ({'int' if rule.get('integer') else 'float'}"
-                                   f", required{', ' + rng if rng else ''}): {m.description}")
+                    out.append(f"{prefix}{name}: {m.description} ({m.params_class.__name__})")
+                    out.extend(explain(m.params_class, f"{prefix}{name}."))
             continue
         default = info["default"]
         bits = [info["type"], "required" if default == "required" else f"default {default!r}"]

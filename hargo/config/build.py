@@ -70,7 +70,7 @@ def _build(cls: type, raw: Any, key: str, root: Mapping, synthetic: bool = False
             kw[f.name] = MappingProxyType({n: _method_block(m, root) for n, m in dynamic.items()})
             continue
         if f.name not in raw:
-            if f.default is MISSING and f.default_factory is MISSING:
+            if meta.get("required") or (f.default is MISSING and f.default_factory is MISSING):
                 raise ParamsError(f"{sub}: missing (no key '{sub}')")
             continue                                          # the default
         value = raw[f.name]
@@ -107,26 +107,14 @@ def _check_budget(key: str, value: Any, raw: Mapping, name: str, synthetic: bool
 
 
 def _method_block(method, root: Mapping):
-    """The validated knobs of ``method``'s block: its params dataclass (``rl.<name>``) or, for
-    the preference methods and hpcgpt, its ``param_rules`` (``compare.<name>``)."""
-    if method.params_class is not None:
+    """The validated knobs of ``method``'s block, its params dataclass: ``rl.<name>`` (a key or
+    the block left out: the field's default, :meth:`hargo.methods.Method.read_params`) or, for
+    the preference methods and hpcgpt, ``compare.<name>`` (built as a section: the block and
+    every key required, numbers normalised into ``root``)."""
+    if method.is_rl:
         return method.read_params(root)
-    block = root.get("compare", {}).get(method.name)
+    block = (root.get("compare") or {}).get(method.name)
     where = method.params_block
     if not isinstance(block, Mapping):
         raise ParamsError(f"{where}: missing (no key '{where}')")
-    rules = dict(method.param_rules)
-    unknown = sorted(set(block) - set(rules))
-    if unknown:
-        raise ParamsError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(rules)})")
-    out = {}
-    for k, rule in rules.items():
-        if k not in block:
-            raise ParamsError(f"{where}.{k}: missing (no key '{where}.{k}')")
-        meta = {"kind": int if rule.get("integer") else float, "lo": rule.get("lo"),
-                "hi": rule.get("hi"), "lo_open": rule.get("lo_open", False), "hi_open": False,
-                "nullable": rule.get("allow_none", False), "choices": None}
-        out[k] = check_value(f"{where}.{k}", block[k], meta)
-        if isinstance(block, dict):
-            block[k] = out[k]
-    return MappingProxyType(out)
+    return _build(method.params_class, block, where, root)

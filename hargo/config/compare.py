@@ -1,6 +1,8 @@
 """params.yaml ``compare`` and ``synthetic``, typed: the two comparisons of methods. ``compare``
 is the nine-method comparison on the HPC-GPT tasks (its preference pairs, evaluation and report,
-and the ``compare.<method>`` blocks of the preference methods and hpcgpt); ``synthetic`` is the
+and the ``compare.<method>`` blocks of the preference methods and hpcgpt: :class:`PreferenceParams`,
+:class:`SimPOParams`, :class:`HPCGPTParams`, named by their methods' ``params_class``);
+``synthetic`` is the
 synthetic test bed, whose blocks are :mod:`hargo.config.synthetic`'s (sections of
 :mod:`hargo.config`).
 """
@@ -19,7 +21,8 @@ from hargo.config.synthetic import (SyntheticBootstrap, SyntheticData, Synthetic
                                     check_synthetic_keys)
 from hargo.param_values import ParamsError
 
-__all__ = ["Preferences", "CompareEvaluate", "CompareReport", "Compare", "Synthetic"]
+__all__ = ["Preferences", "CompareEvaluate", "CompareReport", "Compare", "Synthetic",
+           "PreferenceParams", "SimPOParams", "HPCGPTParams"]
 
 
 # ------------------------------------------------------------------------------------ compare
@@ -56,6 +59,34 @@ class CompareReport:
                              hi_open=True)    # as every confidence: 1.0 is no interval
 
 
+# ------------------------------------------------------------- compare.<method> blocks
+@section
+class PreferenceParams:
+    """``compare.dpo`` / ``compare.kto``: an offline preference method's knobs (TRL's DPO and
+    KTO trainers; :mod:`hargo.training.preference_trainers`)."""
+
+    beta: float = knob(REQUIRED, "the trainer's beta (DPO/KTO: KL strength; SimPO: reward "
+                                 "scale)", 0, lo_open=True)
+    learning_rate: float = knob(REQUIRED, "learning rate", 0, lo_open=True)
+
+
+@section
+class SimPOParams(PreferenceParams):
+    """``compare.simpo``: SimPO's knobs (TRL CPO, ``loss_type="simpo"``): the preference knobs
+    and the target reward margin."""
+
+    gamma: float = knob(REQUIRED, "target reward margin (CPOConfig.simpo_gamma)", 0)
+
+
+@section
+class HPCGPTParams:
+    """``compare.hpcgpt``: the HPC-GPT LoRA SFT recipe (the paper's r=8, alpha=16, lr 2e-5)."""
+
+    learning_rate: float = knob(REQUIRED, "SFT learning rate of the recipe", 0, lo_open=True)
+    lora_r: int = _int(REQUIRED, "LoRA rank", 1)
+    lora_alpha: float = knob(REQUIRED, "LoRA alpha", 0, lo_open=True)
+
+
 @section
 class Compare(_MethodBlocks):
     """``compare``: the nine-method comparison (docs/comparing.md); the preference methods' and
@@ -75,9 +106,10 @@ class Compare(_MethodBlocks):
     blocks: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}),
         metadata={"kind": "method_blocks", "help": "compare.<method>: the preference methods' "
-                  "and hpcgpt's knobs (Method.param_rules)", "source": "hargo.methods registry"})
+                  "and hpcgpt's knobs (Method.params_class: PreferenceParams, SimPOParams, "
+                  "HPCGPTParams)", "source": "hargo.methods registry"})
 
-    _section_name, _blocks_of = "compare", "methods with one"   # method(): mappings
+    _section_name, _blocks_of = "compare", "methods with one"
 
     @staticmethod
     def _dynamic(raw: Mapping) -> dict:

@@ -26,8 +26,10 @@ KINDS = (float, int, bool, str, "range", "int_range", "budget", "task_map", "lis
 
 def knob(default=REQUIRED, help: str = "", lo=None, hi=None, lo_open=False, hi_open=False,
          kind=float, *, choices: tuple | None = None, nullable: bool = False,
-         source: str = "params.yaml", item: Mapping | None = None):
-    """A config dataclass field: its ``default`` (:data:`REQUIRED`: params.yaml must give it),
+         source: str = "params.yaml", item: Mapping | None = None, required: bool = False):
+    """A config dataclass field: its ``default`` (:data:`REQUIRED`: params.yaml must give it;
+    with ``required`` params.yaml must give it too, and ``default`` is only what code that
+    builds the dataclass itself gets, e.g. a reward's constants in a test),
     ``help`` text, range (``lo``/``hi``, each closed unless ``lo_open``/``hi_open``), ``kind``
     (:data:`KINDS`), ``choices`` (a str's allowed values), ``nullable`` (None, YAML's empty
     value, is allowed), ``source`` (where the value and its default come from) and, for a
@@ -37,7 +39,7 @@ def knob(default=REQUIRED, help: str = "", lo=None, hi=None, lo_open=False, hi_o
         raise ValueError(f"knob: unknown kind {kind!r}")
     meta = {"help": help, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
             "kind": kind, "choices": choices, "nullable": nullable, "source": source,
-            "item": item}
+            "item": item, "required": bool(required)}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -132,7 +134,9 @@ def field_info(cls: type) -> dict[str, dict]:
     out = {}
     for f in dataclasses.fields(cls):
         m = f.metadata
-        if f.default is not MISSING:
+        if m.get("required"):
+            default = "required"
+        elif f.default is not MISSING:
             default = f.default
         elif f.default_factory is not MISSING:
             default = f.default_factory()

@@ -1,6 +1,7 @@
 """Reading params.yaml: the YAML loader (YAML 1.2 floats), dotted-key access and per-run
-overrides (``"rl.hargo.beta=0.04"``, as ``dvc exp run -S``). No checks here: those are the typed
-config's (:mod:`hargo.config`). Re-exported by :mod:`hargo.params`."""
+overrides (``"rl.hargo.beta=0.04"``, as ``dvc exp run -S``; any field the typed config
+declares, :func:`declared`). No value checks here: those are the typed config's
+(:mod:`hargo.config`). Re-exported by :mod:`hargo.params`."""
 from __future__ import annotations
 
 import copy
@@ -12,7 +13,7 @@ import yaml
 
 from hargo.param_values import ParamsError
 
-__all__ = ["ParamsLoader", "get", "apply_overrides", "read_params_file"]
+__all__ = ["ParamsLoader", "get", "apply_overrides", "read_params_file", "declared"]
 
 
 class _UniqueKeys:
@@ -102,11 +103,14 @@ def apply_overrides(params: dict, overrides: Mapping[str, Any] | Iterable[str] |
     """Return a copy of ``params`` with overrides applied.
 
     ``overrides`` is a mapping ``{"rl.method": "hargo"}`` or strings ``"rl.steps=8"`` whose values
-    are parsed as YAML (so ``8`` is an int, ``[grpo, hargo]`` a list). Only existing keys can be
-    overridden, so a typo fails instead of being silently ignored.
+    are parsed as YAML (so ``8`` is an int, ``[grpo, hargo]`` a list). A key may be one
+    ``params`` has or any field the typed config declares (:func:`declared`: a knob left at its
+    default, a method's block left out; the blocks on its path are added), so a typo fails
+    instead of being silently ignored.
 
     Raises:
-        ParamsError: an override names a key that params.yaml does not have, or is malformed.
+        ParamsError: an override names a key that params.yaml does not have and the config does
+            not declare, or is malformed.
     """
     out = copy.deepcopy(params)
     if not overrides:
@@ -127,13 +131,50 @@ def apply_overrides(params: dict, overrides: Mapping[str, Any] | Iterable[str] |
         cur = out
         for i, key in enumerate(keys[:-1]):
             if not isinstance(cur.get(key), dict):
-                raise ParamsError(f"{dotted}: unknown parameter (no section "
-                                  f"'{'.'.join(keys[:i + 1])}' in params.yaml)")
+                if cur.get(key) is not None or not declared(keys[:i + 1]):
+                    raise ParamsError(f"{dotted}: unknown parameter (no section "
+                                      f"'{'.'.join(keys[:i + 1])}' in params.yaml)")
+                cur[key] = {}             # a declared block params.yaml leaves out (or null)
             cur = cur[key]
-        if keys[-1] not in cur:
+        if keys[-1] not in cur and not declared(keys):
             raise ParamsError(f"{dotted}: unknown parameter (not in params.yaml)")
         cur[keys[-1]] = value
     return out
+
+
+def declared(keys: str | list[str]) -> bool:
+    """Whether the dotted key (``"rl.hargo.alpha"`` or its parts) names what the typed config
+    declares: a section, a nested block or a knob of one (:class:`hargo.config.Config`'s
+    dataclasses), a registered method's block or knob (``rl.<method>``, ``compare.<method>``),
+    an entry of a per-task map (``rl.max_new_tokens.plp``: a task of either universe)."""
+    import dataclasses
+
+    from hargo.config import Config, registries
+
+    parts = keys.split(".") if isinstance(keys, str) else list(keys)
+    cls: Any = Config
+    for i, key in enumerate(parts):
+        if cls is None:
+            return False
+        f = next((f for f in dataclasses.fields(cls) if f.name == key
+                  and f.metadata.get("kind") not in ("private", "method_blocks")), None)
+        if f is None:                                 # a method's block of rl / compare
+            m = (cls._dynamic({}) if hasattr(cls, "_dynamic") else {}).get(key)
+            if m is None:
+                return False
+            cls = m.params_class
+            continue
+        meta = f.metadata
+        if meta.get("kind") == "node":
+            cls = meta["node"]
+            continue
+        rest = parts[i + 1:]
+        if not rest:
+            return True
+        per_task = meta.get("kind") in ("task_map", "budget") or meta.get("item") is not None
+        return per_task and len(rest) == 1 and rest[0] in (
+            registries.task_names(False) + registries.task_names(True))
+    return cls is not None
 
 
 def read_params_file(path: str | Path = "params.yaml") -> dict:

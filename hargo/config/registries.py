@@ -24,10 +24,11 @@ def rl_methods() -> dict:
 
 
 def compare_methods() -> dict:
-    """name -> Method of the methods with a ``compare.<name>`` block (``param_rules``)."""
+    """name -> Method of the methods with a ``compare.<name>`` block (not RL, a
+    ``params_class``: :mod:`hargo.config.compare`'s)."""
     from hargo.methods import methods
 
-    return {m.name: m for m in methods() if not m.is_rl and m.param_rules}
+    return {m.name: m for m in methods() if not m.is_rl and m.params_class is not None}
 
 
 def check_method(key: str, name: Any, rl_only: bool = False) -> None:

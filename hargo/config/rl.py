@@ -56,8 +56,8 @@ class _MethodBlocks:
 
     def method(self, name: str):
         """The block of ``<section>.<name>``: the knob dataclass of ``rl.<name>``
-        (:class:`hargo.method_config.HargoParams` ...) or the read-only mapping of
-        ``compare.<name>``.
+        (:class:`hargo.method_config.HargoParams` ...) or of ``compare.<name>``
+        (:class:`hargo.config.compare.PreferenceParams` ...).
 
         Raises:
             ParamsError: ``name`` has no block in this section."""

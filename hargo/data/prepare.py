@@ -268,9 +268,9 @@ def _print_table(stats: dict) -> None:
     console.print(f"mean answer length: {r['longest_task']} / {r['shortest_task']} = {r['ratio']}x")
 
 
-def run(params: Config | dict) -> dict:
-    """Run the ``prepare`` stage inside its MLflow child run (counts logged as metrics); see
-    :func:`prepare`."""
+def run(params: Config) -> dict:
+    """Run the ``prepare`` stage (``params``: the typed config) inside its MLflow child run
+    (counts logged as metrics); see :func:`prepare`."""
     import mlflow
 
     from hargo import tracking

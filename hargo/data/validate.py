@@ -51,7 +51,7 @@ from hargo.data.gx_adapter import MAX_IDS, run_suites  # noqa: F401  (public her
 from hargo.data.labels import LABEL_NAME, LABEL_NAME_REGEX
 from hargo.data.raw import load_raw, normalise_text, source_file
 from hargo.data.similarity import kernel_tokens, nearest_similarity
-from hargo.config import Config, as_section, params_dict
+from hargo.config import Config, as_section
 from hargo.io import atomic_dir, atomic_write_json, read_jsonl
 from hargo.tasks import tasks as _registered
 
@@ -293,14 +293,14 @@ def _summary_specs(add, v) -> None:
 
 # ----------------------------------------------------------------------------- the stage
 
-def run(params: "Config | Mapping") -> dict:
-    """Run the ``validate`` stage inside its MLflow child run (a failed validation marks the run
-    FAILED); see :func:`validate`."""
+def run(params: Config) -> dict:
+    """Run the ``validate`` stage (``params``: the typed config) inside its MLflow child run (a
+    failed validation marks the run FAILED); see :func:`validate`."""
     import mlflow
 
     from hargo import tracking
 
-    with tracking.stage_run("validate", params_dict(params)):
+    with tracking.stage_run("validate", params):
         out = validate(params)
         mlflow.log_metrics({k: v for k, v in out.items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)})

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hargo.config import Config, as_config, as_section, params_dict, to_plain
+from hargo.config import Config, to_plain
 from hargo.data.records import read_prepared, select_subset
 # the baselines' entries of metrics/eval.json, re-exported beside the stage that writes them
 from hargo.evaluation.baselines import (ALWAYS_YES, BASE, BASELINES, NEAREST_TRAIN,
@@ -81,17 +81,16 @@ PLOTS_DIR = "reports/eval"
 SFT = "sft"
 
 
-def model_dirs(params: "Config | Mapping", root: str | Path = ".") -> dict[str, Path]:
+def model_dirs(params: Config, root: str | Path = ".") -> dict[str, Path]:
     """``{"base": <model.out_dir>, "sft": <sft.out_dir>, <method>: <rl.out_dir>/<method>, ...}``
-    in evaluation order, each checked complete (``params``: the typed config or a params
-    mapping with the ``model``, ``sft`` and ``rl`` sections).
+    in evaluation order, each checked complete (``params``: the typed config).
 
     Raises:
         FileNotFoundError: a folder is missing or half-written (no ``.complete`` marker); the
             message names it and the stage that writes it.
     """
     root = Path(root)
-    model, sft, rl = (as_section(params, s) for s in ("model", "sft", "rl"))
+    model, sft, rl = params.model, params.sft, params.rl
     dirs = {BASE: root / model.out_dir, SFT: root / sft.out_dir}
     for m in rl.methods:
         dirs[m] = root / rl.out_dir / m
@@ -172,11 +171,11 @@ def _rss_mib() -> float | None:
         return None
 
 
-def run(params: "Config | Mapping", root: str | Path = ".") -> dict:
+def run(params: Config, root: str | Path = ".") -> dict:
     """Run the evaluate stage (see the module docstring).
 
     Args:
-        params: the typed config (:mod:`hargo.config`) or a params mapping (``seed``, ``data.out_dir``, ``model.out_dir``,
+        params: the typed config (:class:`hargo.config.Config`; ``seed``, ``data.out_dir``, ``model.out_dir``,
             ``sft.out_dir``, ``rl.out_dir``, ``rl.methods``, ``train.threads``, ``rewards``,
             ``evaluate``).
         root: the repository root that relative paths start from.
@@ -275,7 +274,7 @@ def _check_inputs(cfg: Config, root: Path) -> _Inputs:
                    baseline_rows, dtype, reward_fn, judge)
 
 
-def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
+def _evaluate(cfg: Config, root: str | Path) -> dict:
     """:func:`run`'s body: inputs checked (:func:`_check_inputs`), then, in the stage's MLflow
     run, each model generates and is scored (:func:`_score_model`), judged against SFT
     (:func:`_judge_against_sft`), and the outputs written (:func:`_write_outputs`) and logged
@@ -284,15 +283,14 @@ def _evaluate(params: "Config | Mapping", root: str | Path) -> dict:
     from hargo.hardware import setup_torch
 
     root = Path(root)
-    cfg, pd = as_config(params), params_dict(params)
     ev = cfg.evaluate
     # 1. everything that can be checked is checked before the first token is generated
     x = _check_inputs(cfg, root)
     dirs, baselines = x.dirs, x.baselines
 
-    setup_torch(pd)
-    with tracking.stage_run("evaluate", pd, root) as mlrun:
-        tracking.log_split("eval", "evaluation", pd, root)
+    setup_torch(cfg)
+    with tracking.stage_run("evaluate", cfg, root) as mlrun:
+        tracking.log_split("eval", "evaluation", cfg, root)
 
         completions: dict[str, list[str]] = {}
         scored: dict[str, list[dict]] = {}

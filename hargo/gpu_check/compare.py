@@ -122,7 +122,7 @@ def _train_sft(ctx: dict, records: list[dict], out_dir: Path, end: float) -> dic
 
     p = ctx["params"]
     cfg = as_config(p)
-    setup_torch(p)
+    setup_torch(cfg)
     model = load_model(ctx["model_dir"], dtype="float32")
     tok = load_tokenizer(ctx["model_dir"])
     args = sft.sft_config(cfg, ctx["work"] / "sft-trainer", report_to=())
@@ -158,7 +158,7 @@ def _train_rl(ctx: dict, method: str, sft_dir: Path, records: list[dict], steps:
     from hargo.training.rl import build_trainer
     from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
 
-    p = apply_overrides(ctx["params"], {"rl.steps": int(steps)})
+    p = as_config(apply_overrides(ctx["params"], {"rl.steps": int(steps)}))
     setup_torch(p)
     tok = load_tokenizer(sft_dir)
     rec = StepRecorder()
@@ -171,7 +171,7 @@ def _train_rl(ctx: dict, method: str, sft_dir: Path, records: list[dict], steps:
     trainer.train()
     train_s = _now() - t0
     save_merged(trainer.accelerator.unwrap_model(trainer.model), tok, out_dir,
-                dtype=as_config(p).model.dtype)
+                dtype=p.model.dtype)
     hist = rec.history
     for h in hist:
         ctx["tracker"].metrics(f"compare/rl-{method}", {k: v for k, v in h.items() if k != "step"},

@@ -114,11 +114,13 @@ def _correctness_variant(params: dict, model_dir: Path, work: Path, name: str,
 
     t0 = _now()
     records = fixed_records()
+    from hargo.config import as_config
     from hargo.params import apply_overrides
 
-    p = apply_overrides(params, {"rl.num_generations": G_FIXED,
-                                 "rl.prompts_per_step": len(records), "rl.max_new_tokens": 16,
-                                 "rl.steps": 2, "rl.save_steps": 1, "rl.hargo.beta": 0.02})
+    p = as_config(apply_overrides(params, {"rl.num_generations": G_FIXED,
+                                           "rl.prompts_per_step": len(records),
+                                           "rl.max_new_tokens": 16, "rl.steps": 2,
+                                           "rl.save_steps": 1, "rl.hargo.beta": 0.02}))
     kw = dict(overrides)
     runs = {}
     for run in ("a", "b"):

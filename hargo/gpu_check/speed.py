@@ -32,12 +32,13 @@ def _speed_one(ctx: dict, size: Mapping, method: str, records: list[dict], tok, 
     from hargo.training.rl import build_trainer
     from hargo.training.rl_logging import RLLoggingCallback, StepRecorder
 
+    from hargo.config import as_config
     from hargo.params import apply_overrides
 
-    p = apply_overrides(ctx["params"], {"rl.steps": int(size["steps"]),
-                                        "rl.prompts_per_step": int(size["prompts"]),
-                                        "rl.num_generations": int(size["G"]),
-                                        "rl.max_new_tokens": int(size["max_new_tokens"])})
+    p = as_config(apply_overrides(ctx["params"], {"rl.steps": int(size["steps"]),
+                                                  "rl.prompts_per_step": int(size["prompts"]),
+                                                  "rl.num_generations": int(size["G"]),
+                                                  "rl.max_new_tokens": int(size["max_new_tokens"])}))
     setup_torch(p)
     rec = StepRecorder()
     stop = _deadline_callback(end)

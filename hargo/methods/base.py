@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Mapping
 
 from hargo.method_config import read_block
 
@@ -62,12 +62,11 @@ class Method:
             (``k3`` in the GRPO family's loss, as TRL; ``k1`` in PPO's reward).
         trl_settings: ``trl.GRPOConfig`` fields of its own over :data:`DEFAULT_TRL_SETTINGS`
             (hargo computes every RL method's loss; these shape only what TRL logs).
-        params_class: the frozen dataclass of its ``rl.<name>`` block (``hargo.method_config``
-            style: each field a :func:`hargo.method_config.knob`), read by :meth:`read_params`;
-            None for methods whose knobs are not an ``rl`` block.
-        param_rules: for a block checked key by key instead (``compare.<name>`` of the
-            preference methods and hpcgpt): ``(key, rule)`` pairs, ``rule`` the keyword arguments
-            of ``hargo.params``' numeric check (``lo``, ``hi``, ``lo_open``, ``integer``).
+        params_class: the frozen dataclass of its params block (:attr:`params_block`; each
+            field a :func:`hargo.config.fields.knob`): an RL method's ``rl.<name>`` block
+            (``hargo.method_config`` style, read by :meth:`read_params`), a compared method's
+            ``compare.<name>`` block (:mod:`hargo.config.compare`'s ``PreferenceParams`` ...,
+            built by the typed config); None for a method without knobs.
 
     Raises:
         ValueError: at construction, an inconsistent method (unknown family or loss, an RL method
@@ -88,7 +87,6 @@ class Method:
     kl: str | None = None
     trl_settings: Mapping[str, str] = field(default_factory=dict)
     params_class: type | None = None
-    param_rules: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "trl_settings", MappingProxyType(dict(self.trl_settings)))
@@ -108,8 +106,8 @@ class Method:
                 problems.append("no params_class (its rl.<name> block)")
             if self.loss == "weighted" and not (self.estimator and self.policy_loss):
                 problems.append("a weighted loss needs an estimator and a policy_loss")
-        elif self.loss is not None or self.params_class is not None:
-            problems.append(f"loss/params_class are for RL methods, not family {self.family!r}")
+        elif self.loss is not None:
+            problems.append(f"loss is for RL methods, not family {self.family!r}")
         if self.needs_reference and self.loss != "weighted":
             problems.append("needs_reference is for a weighted loss (its estimator reads l)")
         if problems:

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from hargo.config import Config, Model, as_section, params_dict
+from hargo.config import Config, Model
 from hargo.io import atomic_dir, atomic_write_json
 from hargo.models.smollm2 import ChecksumError, sha256  # noqa: F401  (ChecksumError re-exported)
 
@@ -148,8 +148,8 @@ def build(model: "Model", resolved: Mapping[str, Any]) -> dict[str, Any]:
     return record
 
 
-def run(params: "Config | Mapping") -> dict[str, Any]:
-    """Stage ``base_model``: resolve and check ``model.source`` (before any work), write
+def run(params: Config) -> dict[str, Any]:
+    """Stage ``base_model`` (``params``: the typed config): resolve and check ``model.source`` (before any work), write
     ``model.out_dir``, log an MLflow child run ``base_model``.
 
     Returns the ``hargo_source.json`` record plus ``out_dir`` and ``seconds``.
@@ -163,9 +163,9 @@ def run(params: "Config | Mapping") -> dict[str, Any]:
 
     from hargo import tracking
 
-    model = as_section(params, "model")
+    model = params.model
     resolved = resolve_source(model)
-    with tracking.stage_run("base_model", params_dict(params)):
+    with tracking.stage_run("base_model", params):
         t0 = time.perf_counter()
         record = build(model, resolved)
         seconds = time.perf_counter() - t0

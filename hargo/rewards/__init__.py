@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hargo.rewards._config import block_items
+from hargo.config.rewards import block_items
 from hargo.rewards.mlperf import MLPerfConfig, exact_match, mlperf_em, mlperf_reward
 from hargo.rewards.plp import PLPConfig, PLPScorer, get_scorer, plp_rewards
 from hargo.rewards.race import extract_yes_no, race_reward
@@ -72,7 +72,9 @@ def check_task(task, where: str = "") -> str:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Constants of all task rewards (params.yaml ``rewards``)."""
+    """Constants of all task rewards (params.yaml ``rewards``): the typed config's blocks
+    (:class:`hargo.config.rewards.PLPReward`, ``MLPerfReward``, ``AnswerRule``, named
+    ``PLPConfig``, ``MLPerfConfig``, ``AnswerConfig`` here)."""
 
     plp: PLPConfig = field(default_factory=PLPConfig)
     mlperf: MLPerfConfig = field(default_factory=MLPerfConfig)

@@ -91,9 +91,8 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 
-from hargo.rewards._config import config_from_params
+from hargo.config.rewards import MLPerfReward
 from hargo.rewards.text import read_answer
 
 __all__ = [
@@ -107,21 +106,9 @@ __all__ = [
 EXACT_REWARD = 1.0
 
 
-@dataclass(frozen=True)
-class MLPerfConfig:
-    """Tier constants (params.yaml ``rewards.mlperf``); defaults are method.md's."""
-
-    partial: float = 0.5
-    overlap_high: float = 0.7
-    overlap_high_reward: float = 0.2
-    overlap_low: float = 0.4
-    overlap_low_reward: float = 0.1
-
-    @classmethod
-    def from_params(cls, d) -> "MLPerfConfig":
-        """From ``rewards.mlperf``: the typed block (:class:`hargo.config.MLPerfReward`) or a
-        mapping; missing keys keep the defaults."""
-        return config_from_params(cls, d)
+#: The tier constants: the typed config's ``rewards.mlperf`` block, one definition
+#: (:class:`hargo.config.rewards.MLPerfReward`; its defaults are method.md's).
+MLPerfConfig = MLPerfReward
 
 
 _WS = re.compile(r"\s+")

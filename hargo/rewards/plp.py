@@ -25,44 +25,17 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 
-from hargo.rewards._config import config_from_params
+from hargo.config.rewards import PLPReward
 from hargo.rewards.text import is_repetitive, read_answer
 
 __all__ = ["PLPConfig", "PLPScorer", "get_scorer", "is_repetitive", "sanitise", "format_ok",
            "plp_reward", "plp_rewards"]
 
 
-@dataclass(frozen=True)
-class PLPConfig:
-    """Constants of the PLP reward (params.yaml ``rewards.plp``; not given by the paper).
-
-    Attributes:
-        format_bonus: added for non-empty, non-repetitive output.
-        length_budget: characters allowed before the length penalty starts.
-        length_penalty: subtracted per character past the budget.
-        min_reward: floor of the reward.
-        batch_size: embedding batch size.
-        embed_max_chars: characters of a text the embedder sees.
-        repetition_ngram, repetition_min_distinct, repetition_max_char_run: see ``is_repetitive``.
-    """
-
-    format_bonus: float = 0.1
-    length_budget: int = 400
-    length_penalty: float = 0.0005
-    min_reward: float = -1.0
-    batch_size: int = 64
-    embed_max_chars: int = 2048
-    repetition_ngram: int = 3
-    repetition_min_distinct: float = 0.5
-    repetition_max_char_run: int = 16
-
-    @classmethod
-    def from_params(cls, d) -> "PLPConfig":
-        """From ``rewards.plp``: the typed block (:class:`hargo.config.PLPReward`) or a mapping;
-        missing keys keep the defaults, unknown keys are ignored."""
-        return config_from_params(cls, d)
+#: The PLP reward's constants: the typed config's ``rewards.plp`` block, one definition
+#: (:class:`hargo.config.rewards.PLPReward`: fields, defaults, ranges, ``from_params``).
+PLPConfig = PLPReward
 
 
 def format_ok(text: str, config: PLPConfig) -> bool:

@@ -26,10 +26,8 @@ import functools
 import re
 import sys
 import unicodedata
-from dataclasses import dataclass, field
-from typing import Mapping
 
-from hargo.rewards._config import block_items
+from hargo.config.rewards import AnswerRule
 
 __all__ = ["read_answer", "is_repetitive", "degenerate", "AnswerConfig"]
 
@@ -69,62 +67,9 @@ def is_repetitive(text: str, ngram: int = 3, min_distinct: float = 0.5,
     return distinct / k < min_distinct
 
 
-@dataclass(frozen=True)
-class AnswerConfig:
-    """params.yaml ``rewards.answer``: the degenerate-answer rule (module docstring).
-
-    Attributes:
-        max_chars: per task, the characters past which a completion is degenerate (> 0).
-        degenerate_scale: a degenerate completion's positive reward is multiplied by this
-            (in [0, 1); 0: it earns nothing).
-        repetition_ngram, repetition_min_distinct, repetition_max_char_run: ``is_repetitive``.
-    """
-
-    max_chars: Mapping[str, int] = field(default_factory=lambda: {
-        "race_c": 2048, "race_fortran": 2048, "mlperf": 2048, "plp": 4096})
-    degenerate_scale: float = 0.0
-    repetition_ngram: int = 3
-    repetition_min_distinct: float = 0.5
-    repetition_max_char_run: int = 16
-
-    @classmethod
-    def from_params(cls, d) -> "AnswerConfig":
-        """From ``rewards.answer``: the typed block (:class:`hargo.config.AnswerRule`) or a
-        mapping; missing keys keep the defaults.
-
-        Raises:
-            ValueError: an unknown key, a budget that is not an int > 0, a scale outside [0, 1).
-        """
-        d = dict(block_items(d))
-        unknown = sorted(set(d) - {f for f in cls.__dataclass_fields__})
-        if unknown:
-            raise ValueError(f"rewards.answer: unknown key(s) {unknown}; valid: "
-                             f"{sorted(cls.__dataclass_fields__)}")
-        kw = {}
-        if "max_chars" in d:
-            kw["max_chars"] = {str(k): int(v) for k, v in dict(d["max_chars"]).items()}
-        if "degenerate_scale" in d:
-            kw["degenerate_scale"] = float(d["degenerate_scale"])
-        for name in ("repetition_ngram", "repetition_max_char_run"):
-            if name in d:
-                kw[name] = int(d[name])
-        if "repetition_min_distinct" in d:
-            kw["repetition_min_distinct"] = float(d["repetition_min_distinct"])
-        return cls(**kw)
-
-    def __post_init__(self):
-        for task, n in self.max_chars.items():
-            if not isinstance(n, int) or n <= 0:
-                raise ValueError(f"rewards.answer.max_chars.{task}: must be an int > 0, got {n!r}")
-        if not 0 <= self.degenerate_scale < 1:
-            raise ValueError("rewards.answer.degenerate_scale: must be in [0, 1), got "
-                             f"{self.degenerate_scale}")
-        if self.repetition_ngram < 1 or self.repetition_max_char_run < 1:
-            raise ValueError("rewards.answer.repetition_ngram and repetition_max_char_run must "
-                             "be >= 1")
-        if not 0 < self.repetition_min_distinct <= 1:
-            raise ValueError("rewards.answer.repetition_min_distinct must be in (0, 1], got "
-                             f"{self.repetition_min_distinct}")
+#: The degenerate-answer rule: the typed config's ``rewards.answer`` block, one definition
+#: (:class:`hargo.config.rewards.AnswerRule`: fields, defaults, checks, ``from_params``).
+AnswerConfig = AnswerRule
 
 
 def degenerate(text: str, task: str, config: AnswerConfig | None = None) -> str | None:

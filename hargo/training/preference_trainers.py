@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hargo.config import Config, as_config, as_section, params_dict
+from hargo.config import Config
 from hargo.io import HargoInputError, read_jsonl
 from hargo import hardware
 from hargo.models import loading
@@ -64,11 +64,11 @@ FINAL_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/
               "logps/chosen", "logps/rejected", "kl", "nll_loss")
 
 
-def check_params(params: "Config | Mapping", method: str) -> Config:
-    """Check ``method`` (one of :data:`METHODS`) and the params a preference run reads (the
-    typed config's own checks: ``compare.steps``, ``compare.prompts_per_step``,
-    ``compare.<method>.beta`` / ``learning_rate`` (> 0), ``compare.simpo.gamma`` (>= 0),
-    ``sft.max_length``, ...); returns the typed config.
+def check_params(params: Config, method: str) -> Config:
+    """Check ``method`` (one of :data:`METHODS`) and that the typed config ``params`` has the
+    ``compare`` section a preference run reads (its values, ``compare.<method>``'s
+    :class:`~hargo.config.compare.PreferenceParams` included, were checked when the config was
+    built); returns ``params``.
 
     Raises:
         ParamsError: naming the bad key (or the unknown method); no ``compare`` section.
@@ -77,10 +77,9 @@ def check_params(params: "Config | Mapping", method: str) -> Config:
 
     if method not in METHODS:
         raise ParamsError(f"method: must be one of {', '.join(METHODS)}, got {method!r}")
-    cfg = as_config(params)
-    if cfg.compare is None:
+    if params.compare is None:
         raise ParamsError("compare: missing (no key 'compare')")
-    return cfg
+    return params
 
 
 def _message_list(x, role: str | None = None) -> bool:
@@ -163,8 +162,9 @@ def kto_rows(pairs: Sequence[Mapping], order: Sequence[int], prompts_per_step: i
     return rows
 
 
-def build_config(params: "Config | Mapping", method: str, output_dir: str | Path, seed: int):
-    """The TRL config of one run: ``DPOConfig``, ``KTOConfig`` or ``CPOConfig`` (SimPO).
+def build_config(params: Config, method: str, output_dir: str | Path, seed: int):
+    """The TRL config of one run of the typed config ``params``: ``DPOConfig``, ``KTOConfig``
+    or ``CPOConfig`` (SimPO).
 
     Shared: ``max_steps = compare.steps``, one batch per step (``per_device_train_batch_size =
     compare.prompts_per_step``, KTO twice that), sequential sampling (the order is
@@ -175,23 +175,23 @@ def build_config(params: "Config | Mapping", method: str, output_dir: str | Path
     """
     from hargo.hardware import trainer_precision_kwargs
 
-    c = as_section(params, "compare")
-    m = c.method(method)            # compare.<method>: the method plug-in's mapping of knobs
+    c = params.compare
+    m = c.method(method)            # compare.<method>: PreferenceParams / SimPOParams
     pps = int(c.prompts_per_step)
-    gc = bool(as_section(params, "train").gradient_checkpointing)
+    gc = bool(params.train.gradient_checkpointing)
     shared = dict(
         output_dir=str(output_dir), seed=int(seed), data_seed=int(seed),
         max_steps=int(c.steps), num_train_epochs=1,
         per_device_train_batch_size=2 * pps if method == "kto" else pps,
-        gradient_accumulation_steps=1, learning_rate=float(m["learning_rate"]),
-        beta=float(m["beta"]), max_length=int(as_section(params, "sft").max_length),
+        gradient_accumulation_steps=1, learning_rate=float(m.learning_rate),
+        beta=float(m.beta), max_length=int(params.sft.max_length),
         gradient_checkpointing=gc,
         gradient_checkpointing_kwargs={"use_reentrant": False} if gc else None,
         train_sampling_strategy="sequential",
         logging_steps=1, logging_first_step=True, disable_tqdm=True,
         logging_nan_inf_filter=False,      # the divergence guard must see a NaN loss
         save_strategy="no", eval_strategy="no", report_to="none", run_name=method,
-        dataloader_num_workers=0, **trainer_precision_kwargs(params_dict(params)),
+        dataloader_num_workers=0, **trainer_precision_kwargs(params.train),
     )
     if method == "dpo":
         from trl import DPOConfig
@@ -206,7 +206,7 @@ def build_config(params: "Config | Mapping", method: str, output_dir: str | Path
 
         # remove_unused_columns=False: CPO's collator needs its tokenised columns (it would set
         # it itself, with a warning)
-        return CPOConfig(loss_type="simpo", cpo_alpha=0.0, simpo_gamma=float(m["gamma"]),
+        return CPOConfig(loss_type="simpo", cpo_alpha=0.0, simpo_gamma=float(m.gamma),
                          remove_unused_columns=False, **shared)
     raise ValueError(f"method: must be one of {', '.join(METHODS)}, got {method!r}")
 
@@ -225,18 +225,19 @@ def _quiet_datasets():
             ds_logging.enable_progress_bar()
 
 
-def build_trainer(params: "Config | Mapping", method: str, model, tokenizer, rows: list[dict],
+def build_trainer(params: Config, method: str, model, tokenizer, rows: list[dict],
                   args):
-    """The TRL trainer of ``method`` on ``rows`` with the LoRA of ``rl.lora`` (None: full)."""
+    """The TRL trainer of ``method`` on ``rows`` with the LoRA of ``rl.lora`` (None: full) of
+    the typed config ``params``."""
     from datasets import Dataset
 
     from hargo.training.divergence import DivergenceBounds, DivergenceGuard
 
     dataset = Dataset.from_list(rows)
-    peft = common.lora_config(as_section(params, "rl").lora)
+    peft = common.lora_config(params.rl.lora)
     kw = dict(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
               peft_config=peft,
-              callbacks=[DivergenceGuard(DivergenceBounds.from_params(params_dict(params)),
+              callbacks=[DivergenceGuard(DivergenceBounds.of(params.train.divergence),
                                          method)])
     with _quiet_datasets():
         if method == "dpo":
@@ -263,14 +264,14 @@ def _final_metrics(log_history: Sequence[Mapping]) -> dict[str, float]:
     return out
 
 
-def train_preference(params: "Config | Mapping", method: str, model_dir: str | Path,
+def train_preference(params: Config, method: str, model_dir: str | Path,
                      pairs: Sequence[Mapping] | str | Path, out_dir: str | Path | None,
                      seed: int) -> dict[str, Any]:
     """Train ``method`` (dpo | kto | simpo) from the model in ``model_dir`` on preference pairs;
     write the merged model to ``out_dir`` (skipped when None).
 
     Args:
-        params: the typed config, or the loaded params mapping (``compare``, ``rl.lora``,
+        params: the typed config (``compare``, ``rl.lora``,
             ``sft.max_length``, ``train``, ``model.dtype``).
         method: "dpo", "kto" or "simpo".
         model_dir: a complete model folder (the SFT model).
@@ -300,7 +301,7 @@ def train_preference(params: "Config | Mapping", method: str, model_dir: str | P
     pairs = _checked_pairs(cfg, pairs)
     model_dir = loading.resolve_model_dir(model_dir)
     order, rows = _training_rows(cfg, method, pairs, int(seed))
-    hardware.setup_torch({**params_dict(cfg), "seed": int(seed)})
+    hardware.setup_torch(cfg, seed=int(seed))
     model = loading.load_model(model_dir, dtype="float32",
                               trust_remote_code=bool(cfg.model.trust_remote_code))
     tok = loading.load_tokenizer(model_dir)
@@ -320,7 +321,7 @@ def train_preference(params: "Config | Mapping", method: str, model_dir: str | P
                                dtype=cfg.model.dtype,
                                training_record=training_record(
                                    trainer.state.log_history,
-                                   DivergenceBounds.from_params(params_dict(cfg))))
+                                   DivergenceBounds.of(cfg.train.divergence)))
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from hargo.config import Config, as_config, params_dict
+from hargo.config import Config, as_config
 from hargo.generation_budget import budget_record, describe_budget, max_budget
 from hargo.io import HargoInputError, atomic_write_json
 from hargo.methods import get_method
@@ -148,7 +148,7 @@ def _describe_dynamic_sampling(cfg) -> str:
     return f"on (refill x{cfg.refill_factor:g}, up to {cfg.max_refills} rounds)"
 
 
-def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", *,
+def run(params: Config, method: str, root: str | os.PathLike = ".", *,
         records: list[dict] | None = None, run_name: str | None = None,
         out_dir: str | os.PathLike | None = None, ckpt_dir: str | os.PathLike | None = None,
         metrics_path: str | os.PathLike | None = None, keep_history: bool = False) -> dict:
@@ -161,18 +161,17 @@ def run(params: "Config | Mapping", method: str, root: str | os.PathLike = ".", 
     ``checkpoints/rl/<method>``, ``metrics/rl/<method>.json``) and ``keep_history=True`` (the
     per-step per-task history goes into the metrics file, for the report's curves).
 
-    ``params``: the typed config or a params mapping (built and checked first,
-    :func:`hargo.config.as_config`).
+    ``params``: the typed config (:func:`hargo.config.load_config`).
 
     Raises:
-        ParamsError: bad params or unknown method (before any work).
+        ParamsError: unknown method (before any work).
         FileNotFoundError: the SFT model folder is missing or incomplete.
         HargoInputError: bad or too few train records.
         RuntimeError: ``generation_backend: vllm`` or ``vllm-server`` where vLLM cannot run.
     """
     t_start = time.perf_counter()
     _check_method(method)
-    cfg = as_config(params)            # the typed config
+    cfg = params
     check_generation_backend(cfg)    # before the checkpoint folder is touched
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer, resolve_model_dir
@@ -255,7 +254,7 @@ def _trainer_and_checkpoint(cfg: Config, method: str, name: str, root: Path, mod
     if launch.is_main:
         # an unusable MLflow store or experiment fails here, before the checkpoint folder (an
         # output) changes
-        tracking.setup(params_dict(cfg), root)
+        tracking.setup(cfg, root)
     recorder = StepRecorder(max_table_rows=TABLE_ROWS)
     callback = RLLoggingCallback(recorder, name, int(cfg.rl.log_completions_steps or 0))
     # The trainer is built before the checkpoint folder is prepared (which clears a finished or
@@ -285,8 +284,7 @@ def _train_and_record(cfg: Config, method: str, name: str, run_name: str | None,
     from hargo import tracking
     from hargo.training.checkpoints import checkpoint_step
 
-    pd = params_dict(cfg)    # the mapping as params.yaml has it, for MLflow tracking
-    stage = tracking.stage_run("rl" if run_name is None else "compare", pd, root=root,
+    stage = tracking.stage_run("rl" if run_name is None else "compare", cfg, root=root,
                                extra_tags={"hargo.method": method,
                                            **({"hargo.run": run_name} if run_name else {})},
                                run_name=None if run_name is None else f"compare-{run_name}") \
@@ -294,7 +292,7 @@ def _train_and_record(cfg: Config, method: str, name: str, run_name: str | None,
     with stage:
         if launch.is_main:
             mlflow.log_params({"rl.method": method, "rl.prompts_used": len(records)})
-            tracking.log_split("train", "training", pd, root)
+            tracking.log_split("train", "training", cfg, root)
         resumed_step = checkpoint_step(resume) if resume is not None else 0
         if launch.is_main:
             _announce(cfg, method, name, trainer, launch, records, skipped, resume, resumed_step)

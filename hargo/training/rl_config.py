@@ -11,7 +11,7 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-from hargo.config import Config, ParamsError, as_config, as_section
+from hargo.config import Config, ParamsError, as_config
 from hargo.data.records import read_prepared
 from hargo.generation_budget import max_budget
 from hargo.methods import RL_FAMILIES, get_method
@@ -56,9 +56,10 @@ def prompt_cap(params: "Config | Mapping") -> int | dict[str, int]:
     return int(cfg.train.max_prompt_tokens) if cap is None else _plain(cap)
 
 
-def prompt_cap_name(params: "Config | Mapping") -> str:
-    """The params.yaml name of :func:`prompt_cap`'s value (the one a user should change)."""
-    return "rl.max_prompt_tokens" if as_section(params, "rl").max_prompt_tokens is not None \
+def prompt_cap_name(params: Config) -> str:
+    """The params.yaml name of :func:`prompt_cap`'s value (the one a user should change) for
+    the typed config ``params``."""
+    return "rl.max_prompt_tokens" if params.rl.max_prompt_tokens is not None \
         else "train.max_prompt_tokens"
 
 
@@ -152,22 +153,21 @@ def build_grpo_config(params: "Config | Mapping", method: str, output_dir: str |
     return GRPOConfig(**kw)
 
 
-def check_generation_backend(params: "Config | Mapping") -> None:
+def check_generation_backend(params: Config) -> None:
     """Refuse ``rl.generation_backend`` where it cannot run here (the colocated or the server
     vLLM rollout, :mod:`hargo.training.vllm_rollout`), before a stage touches anything: called
     by the ``rl`` and ``compare-train`` stages before their checkpoint folder is prepared (a
     backend change does not match a resumable checkpoint's fingerprint, which would otherwise be
     cleared first).
 
-    ``params``: the typed config or a params mapping (its ``rl`` section checked).
+    ``params``: the typed config.
 
     Raises:
         hargo.training.vllm_rollout.UnsupportedVLLMError: the reason (names what is missing).
-        ParamsError: a bad ``rl`` section of a params mapping.
     """
     from hargo.training import vllm_rollout
 
-    backend = as_section(params, "rl").generation_backend
+    backend = params.rl.generation_backend
     if backend == "vllm":
         vllm_rollout.check_colocated_vllm()
     elif backend == "vllm-server":
@@ -196,16 +196,12 @@ def _check_vllm_usable(backend: str = "vllm") -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine
 
 
-def dynamic_sampling_config(params: "Config | Mapping"):
-    """``rl.dynamic_sampling`` of the typed config (or of a params mapping's ``rl`` section), a
-    :class:`hargo.config.DynamicSampling` (= :class:`hargo.training.dynamic_sampling.
-    DynamicSamplingConfig`; missing: off). PPO ignores it (its value head learns from
-    zero-variance groups too); the GRPO-family methods apply it.
-
-    Raises:
-        ParamsError: a bad key or value (named).
-    """
-    return as_section(params, "rl").dynamic_sampling
+def dynamic_sampling_config(params: Config):
+    """``rl.dynamic_sampling`` of the typed config, a :class:`hargo.config.DynamicSampling`
+    (= :class:`hargo.training.dynamic_sampling.DynamicSamplingConfig`; missing: off). PPO
+    ignores it (its value head learns from zero-variance groups too); the GRPO-family methods
+    apply it."""
+    return params.rl.dynamic_sampling
 
 
 def _task_reward(cfg: Config):

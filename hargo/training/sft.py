@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hargo.config import Config, as_config, as_section, params_dict
+from hargo.config import Config
 from hargo.data.records import read_prepared, select_subset
 from hargo.io import HargoInputError, atomic_write_json
 from hargo import hardware
@@ -54,9 +54,10 @@ def to_prompt_completion(records: Sequence[dict]) -> list[dict]:
              "completion": [{"role": "assistant", "content": r["answer"]}]} for r in records]
 
 
-def sft_config(params: "Config | Mapping", output_dir: str | Path, report_to: Sequence[str] = ("mlflow",),
+def sft_config(params: Config, output_dir: str | Path, report_to: Sequence[str] = ("mlflow",),
                world_size: int = 1):
-    """The ``trl.SFTConfig`` expressing ``params.sft`` / ``params.train``.
+    """The ``trl.SFTConfig`` expressing ``params.sft`` / ``params.train`` (``params``: the typed
+    config).
 
     ``per_device_train_batch_size = sft.batch_size / world_size``: ``sft.batch_size`` is the
     global batch over ``world_size`` processes.
@@ -77,11 +78,11 @@ def sft_config(params: "Config | Mapping", output_dir: str | Path, report_to: Se
     from hargo.hardware import trainer_precision_kwargs
     from hargo.params import ParamsError
 
-    s, seed = as_section(params, "sft"), as_section(params, "seed")
+    s, seed = params.sft, params.seed
     if int(s.batch_size) % world_size:
         raise ParamsError(f"sft.batch_size: {s.batch_size} examples do not split over "
                           f"{world_size} processes")
-    gc = bool(as_section(params, "train").gradient_checkpointing)
+    gc = bool(params.train.gradient_checkpointing)
     return SFTConfig(
         output_dir=str(output_dir),
         seed=int(seed), data_seed=int(seed),
@@ -97,7 +98,7 @@ def sft_config(params: "Config | Mapping", output_dir: str | Path, report_to: Se
         logging_nan_inf_filter=False,      # the divergence guard must see a NaN loss
         save_strategy="no", eval_strategy="no", report_to=list(report_to) or "none", run_name="sft",
         dataloader_num_workers=0,
-        **trainer_precision_kwargs(params_dict(params)),
+        **trainer_precision_kwargs(params.train),
     )
 
 
@@ -173,7 +174,7 @@ def _bucketed_trainer_class():
     return BucketedSFTTrainer
 
 
-def build_trainer(params: "Config | Mapping", model, tokenizer, records: Sequence[dict], args):
+def build_trainer(params: Config, model, tokenizer, records: Sequence[dict], args):
     """The SFT trainer (TRL ``SFTTrainer`` with length-bucketed batches) of ``model`` on the
     prepared ``records`` with ``args`` (:func:`sft_config`) and the LoRA of ``sft.lora``
     (None: full fine-tuning)."""
@@ -181,11 +182,11 @@ def build_trainer(params: "Config | Mapping", model, tokenizer, records: Sequenc
 
     from hargo.training.divergence import DivergenceBounds, DivergenceGuard
 
-    s = as_section(params, "sft")
+    s = params.sft
     trainer = _bucketed_trainer_class()(
         model=model, args=args, train_dataset=Dataset.from_list(to_prompt_completion(records)),
         processing_class=tokenizer, peft_config=common.lora_config(s.lora),
-        callbacks=[DivergenceGuard(DivergenceBounds.from_params(params_dict(params)), "sft")])
+        callbacks=[DivergenceGuard(DivergenceBounds.of(params.train.divergence), "sft")])
     trainer.bucket_batches = int(s.length_bucket_batches)  # read by the sampler
     return trainer
 
@@ -222,9 +223,10 @@ def peak_rss_mb() -> float:
     return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
 
 
-def train(params: "Config | Mapping", model_dir: str | Path, records: Sequence[dict],
+def train(params: Config, model_dir: str | Path, records: Sequence[dict],
           out_dir: str | Path | None, report_to: Sequence[str] = ("mlflow",)) -> dict[str, Any]:
-    """Fine-tune the model in ``model_dir`` on ``records`` (already selected) with TRL.
+    """Fine-tune the model in ``model_dir`` on ``records`` (already selected) with TRL, as the
+    typed config ``params`` says.
 
     With ``report_to=("mlflow",)`` it logs into the active MLflow run (otherwise the trainer's
     callback opens its own); ``report_to=()`` logs nowhere. Writes the merged model to ``out_dir`` unless it is None (the benchmark). Returns the
@@ -242,8 +244,8 @@ def train(params: "Config | Mapping", model_dir: str | Path, records: Sequence[d
     from hargo.training.launch import launch_state
 
     launch = launch_state()
-    sft, model_cfg, pd = as_section(params, "sft"), as_section(params, "model"), params_dict(params)
-    hardware.setup_torch(pd)
+    sft, model_cfg = params.sft, params.model
+    hardware.setup_torch(params)
     model = loading.load_model(model_dir, dtype="float32",
                               trust_remote_code=bool(model_cfg.trust_remote_code))
     tok = loading.load_tokenizer(model_dir)
@@ -293,14 +295,14 @@ def train(params: "Config | Mapping", model_dir: str | Path, records: Sequence[d
                                    dtype=model_cfg.dtype,
                                    training_record=training_record(
                                        trainer.state.log_history,
-                                       DivergenceBounds.from_params(pd)))
+                                       DivergenceBounds.of(params.train.divergence)))
         return metrics
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(params: "Config | Mapping") -> dict[str, Any]:
-    """Stage ``sft``: checks inputs (before any training), selects the subset, trains, writes
+def run(params: Config) -> dict[str, Any]:
+    """Stage ``sft`` (``params``: the typed config): checks inputs (before any training), selects the subset, trains, writes
     ``sft.out_dir`` (merged model) and ``metrics/sft.json``, all inside the MLflow child run
     ``sft``. Returns the metrics written (on every process of a multi-process launch; only the
     main one logs and writes them).
@@ -317,7 +319,7 @@ def run(params: "Config | Mapping") -> dict[str, Any]:
     from hargo.training.launch import launch_state
 
     t_start = time.perf_counter()
-    cfg, pd = as_config(params), params_dict(params)   # pd: for MLflow logging, as params.yaml has it
+    cfg = params
     model_dir = loading.resolve_model_dir(cfg.model.out_dir)
     train_path = Path(cfg.data.out_dir) / "train.jsonl"
     records = read_prepared(train_path, require_answer=True)
@@ -334,7 +336,7 @@ def run(params: "Config | Mapping") -> dict[str, Any]:
                          f"context of {limit} tokens: lower sft.max_length to at most {limit}")
     per_task = {t: sum(1 for r in subset if r["task"] == t) for t in sorted(skipped)}
     launch = launch_state()
-    with tracking.stage_run("sft", pd) if launch.is_main else contextlib.nullcontext():
+    with tracking.stage_run("sft", cfg) if launch.is_main else contextlib.nullcontext():
         metrics = train(cfg, model_dir, subset, cfg.sft.out_dir)
         curve = metrics.pop("loss_curve")
         metrics.update({
@@ -344,7 +346,7 @@ def run(params: "Config | Mapping") -> dict[str, Any]:
         })
         if not launch.is_main:
             return metrics
-        tracking.log_split("train", "training", pd)   # the data version, in the UI
+        tracking.log_split("train", "training", cfg)   # the data version, in the UI
         mlflow.log_metrics({f"sft.{k}": float(v) for k, v in metrics.items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)
                             and v is not None})
