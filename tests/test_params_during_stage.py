@@ -39,7 +39,7 @@ def test_a_params_edit_during_a_stage_fails_the_stage_naming_it(tmp_path, monkey
     used = {}
 
     def stage(params, *args, **kwargs):      # the stage reads its params, then someone edits
-        used["tolerance"] = params["register"]["tolerance"]
+        used["tolerance"] = params.register.tolerance     # the typed Config (issue 41 item 4)
         _edit(tmp_path / "params.yaml", "register", "tolerance", 0.02)
         return {}
 
