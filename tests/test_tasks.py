@@ -407,13 +407,14 @@ def test_toy_metric_is_a_column_of_the_summary_the_report_and_the_gate(
         "sft": {"dr_f1": 0.5, "toy_said": 0.25, "avg_score": 0.5},
         "grpo": {"dr_f1": 0.5, "toy_said": 0.75, "avg_score": 0.625, "win_rate": 0.5},
         "run": {"judge": "tie"}}))
-    data = summary.run(apply_overrides(committed_params, {"rl.methods": ["grpo"]}), tmp_path)
+    data = summary.run(as_config(apply_overrides(committed_params, {"rl.methods": ["grpo"]})),
+                       tmp_path)
     assert (data["models"]["sft"]["toy_said"], data["models"]["grpo"]["toy_said"]) == (0.25,
                                                                                       0.75)
     table = capsys.readouterr().out
     assert "toy said" in table and "0.750" in table
     # the DVC headline
-    assert HEADLINE_METRICS == ("dr_f1", "dr_mcc", "plp_similarity", "mlperf_em", "toy_said",
+    assert headline_metrics() == ("dr_f1", "dr_mcc", "plp_similarity", "mlperf_em", "toy_said",
                                 "avg_score", "win_rate")
     assert headline({"grpo": {"toy_said": 0.75, "n_toy": 4}}) == {"grpo": {"toy_said": 0.75}}
     # the comparison report: 4 toy prompts; SFT says toy once, GRPO twice, HARGO three times
