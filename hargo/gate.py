@@ -27,7 +27,7 @@ from hargo.stats import (STATISTIC_FUNCTIONS, mean_statistic, paired_bootstrap_c
                          race_f1_records)
 from hargo.tasks import headline_metrics, metric_tasks, task_names
 
-__all__ = ["GATE_METRICS", "IDENTITY_FIELDS", "GateParams", "gate_metrics", "metric_forms",
+__all__ = ["IDENTITY_FIELDS", "GateParams", "gate_metrics", "metric_forms",
            "metric_values", "pair_rows", "gate", "check_rows_match_metrics",
            "check_gate_params", "eval_identity", "identity_mismatch"]
 
@@ -46,16 +46,6 @@ def metric_forms() -> dict[str, tuple]:
     return {**forms, "avg_score": (None, "reward", mean_statistic),
             "win_rate": (None, "win", mean_statistic),
             **{f"accuracy_{t}": ((t,), "correct", mean_statistic) for t in task_names()}}
-
-
-def __getattr__(name: str):
-    """``GATE_METRICS`` (:func:`gate_metrics`) and ``_METRIC_FORMS`` (:func:`metric_forms`),
-    read from the registry when asked."""
-    if name == "GATE_METRICS":
-        return gate_metrics()
-    if name == "_METRIC_FORMS":
-        return metric_forms()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def metric_values(rows: Sequence[Mapping], metric: str) -> tuple[np.ndarray, Callable]:

@@ -56,8 +56,7 @@ from hargo.tasks import mean as _mean
 from hargo.tasks.plp import PLP_CORRECT_THRESHOLD
 
 __all__ = ["score_samples", "compute_metrics", "race_classification", "race_auc", "win_rate",
-           "PLP_CORRECT_THRESHOLD", "HEADLINE_METRICS", "headline_metrics", "headline"]
-
+           "PLP_CORRECT_THRESHOLD", "headline_metrics", "headline"]
 
 
 def headline_metrics() -> tuple[str, ...]:
@@ -67,18 +66,10 @@ def headline_metrics() -> tuple[str, ...]:
     race metric that chance cannot fool, ``dr_f1``, ``dr_mcc``, ``plp_similarity``,
     ``mlperf_em``), then their average ``avg_score`` and the judged ``win_rate``, so ``dvc
     metrics show`` / ``dvc exp show`` stay readable; every other number stays in the stage's
-    full JSON (a plain DVC output). Read from the registry when called (``HEADLINE_METRICS``,
-    the module attribute, is the same)."""
+    full JSON (a plain DVC output). Read from the registry when called."""
     from hargo.tasks import headline_metrics as task_metrics
 
     return tuple(m.key for m in task_metrics("headline")) + ("avg_score", "win_rate")
-
-
-def __getattr__(name: str):
-    """``HEADLINE_METRICS``: :func:`headline_metrics`, read when asked."""
-    if name == "HEADLINE_METRICS":
-        return headline_metrics()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def headline(entries: Mapping) -> dict:

@@ -36,19 +36,12 @@ REGISTER_FILE = "metrics/register.json"
 def columns() -> tuple[tuple[str, str], ...]:
     """The metric columns, ``(key of metrics/eval.json, label)``: the registered tasks' metrics
     of the ``summary`` view (:func:`hargo.tasks.headline_metrics`; the built-ins: DR-F1, DR MCC,
-    DR AUC, yes share, PLP sim, MLPerf EM), then AvgScore. Read from the registry when called
-    (``COLUMNS``, the module attribute, is the same, read when asked)."""
+    DR AUC, yes share, PLP sim, MLPerf EM), then AvgScore. Read from the registry when called."""
     from hargo.tasks import headline_metrics
 
     return tuple((m.key, m.label) for m in headline_metrics("summary")) + (
         ("avg_score", "AvgScore"),)
 
-
-def __getattr__(name: str):
-    """``COLUMNS``: :func:`columns`, read when asked."""
-    if name == "COLUMNS":
-        return columns()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: The trivial race baseline beside the models: "yes" to every race prompt of the same eval set
 #: (its F1 looks respectable, its MCC is 0; a model whose MCC is near 0 learned nothing).

@@ -206,8 +206,8 @@ def test_gate_refuses_rows_that_are_not_the_same_prompts_or_lack_a_field():
     with pytest.raises(ValueError, match=r"gate metric mlperf_em: no evaluated prompt of task"):
         metric_values(SFT_ROWS, "mlperf_em")
     # every gate metric has a per-prompt form
-    from hargo.gate import GATE_METRICS, _METRIC_FORMS
-    assert set(_METRIC_FORMS) == set(GATE_METRICS)
+    from hargo.gate import gate_metrics, metric_forms
+    assert set(metric_forms()) == set(gate_metrics())
 
 
 @pytest.mark.fast
@@ -255,7 +255,7 @@ def test_the_metric_code_digest_follows_the_scoring_code(tmp_path, monkeypatch):
 
 @pytest.mark.fast
 def test_gate_params_refuse_a_bad_tolerance_and_bad_metrics():
-    from hargo.gate import GATE_METRICS, check_gate_params
+    from hargo.gate import check_gate_params, gate_metrics
 
     ok = {"model_name": "hargo-hpc", "gate_metrics": ["dr_f1", "win_rate"]}
     default = ("hargo-hpc", ["dr_f1", "win_rate"], 0.0, 2000, 0.95)   # the documented defaults
@@ -283,7 +283,7 @@ def test_gate_params_refuse_a_bad_tolerance_and_bad_metrics():
         with pytest.raises(ValueError, match=r"register\.gate_metrics: expected a non-empty list"):
             check_gate_params({**ok, "gate_metrics": bad_gates})
     with pytest.raises(ValueError, match=r"unknown gate metric 'loss'; valid \(higher is better\): "
-                       + re.escape(", ".join(GATE_METRICS))):
+                       + re.escape(", ".join(gate_metrics()))):
         check_gate_params({**ok, "gate_metrics": ["dr_f1", "loss"]})
 
 

@@ -394,8 +394,8 @@ def test_toy_metric_is_a_column_of_the_summary_the_report_and_the_gate(
     from hargo import summary
     from hargo.compare import aggregate, render
     from hargo.config.gate_rule import check_gate_params
-    from hargo.gate import GATE_METRICS, gate
-    from hargo.metrics import HEADLINE_METRICS, headline
+    from hargo.gate import gate, gate_metrics
+    from hargo.metrics import headline, headline_metrics
     from hargo.params import apply_overrides
 
     # hargo summary: a column after MLPerf EM, before AvgScore
@@ -442,7 +442,7 @@ def test_toy_metric_is_a_column_of_the_summary_the_report_and_the_gate(
     assert "HARGO - GRPO, toy said: +25.00" in md
     assert render.summary(setup, samples, agg, ci, notes, train, None)["sft"]["toy_said"] == 0.25
     # the gate: its metric list, its params check and the metric from the per-prompt rows
-    assert GATE_METRICS[GATE_METRICS.index("mlperf_em"):] == (
+    assert gate_metrics()[gate_metrics().index("mlperf_em"):] == (
         "mlperf_em", "toy_said", "avg_score", "win_rate", "accuracy_race_c",
         "accuracy_race_fortran", "accuracy_mlperf", "accuracy_plp", "accuracy_toy")
     assert check_gate_params({"model_name": "hargo-hpc",

@@ -30,19 +30,11 @@ from hargo.stats import mean_std, paired_bootstrap_ci_seeds
 from hargo.rewards import completion_text
 from hargo.tasks import get_task
 
-__all__ = ["SFT", "HEADLINE", "METRIC_KEYS", "INTERVAL_KEYS", "LABELS", "run_name", "run_metrics", "per_prompt_values",
+__all__ = ["SFT", "run_name", "run_metrics", "per_prompt_values",
            "StoredRewards", "RecordingJudge", "mean_curve", "cumulative_mass_share", "confusion_counts", "seed_summary",
-           "Aggregates", "aggregate", "bootstrap_cis", "sft_cis", "VERBOSE_CHARS", "SFT_INTERVAL_KEYS",
+           "Aggregates", "aggregate", "bootstrap_cis", "sft_cis", "VERBOSE_CHARS",
            "reference_verbose_share", "headline_columns", "metric_keys", "metric_labels",
            "interval_keys", "sft_interval_keys"]
-
-
-def __getattr__(name: str):
-    """``HEADLINE``, ``METRIC_KEYS``, ``LABELS``, ``INTERVAL_KEYS``, ``SFT_INTERVAL_KEYS``
-    (:mod:`hargo.compare.columns`), read from the registry when asked."""
-    if name in columns.LAZY:
-        return columns.LAZY[name]()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _yes_no(task: str) -> bool:

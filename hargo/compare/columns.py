@@ -31,9 +31,7 @@ VERBOSE_CHARS = 40
 def headline_columns() -> dict[str, tuple[str, bool]]:
     """Headline metrics, key -> (label, shown in percent?): WinRate vs SFT, the registered
     tasks' metrics of the ``report`` view (:func:`hargo.tasks.headline_metrics`; the built-ins:
-    DR-F1, PLP sim, MLPerf EM), AvgScore. Each function here reads the registry when called
-    (``HEADLINE``, ``METRIC_KEYS``, ``INTERVAL_KEYS``, ``SFT_INTERVAL_KEYS``, ``LABELS``: the
-    same, read when asked)."""
+    DR-F1, PLP sim, MLPerf EM), AvgScore. Each function here reads the registry when called."""
     return {"win_rate": ("WinRate vs SFT", True),
             **{m.key: (m.label, m.percent) for m in headline_metrics("report")},
             "avg_score": ("AvgScore", False)}
@@ -64,19 +62,6 @@ def metric_labels() -> dict[str, tuple[str, bool]]:
     return headline_columns() | {"mlperf_verbose": (f"MLPerf > {VERBOSE_CHARS} chars", True)} \
         | {f"accuracy_{t}": (f"acc {t}", True) for t in ts} \
         | {f"reward_{t}": (f"reward {t}", False) for t in ts}
-
-
-#: The former constants of :mod:`hargo.compare.aggregate`, name -> the function giving them.
-LAZY = {"HEADLINE": headline_columns, "METRIC_KEYS": metric_keys, "LABELS": metric_labels,
-        "INTERVAL_KEYS": interval_keys, "SFT_INTERVAL_KEYS": sft_interval_keys}
-
-
-def __getattr__(name: str):
-    """``HEADLINE``, ``METRIC_KEYS``, ``LABELS``, ``INTERVAL_KEYS``, ``SFT_INTERVAL_KEYS``: the
-    functions' values, read from the registry when asked."""
-    if name in LAZY:
-        return LAZY[name]()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def statistic(key: str):

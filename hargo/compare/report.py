@@ -34,7 +34,7 @@ Outputs (each whole or not at all; ``hargo.io``), rendered by ``hargo.compare.re
   SFT and each method, seeds pooled);
 - ``metrics/compare/summary.json`` (a plain output) and ``metrics/compare/headline.json`` (the
   DVC metrics, ``{"compare": {model: {metric: value}}}``: SFT and each method's mean over seeds
-  of :data:`hargo.metrics.HEADLINE_METRICS`);
+  of :func:`hargo.metrics.headline_metrics`);
 - an MLflow run tagged ``hargo.kind=comparison`` with the summary metrics and all of the above as
   artifacts.
 

@@ -52,7 +52,7 @@ class Register:
 
     model_name: str = _str(help="registered model name")
     gate_metrics: tuple[str, ...] = knob(REQUIRED, "metrics a candidate must not lose on "
-                                         "(hargo.config.gate_rule.GATE_METRICS)", kind="list")
+                                         "(hargo.config.gate_rule.gate_metrics())", kind="list")
     tolerance: float = knob(0.0, "candidate must not lose more than this on any gate metric", 0)
     resamples: int = _int(2000, "paired bootstrap resamples", 100)
     confidence: float = knob(0.95, "bootstrap interval confidence", 0, 1, lo_open=True,

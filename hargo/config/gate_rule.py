@@ -14,7 +14,7 @@ from typing import Mapping, NamedTuple
 from hargo.config.names import check_model_name
 from hargo.param_values import ParamsError
 
-__all__ = ["GATE_METRICS", "gate_metrics", "GateParams", "check_gate_params"]
+__all__ = ["gate_metrics", "GateParams", "check_gate_params"]
 
 
 def gate_metrics() -> tuple[str, ...]:
@@ -23,19 +23,11 @@ def gate_metrics() -> tuple[str, ...]:
     the ``gate`` view (:func:`hargo.tasks.headline_metrics`; the built-ins: ``dr_f1``,
     ``dr_precision``, ``dr_recall``, ``dr_f1_race_c``, ``dr_f1_race_fortran``,
     ``plp_similarity``, ``mlperf_em``), then ``avg_score``, ``win_rate`` and
-    ``accuracy_<task>`` of each task. Read from the registry when called (``GATE_METRICS``, the
-    module attribute, is the same, read when asked)."""
+    ``accuracy_<task>`` of each task. Read from the registry when called."""
     from hargo.config.registries import task_metric_keys, task_names
 
     return task_metric_keys("gate") + ("avg_score", "win_rate") + tuple(
         f"accuracy_{t}" for t in task_names())
-
-
-def __getattr__(name: str):
-    """``GATE_METRICS``: :func:`gate_metrics`, read when asked."""
-    if name == "GATE_METRICS":
-        return gate_metrics()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class GateParams(NamedTuple):

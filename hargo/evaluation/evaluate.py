@@ -130,7 +130,7 @@ def select_prompts(records: Sequence[dict], params_evaluate: Mapping, seed: int,
 
 def headline(doc: Mapping) -> dict:
     """The headline numbers of ``metrics/eval.json``'s document: ``{model: {metric: value}}``
-    with the :data:`hargo.metrics.HEADLINE_METRICS` each entry has (a baseline has the race ones
+    with the :func:`hargo.metrics.headline_metrics` each entry has (a baseline has the race ones
     only), models in the document's order, the ``run`` entry left out."""
     from hargo.metrics import headline as keep_headline
 
