@@ -31,6 +31,16 @@ def params(raw_dir, tmp_path: Path, strategy="grouped", threshold=0.9, **bounds)
                      "conflicts": "majority"}}
 
 
+
+def _config(partial: dict):
+    """The typed config the prepare and validate stages take: params.yaml with ``partial``'s
+    sections (the dict the tests change in place, converted where a stage is called)."""
+    from hargo.config import as_config
+    from hargo.params import read_params_file
+
+    return as_config({**read_params_file(Path(__file__).resolve().parents[1] / "params.yaml"),
+                      **partial})
+
 def _rw(path: Path, edit) -> None:
     recs = [json.loads(line) for line in path.read_text().splitlines()]
     recs = edit(recs)
@@ -40,13 +50,13 @@ def _rw(path: Path, edit) -> None:
 @pytest.fixture()
 def prepared(tmp_path) -> dict:
     p = params(TINY, tmp_path)
-    P.run(p)
+    P.run(_config(p))
     return p
 
 
 def _failed(p) -> list[dict]:
     with pytest.raises(V.ValidationFailed) as e:
-        V.run(p)
+        V.run(_config(p))
     report = json.loads(Path(p["validate"]["report_dir"], "report.json").read_text())
     assert report["summary"]["success"] is False
     assert json.loads(Path(p["validate"]["metrics_file"]).read_text())["failed"] == len(e.value.failures)
@@ -57,7 +67,7 @@ def test_crafted_data_passes_and_writes_the_report(prepared, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)  # relative output paths, as under `dvc repro`
     prepared["validate"].update(data_docs=True, report_dir="reports/validation",
                                 metrics_file="metrics/validation.json")
-    summary = V.run(prepared)
+    summary = V.run(_config(prepared))
     assert summary["success"] and summary["failed"] == 0
     assert summary["rows"] == {"raw": 72, "train": 56, "eval": 5}
     report = json.loads((tmp_path / "reports/validation/report.json").read_text())
@@ -101,8 +111,8 @@ def test_near_duplicate_leak_fails_no_train_eval_leak(tmp_path):
     plp.append(dict(plp[3], instruction=text.replace(" the ", " THE\r\n", 1).upper() + " "))
     (raw / "task1_plp.json").write_text(json.dumps(plp))
     p = params(raw, tmp_path)
-    P.run(p)
-    summary = V.run(p)  # prepare drops the copy as a duplicate of plp-00003
+    P.run(_config(p))
+    summary = V.run(_config(p))  # prepare drops the copy as a duplicate of plp-00003
     assert summary["success"] and summary["leaked_rows"] == 0
     out = tmp_path / "prepared"
     side = {n: [json.loads(x) for x in (out / n).read_text().splitlines()] for n in ("train.jsonl", "eval.jsonl")}
@@ -152,9 +162,9 @@ def test_label_name_in_a_race_prompt_fails_no_label_name_in_race_prompt(prepared
 def test_label_names_are_measured_not_enforced_without_masking(tmp_path):
     p = params(TINY, tmp_path)
     p["data"]["mask_label_names"] = False
-    P.run(p)
+    P.run(_config(p))
     _add_label_names(tmp_path / "prepared" / "train.jsonl")
-    summary = V.run(p)
+    summary = V.run(_config(p))
     assert summary["success"] and summary["label_name_rows"] == 2
     report = json.loads((tmp_path / "reports/validation/report.json").read_text())
     e = next(e for e in report["expectations"] if e["name"] == "prepared.no_label_name_in_race_prompt")
@@ -171,8 +181,8 @@ def test_the_leak_check_compares_masked_instructions(tmp_path):
     f[0]["instruction"] = f[0]["instruction"].replace("program p0", "program DRB001_x_orig_yes")
     (raw / "task2_fortran.json").write_text(json.dumps(f))
     p = params(raw, tmp_path)
-    P.run(p)
-    assert V.run(p)["leaked_rows"] == 0  # prepare made them one record
+    P.run(_config(p))
+    assert V.run(_config(p))["leaked_rows"] == 0  # prepare made them one record
     out = tmp_path / "prepared"
     side = {n: [json.loads(x) for x in (out / n).read_text().splitlines()] for n in ("train.jsonl", "eval.jsonl")}
     home = next(n for n, recs in side.items() if any(r["id"] == "race_fortran-00000" for r in recs))
@@ -216,7 +226,10 @@ def test_empty_answer_fails_answer_non_empty(prepared, tmp_path):
 
 def test_count_and_yes_fraction_bounds_come_from_params(prepared):
     p = dict(prepared)
-    p["validate"] = dict(prepared["validate"], task_counts={"plp": [13, 30], "mlperf": [1, 30]},
+    # the typed config's task_counts names every task: the race bounds wide open
+    p["validate"] = dict(prepared["validate"], task_counts={"plp": [13, 30], "mlperf": [1, 30],
+                                                            "race_c": [0, 10**6],
+                                                            "race_fortran": [0, 10**6]},
                          yes_fraction=[0.3, 0.7])
     err = _failed(p)
     by = {f["name"]: f for f in err.failures}
@@ -228,11 +241,11 @@ def test_count_and_yes_fraction_bounds_come_from_params(prepared):
 
 def test_paper_split_measures_the_leak_without_failing(tmp_path):
     p = params(TINY, tmp_path, strategy="paper")
-    P.run(p)
+    P.run(_config(p))
     out = tmp_path / "prepared"
     leaked = json.loads((out / "eval.jsonl").read_text().splitlines()[0])
     _rw(out / "train.jsonl", lambda recs: recs + [dict(leaked, id=leaked["id"] + "-copy")])
-    summary = V.run(p)
+    summary = V.run(_config(p))
     assert summary["success"] and summary["failed"] == 0
     assert summary["failed_not_enforced"] >= 1 and summary["leaked_rows"] >= 2
     report = json.loads((tmp_path / "reports/validation/report.json").read_text())
@@ -260,8 +273,8 @@ def test_real_data_grouped_passes_the_committed_bounds(real_raw_dir, tmp_path, c
                answer_chars=committed["answer_chars"])
     p["data"]["split"] = dict(committed_params["data"]["split"])
     assert p["data"]["split"]["strategy"] == "similarity"
-    P.run(p)
-    summary = V.run(p)
+    P.run(_config(p))
+    summary = V.run(_config(p))
     assert summary["success"] and summary["leaked_rows"] == 0
 
     raw = {t: len(json.loads((real_raw_dir / name).read_text(encoding="utf-8")))
@@ -295,8 +308,8 @@ def test_real_data_similarity_passes_the_committed_bounds(real_raw_dir, tmp_path
                yes_fraction=committed["yes_fraction"], prompt_chars=committed["prompt_chars"],
                answer_chars=committed["answer_chars"])
     p["data"]["split"] = dict(committed_params["data"]["split"], strategy="similarity")
-    P.run(p)
-    summary = V.run(p)
+    P.run(_config(p))
+    summary = V.run(_config(p))
     assert summary["success"] and summary["near_copy_eval_rows"] == 0 and summary["leaked_rows"] == 0
     report = json.loads(Path(p["validate"]["report_dir"], "report.json").read_text())
     near = next(e for e in report["expectations"] if e["name"] == "prepared.no_near_copy_in_train")
@@ -308,7 +321,8 @@ def test_real_data_similarity_passes_the_committed_bounds(real_raw_dir, tmp_path
         assert n["n"] == stats["counts"][task]["eval"] > 0
         assert n["share_ge_threshold"] == 0.0 and n["max"] < t
     g = tmp_path / "grouped"
-    P.run(dict(p, data=dict(p["data"], out_dir=str(g), split=dict(p["data"]["split"], strategy="grouped"))))
+    P.run(_config(dict(p, data=dict(p["data"], out_dir=str(g),
+                                    split=dict(p["data"]["split"], strategy="grouped")))))
     for name in ("train.jsonl", "eval.jsonl"):
         ids = lambda path: [r["id"] for r in map(json.loads, path.read_text().splitlines())
                             if r["task"] in ("mlperf", "plp")]
@@ -320,7 +334,7 @@ def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):
 
     (tmp_path / "prepared" / "eval.jsonl").write_text('{"id": "x"}\n{oops\n')
     with pytest.raises(HargoInputError, match=r"eval.jsonl, record 1: not valid JSON"):
-        V.run(prepared)
+        V.run(_config(prepared))
     assert not (tmp_path / "reports").exists()
 
 
@@ -332,8 +346,8 @@ def test_near_copy_in_train_fails_under_similarity_and_is_measured_otherwise(tmp
     import re
 
     p = params(TINY, tmp_path, strategy=strategy, threshold=0.95)
-    P.run(p)
-    summary = V.run(p)
+    P.run(_config(p))
+    summary = V.run(_config(p))
     assert summary["success"] and summary["near_copy_eval_rows"] == 0
     out = tmp_path / "prepared"
     eval_ = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
@@ -350,7 +364,7 @@ def test_near_copy_in_train_fails_under_similarity_and_is_measured_otherwise(tmp
         assert [(f["name"], f["failing"], f["ids"], f["enforced"]) for f in err.failures] == [
             ("prepared.no_near_copy_in_train", 1, [target["id"]], True)]
     else:
-        summary = V.run(p)
+        summary = V.run(_config(p))
         assert summary["success"] and summary["failed_not_enforced"] == 1
         report = json.loads(Path(p["validate"]["report_dir"], "report.json").read_text())
         e = next(e for e in report["expectations"] if e["name"] == "prepared.no_near_copy_in_train")
