@@ -42,7 +42,7 @@ def unsupported_trl_options(trainer: GRPOTrainer) -> list[str]:
         problems.append("off_policy_mask_threshold")
     if trainer.top_entropy_quantile < 1.0:
         problems.append("top_entropy_quantile < 1")
-    if trainer._entropy_bonus_enabled:
+    if a.entropy_coef != 0.0 or a.use_adaptive_entropy:   # TRL 1.16's entropy bonus is on
         problems.append("entropy bonus (entropy_coef / use_adaptive_entropy)")
     if trainer.aux_loss_enabled:
         problems.append("MoE router aux loss")
