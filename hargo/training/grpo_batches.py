@@ -113,7 +113,8 @@ class DynamicSamplingMixin:
 
         rows = [(b, i * G + j) for b, i in sel.keep for j in range(G)]
         joined = join_rows([b.output for b in batches], rows,
-                           pad_token_id=int(self._tokenizer.pad_token_id or 0))
+                           pad_token_id=int(_tokenizer(self.processing_class).pad_token_id
+                                            or 0))
         mask = self._loss_mask(joined)
         joined["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         inputs = [batches[b].inputs[r] for b, r in rows]
@@ -148,3 +149,13 @@ class _ScoredBatch:
 def _prompt_key(prompt: Any) -> str:
     """A hashable identity of a dataset prompt (text, or a chat as JSON)."""
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+
+
+def _tokenizer(processing_class):
+    """The tokenizer of the trainer's public ``processing_class`` (a processor's own), as TRL 1.16
+    resolves its private ``_tokenizer`` (GRPOTrainer accepts a tokenizer or a processor)."""
+    from transformers import ProcessorMixin
+
+    if isinstance(processing_class, ProcessorMixin):
+        return processing_class.tokenizer
+    return processing_class
