@@ -119,13 +119,13 @@ class ResumeMixin:
                                                                           "load_state_dict"):
             self.recorder.load_state_dict(state["recorder"])
 
-    def write_method_state(self, trial) -> None:
-        """Write ``method_state.json`` into the checkpoint folder of the current step (main
-        process only). It goes in first; transformers writes ``trainer_state.json`` last, so a
-        folder with both files is complete (see ``checkpoints.is_complete_checkpoint``)."""
+    def write_method_state(self, run_dir) -> None:
+        """Write ``method_state.json`` into the checkpoint folder of the current step under
+        ``run_dir`` (the run's output folder, as transformers resolves it for the checkpoint)
+        (main process only). It goes in first; transformers writes ``trainer_state.json`` last,
+        so a folder with both files is complete (see ``checkpoints.is_complete_checkpoint``)."""
         if self.args.should_save:
-            folder = Path(self._get_output_dir(trial=trial)) / \
-                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            folder = Path(run_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             folder.mkdir(parents=True, exist_ok=True)
             atomic_write_json(folder / METHOD_STATE_NAME, self.method_state_dict())
 
