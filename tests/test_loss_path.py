@@ -151,7 +151,7 @@ def test_one_loss_path_equals_trl_loss_and_gradients(case, accumulation, fixed_p
     got_s = _loss_and_grads(stock, in_s, accumulation)
     got_o = _loss_and_grads(ours, in_o, accumulation)
     _assert_equal(got_o, got_s)
-    last = {k: ours._metrics["train"][k][-accumulation:]
+    last = {k: ours.hargo_metrics["train"][k][-accumulation:]
             for k in ("clip_ratio/low_mean", "clip_ratio/high_mean", "kl")}
     assert max(last["clip_ratio/low_mean"]) > 0 and max(last["clip_ratio/high_mean"]) > 0
     assert min(last["kl"]) > 0

@@ -457,7 +457,7 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
     torch.testing.assert_close(in_e["advantages"], in_s["advantages"], atol=1e-7, rtol=0)
     assert abs(loss_s.item() - loss_e.item()) < 1e-6
     assert abs(loss_s.item()) > 1e-3
-    assert ext._metrics["train"]["clip_ratio/region_mean"][-1] > 0
+    assert ext.hargo_metrics["train"]["clip_ratio/region_mean"][-1] > 0
 
     # The weighted (HARGO) loss with uniform weights 1/G is TRL's grpo loss.
     in_e["response_weights"] = torch.full_like(in_e["response_weights"], 1 / G_FIXED)

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import deque
+from collections import defaultdict
 from typing import Any
 
 import torch
@@ -91,6 +91,7 @@ from hargo.training.resume import ResumeMixin
 from hargo.training.task_diagnostics import dataset_tasks, task_index
 from hargo.training.trl_options import unsupported_trl_options
 from hargo.training.trl_overrides import GRPOOverrides
+from hargo.training.trl_seam import check_trainer_attributes
 
 __all__ = ["HargoGRPOTrainer", "TRL_VERSION"]
 
@@ -168,7 +169,12 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
         self._capture_logps = False
         self._captured_logps: torch.Tensor | None = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
+        #: hargo's logged metrics per mode, name -> this logging window's values
+        #: (:meth:`record_metric`; reported by :meth:`log` beside TRL's).
+        self.hargo_metrics: dict[str, defaultdict[str, list[float]]] = {
+            "train": defaultdict(list), "eval": defaultdict(list)}
         super().__init__(*args, **kwargs)
+        check_trainer_attributes(self)   # the private TRL attributes hargo writes (readable error)
         if self._hargo_loss:
             self._check_weighted_loss_supported()
             from hargo.losses.aggregation import AGGREGATIONS
@@ -270,8 +276,7 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
             scored, sampled = self._dynamic_sampling(scored)
         output = scored.output
         self._gathered_rewards_per_func = scored.rewards_per_func
-        for key, texts in (("prompt", scored.prompts), ("completion", scored.completions)):
-            self._logs[key] = deque(texts, maxlen=self._logs[key].maxlen)
+        self.set_logged_texts(scored.prompts, scored.completions)   # the kept groups' texts
         B_local = output["completion_ids"].size(0)
         rank = self.accelerator.process_index
         local = slice(rank * B_local, (rank + 1) * B_local)
@@ -329,8 +334,7 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
         adv_all = est.advantages.reshape(-1).to(device)
         output["advantages"] = adv_all[local].to(output["advantages"].dtype)
         # TRL logged the stale group advantages; log the ones the loss uses instead.
-        self._logs["advantages"].clear()
-        self._logs["advantages"].extend(adv_all.tolist())
+        self.set_logged_advantages(adv_all.tolist())
         return {"advantages": adv_all, "weights": est.weights.reshape(-1).to(device),
                 "confidence": None if est.confidence is None else est.confidence.reshape(-1),
                 "baseline": est.baseline}

@@ -6,7 +6,6 @@ into one batch of the step's size before hargo's estimator runs on it.
 from __future__ import annotations
 
 import json
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +27,8 @@ class DynamicSamplingMixin:
     def _scored_batch(self, inputs: list) -> "_ScoredBatch":
         """TRL's ``_generate_and_score_completions`` on ``inputs`` (training), with the gathered
         rewards per function and the gathered prompt and completion texts of exactly this call
-        (TRL's ``_logs`` deques are bounded by one generation batch; a refill can be larger)."""
-        saved = {k: self._logs[k] for k in ("prompt", "completion")}
-        self._logs["prompt"], self._logs["completion"] = deque(), deque()
+        (:meth:`~hargo.training.trl_overrides.GRPOOverrides.scored_with_logged_texts`: TRL's
+        logged texts are bounded by one generation batch; a refill can be larger)."""
         self._gathered_rewards_per_func = None
         if self.task_budgets is not None:
             from hargo.generation_budget import row_budgets
@@ -39,10 +37,8 @@ class DynamicSamplingMixin:
                 self.task_budgets, [str(x.get(self.task_column)) for x in inputs],
                 "rl.max_new_tokens")
         try:
-            output = self.trl_generate_and_score_completions(inputs)
-            texts = list(self._logs["prompt"]), list(self._logs["completion"])
+            output, *texts = self.scored_with_logged_texts(inputs)
         finally:
-            self._logs.update(saved)
             self._row_budgets = None
         return _ScoredBatch(list(inputs), output, self._gathered_rewards_per_func, *texts)
 

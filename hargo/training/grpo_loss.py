@@ -3,13 +3,20 @@
 (``docs/method.md`` step 6), and the per-task loss diagnostics handed to the recorder.
 
 :class:`GroupWeightedLossMixin` overrides transformers' public ``Trainer.compute_loss`` (the
-documented place for a custom loss; TRL 1.16's ``compute_loss`` only calls its private
-``_compute_loss``, which hargo calls itself for batches scored outside training: TRL's eval
-path, no weights). With weights ``1/G`` the loss is TRL 1.16's ``grpo`` / ``dr_grpo`` / ``dapo``
-loss, value and gradients (``tests/test_loss_path.py``). The math lives in :mod:`hargo.losses`.
+documented place for a custom loss); batches scored outside training (TRL's eval path, no
+weights) get TRL's own loss through TRL's public ``compute_loss``. With weights ``1/G`` the loss
+is TRL 1.16's ``grpo`` / ``dr_grpo`` / ``dapo`` loss, value and gradients
+(``tests/test_loss_path.py``). The math lives in :mod:`hargo.losses`.
+
+The metrics hargo logs beside TRL's (the loss's ``kl``, ``entropy``, ``clip_ratio/*`` under TRL's
+names, PPO's ``ppo/*``) go through :meth:`GroupWeightedLossMixin.record_metric` into the
+trainer's own :attr:`hargo_metrics` and reach the log through transformers' public
+``Trainer.log`` (:meth:`GroupWeightedLossMixin.log`), averaged as TRL averages its own: no write
+to TRL's private ``_metrics``.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -26,10 +33,30 @@ class GroupWeightedLossMixin:
     """The loss of a :class:`~hargo.training.grpo.HargoGRPOTrainer` (see the module docstring).
 
     The trainer provides TRL's attributes (``num_generations``, ``epsilon_low``/``_high``,
-    ``beta``, ``_metrics``...) and ``spec``, ``aggregation``, ``recorder``, ``task_names``,
+    ``beta``...) and ``spec``, ``aggregation``, ``recorder``, ``task_names``, ``hargo_metrics``,
     ``_hargo_loss``, ``_capture_logps`` and ``_captured_logps``. A subclass with its own loss
     (``HargoPPOTrainer``) overrides :meth:`_method_compute_loss`.
     """
+
+    def record_metric(self, name: str, value: float, mode: str = "train") -> None:
+        """One value of a metric hargo logs beside TRL's (``mode``: ``"train"`` or ``"eval"``);
+        :meth:`log` reports the mean of the logging window's values under ``name``."""
+        self.hargo_metrics[mode][name].append(value)
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        """transformers' public ``Trainer.log`` (TRL's adds its own metrics), with hargo's
+        metrics of the logging window added to ``logs`` first: each the mean of its values,
+        NaN left out (None when nothing is left), ``eval_``-prefixed in evaluation, exactly as
+        TRL 1.16's ``log`` averages its ``_metrics``; then cleared, as TRL clears its own.
+        hargo's keys are not TRL's in the same window: TRL's loss does not run on a batch
+        hargo's loss computes."""
+        mode = "train" if self.model.training else "eval"
+        prefix = "eval_" if mode == "eval" else ""
+        for key, values in self.hargo_metrics[mode].items():
+            valid = [v for v in values if not math.isnan(v)]
+            logs[prefix + key] = sum(valid) / len(valid) if valid else None
+        super().log(logs, start_time)
+        self.hargo_metrics[mode].clear()
 
     @profiling_decorator
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -65,11 +92,12 @@ class GroupWeightedLossMixin:
 
     def _completion_logps(self, model, batch: dict, *, upstream: bool = False, **kwargs):
         """TRL's ``(logps, entropies, aux)`` of ``batch``'s completion tokens under ``model``
-        (``kwargs`` go to ``_get_per_token_logps_and_entropies``; ``upstream``: TRL's own,
-        without hargo's override, for hargo's own reference pass)."""
+        (``kwargs`` go to TRL's ``_get_per_token_logps_and_entropies``, through
+        :meth:`~hargo.training.trl_overrides.GRPOOverrides.per_token_logps`; ``upstream``: TRL's
+        own, without hargo's override, for hargo's own reference pass)."""
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        fn = self.trl_per_token_logps if upstream else self._get_per_token_logps_and_entropies
+        fn = self.trl_per_token_logps if upstream else self.per_token_logps
         return fn(model, input_ids, attention_mask, batch["completion_ids"].size(1), **kwargs)
 
     def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
@@ -103,11 +131,13 @@ class GroupWeightedLossMixin:
 
     def _method_compute_loss(self, model, inputs) -> torch.Tensor:
         """The loss of ``self.method`` on one micro-batch (a subclass with its own loss overrides
-        this; the diagnostics around it stay in ``_compute_loss``)."""
-        # Batches scored outside training (TRL's eval path) carry no group weights: TRL's loss.
+        this; the diagnostics around it stay in :meth:`compute_loss`)."""
+        # Batches scored outside training (TRL's eval path) carry no group weights: TRL's loss,
+        # through TRL's public compute_loss (it calls TRL's _compute_loss, which hargo does not
+        # override; the profiling timer around it reports to report_to, "none" in hargo).
         if self._hargo_loss and "response_weights" in inputs:
             return self._group_weighted_loss(model, inputs)
-        return super()._compute_loss(model, inputs)   # TRL's own (not overridden)
+        return super().compute_loss(model, inputs)
 
     def _aggregation_kwargs(self, inputs, mode: str) -> dict:
         """What the aggregation needs beyond the batch: ``max_completion_length`` (Dr. GRPO's
@@ -162,12 +192,12 @@ class GroupWeightedLossMixin:
         if mode == "train" and self.aggregation != "token_mean":
             loss = loss / self.current_gradient_accumulation_steps
         # The metrics TRL's own loss logs (same names), so its log lines stay comparable.
-        metrics = self._metrics[mode]
         if per_token_kl is not None:
-            metrics["kl"].append(self._global_token_mean(per_token_kl, mask))
-        metrics["entropy"].append(self._global_token_mean(entropies, mask))
+            self.record_metric("kl", self._global_token_mean(per_token_kl, mask), mode)
+        self.record_metric("entropy", self._global_token_mean(entropies, mask), mode)
         clipped = clip_fraction(ratio, advantages, self.epsilon_low, self.epsilon_high,
                                 self.args.delta)
         for name, x in zip(("low_mean", "high_mean", "region_mean"), clipped):
-            metrics[f"clip_ratio/{name}"].append(self._global_token_mean(x.float(), mask))
+            self.record_metric(f"clip_ratio/{name}", self._global_token_mean(x.float(), mask),
+                               mode)
         return loss

@@ -83,7 +83,7 @@ class HargoPPOTrainer(HargoGRPOTrainer):
             reward and in ``ppo/kl``).
         ppo_config: the PPO knobs (``rl.ppo``); default ``PPOParams()``.
 
-    Logged into TRL's metrics (``self._metrics``): ``ppo/value_loss``, ``ppo/value_clipfrac``,
+    Logged beside TRL's metrics (``record_metric``): ``ppo/value_loss``, ``ppo/value_clipfrac``,
     ``ppo/policy_loss``, ``ppo/explained_variance``, ``ppo/value_mean``, ``ppo/return_mean``,
     ``ppo/kl`` (mean ``log pi - log pi_ref`` per token), ``entropy`` and TRL's ``clip_ratio/*``.
 
@@ -209,16 +209,14 @@ class HargoPPOTrainer(HargoGRPOTrainer):
         output["advantages"] = adv
         per_response = self.accelerator.gather(masked_mean(adv, mask))
         # TRL logged its group advantages; log the ones the loss uses instead (as HARGO does).
-        self._logs["advantages"].clear()
-        self._logs["advantages"].extend(per_response.tolist())
-        metrics = self._metrics["train"]
-        metrics["ppo/explained_variance"].append(
-            explained_variance(values, returns, mask, reduce=self._reduce_sum))
-        metrics["ppo/value_mean"].append(self._global_token_mean(values, mask))
-        metrics["ppo/return_mean"].append(self._global_token_mean(returns, mask))
+        self.set_logged_advantages(per_response.tolist())
+        self.record_metric("ppo/explained_variance",
+                           explained_variance(values, returns, mask, reduce=self._reduce_sum))
+        self.record_metric("ppo/value_mean", self._global_token_mean(values, mask))
+        self.record_metric("ppo/return_mean", self._global_token_mean(returns, mask))
         if ref is not None:
-            metrics["ppo/kl"].append(
-                self._global_token_mean(kl_penalty(logps, ref.float(), self.spec.kl), mask))
+            self.record_metric("ppo/kl", self._global_token_mean(
+                kl_penalty(logps, ref.float(), self.spec.kl), mask))
         return per_response.float()
 
     # ------------------------------------------------------------------------- loss
@@ -246,14 +244,13 @@ class HargoPPOTrainer(HargoGRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
-        m = self._metrics[mode]
         avg = lambda x: float(self._reduce_sum(x.detach().reshape(1).float())[0]  # noqa: E731
                               / self.accelerator.num_processes)
-        m["ppo/policy_loss"].append(avg(pg_loss))
-        m["ppo/value_loss"].append(avg(vf_loss))
-        m["ppo/value_clipfrac"].append(avg(vf_clip))
-        m["clip_ratio/region_mean"].append(avg(pg_clip))
-        m["entropy"].append(self._global_token_mean(entropies, mask))
+        for name, value in (("ppo/policy_loss", avg(pg_loss)), ("ppo/value_loss", avg(vf_loss)),
+                            ("ppo/value_clipfrac", avg(vf_clip)),
+                            ("clip_ratio/region_mean", avg(pg_clip)),
+                            ("entropy", self._global_token_mean(entropies, mask))):
+            self.record_metric(name, value, mode)
         return loss
 
     # ------------------------------------------------------------------ checkpoints
