@@ -119,6 +119,16 @@ def test_speed_rows_split_every_step_for_both_methods(dry_run):
     assert set(res["speed"]["hargo_over_grpo_step_time"]) == set(sizes)
 
 
+def test_the_intervals_metric_list_is_read_from_the_task_registry():
+    """The former hard-coded tuple, now the registered tasks' ``report`` metrics and the two
+    that are no task's (a new task's metric joins: tests/test_tasks.py)."""
+    from hargo.tasks import headline_metrics
+
+    assert gpu_check.headline() == ("dr_f1", "plp_similarity", "mlperf_em", "avg_score",
+                                    "win_rate")
+    assert gpu_check.headline()[:-2] == tuple(m.key for m in headline_metrics("report"))
+
+
 def test_comparison_has_baselines_methods_and_intervals(dry_run):
     _, res, _, _, _ = dry_run
     comp = res["compare"]
@@ -144,7 +154,7 @@ def test_comparison_has_baselines_methods_and_intervals(dry_run):
     assert comp["sft"]["steps"] == 2 and comp["sft"]["examples"] == 8
     for pair in ("hargo-grpo", "hargo-dr_grpo"):
         ci = comp["bootstrap"][pair]
-        assert set(ci) == set(gpu_check.HEADLINE)
+        assert set(ci) == set(gpu_check.headline())
         for v in ci.values():
             assert v["low"] <= v["diff"] <= v["high"] and v["n_prompts"] > 0
 

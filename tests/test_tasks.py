@@ -386,6 +386,23 @@ def _scored_toy_rows(samples: list[dict], said: list[int]) -> list[dict]:
             for s, x in zip(samples, said)]
 
 
+def test_toy_metric_gets_the_gpu_checks_bootstrap_interval(toy_task):
+    """The GPU check's compare part builds its interval list and per-prompt values from the
+    registry (hargo/gpu_check/compare.py names no task metric): the toy's metric gets a
+    HARGO - GRPO interval beside AvgScore."""
+    from hargo.gpu_check.compare import _comparison_tables, headline
+
+    assert headline() == ("dr_f1", "plp_similarity", "mlperf_em", "toy_said", "avg_score",
+                          "win_rate")
+    samples = _toy_records(4)
+    evals = {m: {"metrics": {}, "scored": _scored_toy_rows(samples, said)}
+             for m, said in (("grpo", [1, 1, 0, 0]), ("hargo", [1, 1, 1, 0]))}
+    _, ci = _comparison_tables(samples, evals, None, resamples=200, seed=0)
+    assert set(ci["hargo-grpo"]) == {"toy_said", "avg_score"}     # no race/plp/mlperf prompts
+    assert ci["hargo-grpo"]["toy_said"]["diff"] == pytest.approx(0.25)
+    assert ci["hargo-grpo"]["toy_said"]["n_prompts"] == 4
+
+
 def test_toy_metric_is_a_column_of_the_summary_the_report_and_the_gate(
         toy_task, committed_params, tmp_path, mlflow_uri, capsys, monkeypatch):
     """``toy_said`` (its one Metric) shows in ``hargo summary``'s table, the DVC headline, the

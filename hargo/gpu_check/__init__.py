@@ -42,7 +42,7 @@ with the exact MiniLM).
 from hargo.gpu_check.cli import main
 from hargo.gpu_check.common import (BOX_MISSING, OUTPUT_FILES, PART_CAPS, PARTS, Deadline,
                                     hide_packages)
-from hargo.gpu_check.compare import HEADLINE, rescore
+from hargo.gpu_check.compare import headline, rescore
 from hargo.gpu_check.correctness import ROUNDTRIP_TOL, TOLERANCES
 from hargo.gpu_check.inputs import FIXED_GROUPS, fixed_records, fixed_rollout, synthetic_records
 from hargo.gpu_check.payload import convert_gguf, pack_minilm, preflight, unpack_minilm
@@ -50,7 +50,7 @@ from hargo.gpu_check.plan import Plan, make_plan
 from hargo.gpu_check.run import run_check
 from hargo.gpu_check.tracking import Tracker, import_mlflow
 
-__all__ = ["PARTS", "PART_CAPS", "BOX_MISSING", "OUTPUT_FILES", "HEADLINE", "TOLERANCES",
+__all__ = ["PARTS", "PART_CAPS", "BOX_MISSING", "OUTPUT_FILES", "headline", "TOLERANCES",
            "ROUNDTRIP_TOL", "FIXED_GROUPS", "Tracker", "Deadline", "Plan", "make_plan",
            "fixed_records", "fixed_rollout", "synthetic_records", "hide_packages", "run_check",
            "pack_minilm", "unpack_minilm", "convert_gguf", "import_mlflow", "rescore",

@@ -29,7 +29,16 @@ from hargo.gpu_check.speed import _history_split
 from hargo.config import as_config, to_plain
 from hargo.params import apply_overrides
 
-HEADLINE = ("dr_f1", "plp_similarity", "mlperf_em", "avg_score", "win_rate")
+
+
+def headline() -> tuple[str, ...]:
+    """The metrics that get HARGO-minus-other bootstrap intervals: each registered task's metric
+    of the comparison report's view (:func:`hargo.tasks.headline_metrics` ``("report")``; the
+    built-ins: ``dr_f1``, ``plp_similarity``, ``mlperf_em``), then ``avg_score`` and ``win_rate``
+    (no task's). Read from the registry when called, so a new task's metric reaches the part."""
+    from hargo.config.registries import task_metric_keys
+
+    return task_metric_keys("report") + ("avg_score", "win_rate")
 
 
 def _eval_model(name: str, model_dir: Path, subset: list[dict], ev: Mapping, reward_fn,
@@ -55,23 +64,36 @@ def _eval_model(name: str, model_dir: Path, subset: list[dict], ev: Mapping, rew
 
 
 def _per_prompt(subset: Sequence[Mapping], scored: Sequence[Mapping]) -> dict:
-    """Per-prompt arrays for the paired bootstrap (hargo.stats)."""
+    """Per-prompt arrays for the paired bootstrap (hargo.stats): ``avg_score`` (every prompt's
+    reward) and each task metric of :func:`headline` over the rows of the tasks declaring it,
+    read from the registry: its scored row ``field`` as floats for a mean, ``(label is yes,
+    predicted yes)`` records (:func:`hargo.stats.race_f1_records`) for a yes/no statistic (the
+    race ``dr_f1``). A metric without prompts is left out."""
     import numpy as np
 
     from hargo.stats import race_f1_records
+    from hargo.tasks import headline_metrics, metric_tasks
 
-    race = [(s, r) for s, r in zip(subset, scored) if s["task"] in ("race_c", "race_fortran")]
     out = {"avg_score": np.array([r["reward"] for r in scored], dtype=float)}
-    if race:
-        out["dr_f1"] = race_f1_records([s["label"] for s, _ in race],
-                                       [r["prediction"] for _, r in race])
-    plp = [r["similarity"] for s, r in zip(subset, scored) if s["task"] == "plp"]
-    if plp:
-        out["plp_similarity"] = np.array(plp, dtype=float)
-    em = [float(r["em"]) for s, r in zip(subset, scored) if s["task"] == "mlperf"]
-    if em:
-        out["mlperf_em"] = np.array(em, dtype=float)
+    for m in headline_metrics("report"):
+        rows = [(s, r) for s, r in zip(subset, scored) if s["task"] in metric_tasks(m.key)]
+        if not rows:
+            continue
+        if m.statistic == "mean":
+            out[m.key] = np.array([r[m.field] for _, r in rows], dtype=float)
+        else:
+            out[m.key] = race_f1_records([s["label"] for s, _ in rows],
+                                         [r[m.field] for _, r in rows])
     return out
+
+
+def _statistic(key: str):
+    """The statistic of metric ``key``'s per-prompt values: its task metric's, else the mean."""
+    from hargo.stats import STATISTIC_FUNCTIONS
+    from hargo.tasks import headline_metrics
+
+    stats = {m.key: m.statistic for m in headline_metrics("report")}
+    return STATISTIC_FUNCTIONS[stats.get(key, "mean")]
 
 
 def _comparison_tables(subset: list[dict], evals: Mapping[str, Mapping], reward_fn,
@@ -80,7 +102,7 @@ def _comparison_tables(subset: list[dict], evals: Mapping[str, Mapping], reward_
     others; works from completions alone (also used by ``--rescore``)."""
     import numpy as np
 
-    from hargo.stats import f1_statistic, mean_statistic, paired_bootstrap_ci
+    from hargo.stats import paired_bootstrap_ci
     from hargo.judges import make_judge
 
     judge = make_judge({"judge": "reward"}, reward_fn)
@@ -104,13 +126,12 @@ def _comparison_tables(subset: list[dict], evals: Mapping[str, Mapping], reward_
         if "hargo" not in per_prompt or other not in per_prompt:
             continue
         pair = {}
-        for k in HEADLINE:
+        for k in headline():
             a, b = per_prompt["hargo"].get(k), per_prompt[other].get(k)
             if a is None or b is None:
                 continue
-            stat = f1_statistic if k == "dr_f1" else mean_statistic
-            pair[k] = paired_bootstrap_ci(a, b, stat, resamples=resamples, confidence=0.95,
-                                          seed=seed)
+            pair[k] = paired_bootstrap_ci(a, b, _statistic(k), resamples=resamples,
+                                          confidence=0.95, seed=seed)
         ci[f"hargo-{other}"] = pair
     return models, ci
 
