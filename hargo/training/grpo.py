@@ -91,7 +91,6 @@ from hargo.training.resume import ResumeMixin
 from hargo.training.task_diagnostics import dataset_tasks, task_index
 from hargo.training.trl_options import unsupported_trl_options
 from hargo.training.trl_overrides import GRPOOverrides
-from hargo.training.trl_seam import check_trainer_attributes
 
 __all__ = ["HargoGRPOTrainer", "TRL_VERSION"]
 
@@ -122,6 +121,7 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
             saved in each checkpoint and restored on resume.
         timing: cumulative seconds spent in rollouts (``generation_s``) and in scoring them
             (``scoring_s``: reference/old log-probs, rewards, advantages) since construction.
+        hargo_metrics: per mode, the logging window's values of hargo's metrics (``log``).
 
     Raises:
         ValueError: not a method of :attr:`family`; a method whose ``needs_reference``
@@ -149,7 +149,7 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
                                f"TRL {trl.__version__} is installed. Re-check the overrides "
                                "(hargo/training/grpo.py) and tests/test_rl.py before moving "
                                "the pin")
-        from hargo.training.trl_seam import check_seam
+        from hargo.training.trl_seam import check_seam, check_trainer_attributes
 
         check_seam()     # each overridden private method as written against (readable error)
         self.method = method
@@ -169,12 +169,9 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
         self._capture_logps = False
         self._captured_logps: torch.Tensor | None = None
         self._gathered_rewards_per_func: torch.Tensor | None = None
-        #: hargo's logged metrics per mode, name -> this logging window's values
-        #: (:meth:`record_metric`; reported by :meth:`log` beside TRL's).
-        self.hargo_metrics: dict[str, defaultdict[str, list[float]]] = {
-            "train": defaultdict(list), "eval": defaultdict(list)}
+        self.hargo_metrics = {"train": defaultdict(list), "eval": defaultdict(list)}  # log()
         super().__init__(*args, **kwargs)
-        check_trainer_attributes(self)   # the private TRL attributes hargo writes (readable error)
+        check_trainer_attributes(self)   # TRL's private attributes hargo uses (readable error)
         if self._hargo_loss:
             self._check_weighted_loss_supported()
             from hargo.losses.aggregation import AGGREGATIONS
