@@ -302,7 +302,7 @@ def test_knobs_in_real_runs(params, tmp_path):
     model = build_tiny_policy(tmp_path / "init", TinyPolicyConfig(
         vocab_size=300, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
         max_positions=256), texts, seed=0)
-    run = S.train_run(q, p, "heterogeneous", "grpo", 1, train, ev, model,
+    run = S.train_run(as_config(q), p, "heterogeneous", "grpo", 1, train, ev, model,
                       print_fn=lambda *a: None)
     assert len(run["history"]) == 2
     for row in run["history"]:
