@@ -77,7 +77,7 @@ def run_one(params: dict) -> dict:
         params = apply_overrides(params, {"data.out_dir": tmp})
         t0 = time.perf_counter()
         with redirect_stdout(StringIO()):
-            prepare(params)
+            prepare(as_config(params))
         wall = time.perf_counter() - t0
         stats = json.loads((Path(tmp) / "stats.json").read_text())
         train, eval_ = read_jsonl(Path(tmp) / "train.jsonl"), read_jsonl(Path(tmp) / "eval.jsonl")

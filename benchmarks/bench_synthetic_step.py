@@ -106,14 +106,14 @@ def main(argv=None) -> int:
     from hargo.hardware import setup_torch, use_bf16
     from hargo.models.loading import load_model
     from hargo.models.tiny import build_tiny_policy
-    from hargo.config import as_section
+    from hargo.config import as_config, as_section
     from hargo.params import load_params
     from hargo.training.rl import build_trainer
     from transformers import TrainerCallback
 
     warm = 2
-    params = load_params(a.params, a.sets + [f"train.threads={a.threads}",
-                                             f"synthetic.rl.steps={warm + a.steps}"])
+    params = as_config(load_params(a.params, a.sets + [f"train.threads={a.threads}",
+                                                       f"synthetic.rl.steps={warm + a.steps}"]))
     p = plan(params)
     q = stage_params(params, p, 1)
     setup_torch(q)

@@ -167,7 +167,7 @@ def bench_rl(params: Mapping, base_dir: Path, train_path: Path, steps: int,
     rec = StepRecorder()
     cache = Path(os.environ.get("TMPDIR", "/tmp")) / "hargo-bench-rl"
     t0 = time.perf_counter()
-    trainer = build_trainer(p, method, base_dir, subset, cache / f"{method}-{backend}",
+    trainer = build_trainer(cfg, method, base_dir, subset, cache / f"{method}-{backend}",
                             recorder=rec, callbacks=[RLLoggingCallback(rec, method)],
                             tokenizer=tok)
     setup_s = time.perf_counter() - t0

@@ -234,6 +234,7 @@ def train(jobs, args, root: Path, out: Path, policy: str, code: str, done: list)
 
 
 def cpu_line(params: dict) -> str:
+    from hargo.config import as_config
     from hargo.hardware import describe_cpu, use_bf16
 
     flags = sorted({f for ln in Path("/proc/cpuinfo").read_text().splitlines()
@@ -241,7 +242,7 @@ def cpu_line(params: dict) -> str:
                     if f in ("avx512_bf16", "amx_bf16")}) if Path("/proc/cpuinfo").exists() else []
     bf16 = params["train"]["bf16"]
     return (f"CPU: {describe_cpu()} (bf16 flags: {', '.join(flags) or 'none'}). Precision: "
-            f"train.bf16 = {bf16}, so {'bf16 autocast' if use_bf16(params) else 'fp32'} here.")
+            f"train.bf16 = {bf16}, so {'bf16 autocast' if use_bf16(as_config(params)) else 'fp32'} here.")
 
 
 def main(argv=None) -> int:
@@ -273,12 +274,13 @@ def main(argv=None) -> int:
 
     from hargo.compare.synthetic_code import code_digest
     from hargo.compare.synthetic_plan import MODEL_DIR, plan
+    from hargo.config import as_config
     from hargo.models.loading import model_digest, resolve_model_dir
     from hargo.params import ParamsError
 
     cells = parse_mechanisms(a.mechanisms)
     params = sweep.load_run_params(a.params, a.sets)
-    p = plan(params)
+    p = plan(as_config(params))
     points = Points(dict(s.partition("=")[::2] for s in a.sets), a.every,
                     dict(p.rl.prompts_per_task), base_quota(p))
     seeds = a.seeds or (list(FULL_SEEDS) if a.full else list(a.screen_seeds))
@@ -287,8 +289,8 @@ def main(argv=None) -> int:
                           methods=a.methods)
     for key in {report.point_key(r[1]) for r in every_run}:   # a bad value fails here, first
         try:
-            plan(sweep.load_run_params(a.params, [f"{k}={v}"
-                                                  for k, v in json.loads(key).items()]))
+            plan(as_config(sweep.load_run_params(a.params, [f"{k}={v}" for k, v
+                                                            in json.loads(key).items()])))
         except (ParamsError, ValueError) as e:
             raise SystemExit(f"error: {e}")
     root = Path(a.root)

@@ -175,6 +175,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from hargo.compare.synthetic_plan import METRICS_DIR, MODEL_DIR, plan
+    from hargo.config import as_config
     from hargo.data.synthetic import SYNTHETIC_TASKS
     from hargo.models.loading import model_digest, resolve_model_dir
     from hargo.params import ParamsError, load_params
@@ -185,7 +186,7 @@ def main(argv=None) -> int:
              [{**fixed, **ceiling_point(t, tasks)} for t in tasks]
     for pt in points:   # a bad value fails here, before any run
         try:
-            p = plan(load_params(a.params, [f"{k}={v}" for k, v in pt.items()]))
+            p = plan(as_config(load_params(a.params, [f"{k}={v}" for k, v in pt.items()])))
         except (ParamsError, ValueError) as e:
             raise SystemExit(f"error: {e}")
     root = Path(a.root)

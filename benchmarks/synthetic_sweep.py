@@ -108,10 +108,11 @@ def _worker(job) -> dict:
     from hargo.compare.synthetic import train_run
     from hargo.compare.synthetic_data import read_split
     from hargo.compare.synthetic_plan import MODEL_DIR, plan
+    from hargo.config import as_config
     from hargo.models.loading import resolve_model_dir
 
     overrides = list(sets) + [f"{k}={v}" for k, v in point.items()] + [f"train.threads={threads}"]
-    params = load_run_params(params_path, overrides)
+    params = as_config(load_run_params(params_path, overrides))
     p = plan(params)
     root = Path(root)
     from hargo.training.divergence import TrainingDiverged
@@ -207,6 +208,7 @@ def main(argv=None) -> int:
     from hargo.data.synthetic import SYNTHETIC_TASKS
 
     from hargo.compare.synthetic_plan import plan
+    from hargo.config import as_config
     from hargo.params import ParamsError
 
     for s in a.sets:
@@ -216,7 +218,8 @@ def main(argv=None) -> int:
                   "retrain it", flush=True)
     for pt in _points(grid):   # a bad value fails here, naming the key, before any run
         try:
-            plan(load_run_params(a.params, a.sets + [f"{k}={v}" for k, v in pt.items()]))
+            plan(as_config(load_run_params(a.params,
+                                           a.sets + [f"{k}={v}" for k, v in pt.items()])))
         except (ParamsError, ValueError) as e:
             raise SystemExit(f"error: {e}")
     if a.train_sft:

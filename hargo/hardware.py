@@ -32,7 +32,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hargo.config import Config, Train
@@ -112,30 +112,30 @@ def detect_profile() -> HardwareProfile:
     return PROFILES["cpu-bf16"] if native_bf16_cpu() else PROFILES["cpu"]
 
 
-def _train_section(params: "Config | Mapping | Train") -> "Train":
+def _train_section(params: "Config | Train") -> "Train":
     """The typed ``train`` section of ``params``: a :class:`hargo.config.Train` as it is, else
-    :func:`hargo.config.as_section` (a Config's node, or a params mapping's section checked)."""
-    from hargo.config import Train, as_section
+    the :class:`hargo.config.Config`'s node."""
+    from hargo.config import Train
 
-    return params if isinstance(params, Train) else as_section(params, "train")
+    return params if isinstance(params, Train) else params.train
 
 
-def use_bf16(params: "Config | Mapping | Train", profile: HardwareProfile | None = None) -> bool:
+def use_bf16(params: "Config | Train", profile: HardwareProfile | None = None) -> bool:
     """bf16 autocast for training: ``train.bf16`` and the profile's ``native_bf16``.
 
-    ``params``: the typed config, a params mapping, or the typed ``train`` section.
-
-    Raises:
-        ParamsError: a bad ``train`` section of a params mapping (names the key)."""
+    ``params``: the typed config (:class:`hargo.config.Config`) or its typed ``train`` section
+    (:class:`hargo.config.Train`); ``profile``: default :func:`detect_profile`. Raises
+    nothing."""
     profile = profile or detect_profile()
     return _train_section(params).bf16 and profile.native_bf16
 
 
-def trainer_precision_kwargs(params: "Config | Mapping | Train",
+def trainer_precision_kwargs(params: "Config | Train",
                              profile: HardwareProfile | None = None) -> dict[str, bool]:
     """The device and precision fields of a ``transformers.TrainingArguments`` (and every TRL
-    config derived from it) for ``params`` (the typed config, a params mapping or the typed
-    ``train`` section) on ``profile`` (default: :func:`detect_profile`).
+    config derived from it) for ``params`` (the typed config, :class:`hargo.config.Config`, or
+    its typed ``train`` section, :class:`hargo.config.Train`) on ``profile`` (default:
+    :func:`detect_profile`).
 
     Returns ``{"use_cpu", "bf16", "fp16", "dataloader_pin_memory"}``: ``use_cpu`` on a CPU
     profile (required there for bf16, see the module docstring), ``bf16`` from

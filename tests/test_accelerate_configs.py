@@ -173,12 +173,12 @@ def test_hargo_splits_the_global_batch_over_the_configs_world_size(committed_par
     p["rl"].update(prompts_per_step=16, num_generations=4)
     p["train"]["bf16"] = False
     for world, per_device in ((8, 8), (16, 4)):
-        cfg = build_grpo_config(p, "hargo", tmp_path / str(world), world_size=world)
+        cfg = build_grpo_config(as_config(p), "hargo", tmp_path / str(world), world_size=world)
         assert cfg.per_device_train_batch_size == per_device
         assert cfg.num_generations == 4 and cfg.gradient_accumulation_steps == 1
     with pytest.raises(ParamsError, match=r"^rl\.prompts_per_step: 2 prompts x G=4 completions "
                                           r"do not split over 16 processes"):
-        build_grpo_config(committed_params, "hargo", tmp_path / "x", world_size=16)
+        build_grpo_config(as_config(committed_params), "hargo", tmp_path / "x", world_size=16)
 
 
 # ----------------------------------------------------------------------------- re-launch

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hargo.config import as_config
 from hargo.training.checkpoints import (FINGERPRINT_NAME, METHOD_STATE_NAME, TRAINER_STATE_NAME,
                                         last_checkpoint, prepare_checkpoint_dir,
                                         resumable_checkpoint, run_fingerprint)
@@ -19,6 +20,12 @@ from hargo.training.checkpoints import (FINGERPRINT_NAME, METHOD_STATE_NAME, TRA
 pytestmark = pytest.mark.fast
 
 METHOD = "hargo"
+
+
+def _fingerprint(params: dict, method: str, model: Path, data: Path) -> dict:
+    """:func:`run_fingerprint` of the typed config of ``params`` (a params mapping the tests
+    change in place), as the rl stage computes it."""
+    return run_fingerprint(as_config(params), method, model, data)
 
 
 @pytest.fixture
@@ -58,10 +65,10 @@ def _started(tmp_path, fp, steps=(1, 2)) -> Path:
 
 def test_same_inputs_resume_the_last_complete_checkpoint(tmp_path, inputs):
     params, model, data = inputs
-    fp = run_fingerprint(params, METHOD, model, data)
+    fp = _fingerprint(params, METHOD, model, data)
     d = _started(tmp_path, fp)
     assert json.loads((d / FINGERPRINT_NAME).read_text()) == json.loads(json.dumps(fp))
-    again = run_fingerprint(copy.deepcopy(params), METHOD, model, data)
+    again = _fingerprint(copy.deepcopy(params), METHOD, model, data)
     assert resumable_checkpoint(d, again) == d / "checkpoint-2"
     logs = []
     assert prepare_checkpoint_dir(d, again, log=logs.append) == d / "checkpoint-2"
@@ -93,10 +100,10 @@ def _steps(p):
                          ids=["learning_rate", "seed", "own_method_knob", "train", "steps"])
 def test_a_changed_training_param_starts_over(tmp_path, inputs, change):
     params, model, data = inputs
-    d = _started(tmp_path, run_fingerprint(params, METHOD, model, data))
+    d = _started(tmp_path, _fingerprint(params, METHOD, model, data))
     changed = copy.deepcopy(params)
     change(changed)
-    fp = run_fingerprint(changed, METHOD, model, data)
+    fp = _fingerprint(changed, METHOD, model, data)
     assert resumable_checkpoint(d, fp) is None
     _starts_over(d, fp)
 
@@ -112,11 +119,11 @@ def _starts_over(d: Path, fp: dict) -> None:
 @pytest.mark.parametrize("what", ["train_split", "sft_weights", "sft_config"])
 def test_changed_data_or_model_starts_over(tmp_path, inputs, what):
     params, model, data = inputs
-    d = _started(tmp_path, run_fingerprint(params, METHOD, model, data))
+    d = _started(tmp_path, _fingerprint(params, METHOD, model, data))
     target = {"train_split": data, "sft_weights": model / "model.safetensors",
               "sft_config": model / "config.json"}[what]
     target.write_bytes(target.read_bytes() + b" ")
-    fp = run_fingerprint(params, METHOD, model, data)
+    fp = _fingerprint(params, METHOD, model, data)
     assert resumable_checkpoint(d, fp) is None
     _starts_over(d, fp)
 
@@ -137,11 +144,11 @@ def _other_method(p):
                          ids=["save_steps", "log_completions_steps", "other_method_block"])
 def test_keys_that_do_not_change_training_still_resume(tmp_path, inputs, change):
     params, model, data = inputs
-    d = _started(tmp_path, run_fingerprint(params, METHOD, model, data))
+    d = _started(tmp_path, _fingerprint(params, METHOD, model, data))
     changed = copy.deepcopy(params)
     change(changed)
     (model / "README.md").write_text("edited")       # not a weight/config file
-    assert resumable_checkpoint(d, run_fingerprint(changed, METHOD, model, data)) == \
+    assert resumable_checkpoint(d, _fingerprint(changed, METHOD, model, data)) == \
         d / "checkpoint-2"
 
 
@@ -149,7 +156,7 @@ def test_keys_that_do_not_change_training_still_resume(tmp_path, inputs, change)
 def test_a_half_written_checkpoint_is_skipped(tmp_path, inputs, missing):
     """Interrupted while saving checkpoint-3: the resume goes back to checkpoint-2."""
     params, model, data = inputs
-    fp = run_fingerprint(params, METHOD, model, data)
+    fp = _fingerprint(params, METHOD, model, data)
     d = _started(tmp_path, fp)
     _checkpoint(d, 3, method_state=missing != METHOD_STATE_NAME,
                 trainer_state=missing != TRAINER_STATE_NAME)
@@ -167,7 +174,7 @@ def test_a_half_written_checkpoint_is_skipped(tmp_path, inputs, missing):
 
 def test_only_half_written_checkpoints_start_over(tmp_path, inputs):
     params, model, data = inputs
-    fp = run_fingerprint(params, METHOD, model, data)
+    fp = _fingerprint(params, METHOD, model, data)
     d = _started(tmp_path, fp, steps=())
     _checkpoint(d, 1, trainer_state=False)
     assert last_checkpoint(d) is None and resumable_checkpoint(d, fp) is None
@@ -178,7 +185,7 @@ def test_a_finished_run_starts_over(tmp_path, inputs):
     """The last checkpoint at rl.steps: the run had finished (DVC re-runs it only when something
     else changed), so it is not resumed (transformers would train past max_steps)."""
     params, model, data = inputs
-    fp = run_fingerprint(params, METHOD, model, data)
+    fp = _fingerprint(params, METHOD, model, data)
     d = _started(tmp_path, fp, steps=(2, 4))
     assert resumable_checkpoint(d, fp) is None
     _starts_over(d, fp)
@@ -189,7 +196,7 @@ def test_a_finished_run_starts_over(tmp_path, inputs):
 @pytest.mark.parametrize("fingerprint_file", ["missing", "corrupt", "another_method"])
 def test_no_or_unreadable_fingerprint_starts_over(tmp_path, inputs, fingerprint_file):
     params, model, data = inputs
-    fp = run_fingerprint(params, METHOD, model, data)
+    fp = _fingerprint(params, METHOD, model, data)
     d = _started(tmp_path, fp)
     path = d / FINGERPRINT_NAME
     if fingerprint_file == "missing":
@@ -197,14 +204,14 @@ def test_no_or_unreadable_fingerprint_starts_over(tmp_path, inputs, fingerprint_
     elif fingerprint_file == "corrupt":
         path.write_text('{"method": "hargo", ')
     else:
-        path.write_text(json.dumps(run_fingerprint(params, "grpo", model, data)))
+        path.write_text(json.dumps(_fingerprint(params, "grpo", model, data)))
     assert resumable_checkpoint(d, fp) is None
     _starts_over(d, fp)
 
 
 def test_an_empty_or_absent_folder_starts_quietly(tmp_path, inputs):
     params, model, data = inputs
-    fp = run_fingerprint(params, METHOD, model, data)
+    fp = _fingerprint(params, METHOD, model, data)
     d = tmp_path / "nowhere"
     logs = []
     assert prepare_checkpoint_dir(d, fp, log=logs.append) is None

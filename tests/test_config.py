@@ -191,7 +191,7 @@ def test_the_synthetic_section_is_the_test_beds_own_dataclasses(raw):
 
     cfg = load_config(PARAMS)
     s = cfg.synthetic
-    assert isinstance(s, SyntheticPlan) and plan(cfg) is s and plan(raw) == s
+    assert isinstance(s, SyntheticPlan) and plan(cfg) is s and plan(as_config(raw)) == s
     assert isinstance(s.data, SyntheticConfig) and isinstance(s.policy, TinyPolicyConfig)
     assert s.sft.epochs == raw["synthetic"]["sft"]["epochs"]
     assert dict(s.rl.max_new_tokens) == raw["synthetic"]["rl"]["max_new_tokens"]

@@ -16,7 +16,8 @@ def _synthetic_params(committed_params) -> dict:
     from hargo.compare.synthetic import stage_params
     from hargo.compare.synthetic_plan import plan
 
-    return params_dict(stage_params(committed_params, plan(committed_params), 1))
+    cfg = as_config(committed_params)
+    return params_dict(stage_params(cfg, plan(cfg), 1))
 
 
 def test_params_yaml_is_of_the_hpc_tasks(committed_params):
@@ -32,8 +33,8 @@ def test_stage_params_is_a_config_of_the_synthetic_tasks(committed_params):
     from hargo.compare.synthetic import stage_params
     from hargo.compare.synthetic_plan import plan
 
-    p = plan(committed_params)
-    q = stage_params(committed_params, p, 3)
+    p = plan(as_config(committed_params))
+    q = stage_params(as_config(committed_params), p, 3)
     assert isinstance(q, Config) and q.synthetic_tasks is True
     assert q.seed == 3 and dict(q.rl.max_new_tokens) == dict(p.rl.max_new_tokens)
     assert dict(q.evaluate.max_new_tokens) == dict(p.evaluate.max_new_tokens)

@@ -116,11 +116,12 @@ def test_prepare_neutralises_counts_and_validation_guards(tmp_path):
 
 
 def test_validation_fails_on_a_prepared_control_token():
+    from hargo.config import as_config
     from hargo.data.validate import expectation_specs, run_suites
     from hargo.params import load_params
 
-    specs = [s for s in expectation_specs(load_params(str(Path(__file__).parents[1] /
-                                                          "params.yaml")))
+    params = load_params(str(Path(__file__).parents[1] / "params.yaml"))
+    specs = [s for s in expectation_specs(as_config(params))
              if s["name"].startswith("prepared.no_control_tokens")]
     assert [s["name"] for s in specs] == ["prepared.no_control_tokens_in_prompt",
                                           "prepared.no_control_tokens_in_answer"]

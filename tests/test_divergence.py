@@ -44,15 +44,15 @@ def test_check_logs_passes_healthy_steps(logs):
 
 @pytest.mark.fast
 def test_bounds_from_params(committed_params):
-    assert DivergenceBounds.from_params(committed_params) == DivergenceBounds(100.0, 10.0, 1000.0)
-    assert DivergenceBounds.from_params(as_config(committed_params)) == DivergenceBounds()
+    assert DivergenceBounds.from_params(as_config(committed_params)) == \
+        DivergenceBounds(100.0, 10.0, 1000.0) == DivergenceBounds()
     typo = {**committed_params, "train": {**committed_params["train"],
                                           "divergence": {"max_gradnorm": 1}}}
     with pytest.raises(ValueError, match="train.divergence.max_gradnorm: unknown key"):
-        DivergenceBounds.from_params(typo)
+        DivergenceBounds.from_params(as_config(typo))    # refused where the config is built
     raised = {**committed_params, "train": {**committed_params["train"],
                                             "divergence": {"max_loss": "1e3"}}}
-    assert DivergenceBounds.from_params(raised) == DivergenceBounds(max_loss=1000.0)
+    assert DivergenceBounds.from_params(as_config(raised)) == DivergenceBounds(max_loss=1000.0)
     with pytest.raises(ValueError, match="max_kl: must be a finite number > 0"):
         DivergenceBounds(max_kl=math.inf)
 
@@ -87,7 +87,7 @@ def _tiny_params(lr: float) -> Config:
     from hargo.compare.synthetic_plan import plan
     from hargo.params import load_params
 
-    params = load_params(PARAMS)
+    params = as_config(load_params(PARAMS))
     q = params_dict(stage_params(params, plan(params), 1))   # the synthetic tasks' config
     q["train"].update(threads=1, bf16=False)
     q["rl"].update(steps=4, prompts_per_step=4, num_generations=4, max_new_tokens=4,

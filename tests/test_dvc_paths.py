@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hargo.config import explain
+from hargo.config import Config, as_config, explain
 from hargo.config.dvc_paths import PATH_KNOBS, _declared, check_pipeline_paths
 from hargo.params import ParamsError
 
@@ -22,22 +22,22 @@ KNOBS = {k.key: k for k in PATH_KNOBS}
 
 def _get(params: dict, key: str):
     """The value at ``key``: params.yaml's, else the typed config's default."""
-    from hargo.config import as_config
-
     node = as_config(params)
     for part in key.split("."):
         node = getattr(node, part)
     return node
 
 
-def _set(params: dict, key: str, value) -> dict:
+def _set(params: dict, key: str, value) -> Config:
+    """The typed config of ``params`` with ``key`` set to ``value`` (the key added where
+    params.yaml leaves it out), as check_pipeline_paths takes it."""
     p = copy.deepcopy(params)
     *head, last = key.split(".")
     node = p
     for part in head:
         node = node.setdefault(part, {})
     node[last] = value
-    return p
+    return as_config(p)
 
 
 @pytest.fixture()
@@ -115,7 +115,7 @@ def test_a_knob_left_out_of_params_is_checked_at_its_default(project):
     with pytest.raises(ParamsError, match=r"^validate\.report_dir: 'reports/validation' is not "
                                           r"where dvc\.yaml stage 'validate' writes it "
                                           r"\(reports/gx\)"):
-        check_pipeline_paths(params, root)
+        check_pipeline_paths(as_config(params), root)
 
 
 @pytest.mark.fast

@@ -13,6 +13,7 @@ import torch
 
 from rl_helpers import CONSTANT_REWARD, known_reward, rl_params, write_jsonl
 
+from hargo.config import as_config
 from hargo.param_values import ParamsError
 from hargo.testing import crafted_records
 from hargo.training.dynamic_sampling import (DynamicSamplingConfig, draw_refill_indices,
@@ -178,7 +179,7 @@ def _train(params, records, out, method, reward):
     from hargo.training.rl import build_trainer
 
     rec = _Recorder()
-    trainer = build_trainer(params, method, params["sft"]["out_dir"], records, out,
+    trainer = build_trainer(as_config(params), method, params["sft"]["out_dir"], records, out,
                             recorder=rec, reward_funcs=[reward])
     trainer.train()
     return trainer, rec

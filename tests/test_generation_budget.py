@@ -8,6 +8,7 @@ import pytest
 
 from rl_helpers import char_reward, rl_params, write_jsonl
 
+from hargo.config import as_config
 from hargo.generation_budget import (budget_record, check_budget, describe_budget, max_budget,
                                      row_budgets, task_budget)
 from hargo.param_values import ParamsError
@@ -57,12 +58,12 @@ def test_params_accept_a_budget_per_task(committed_params):
 
     p["rl"]["max_prompt_tokens"] = 192
     validate_params(p)
-    assert prompt_cap(p) == 192
+    assert prompt_cap(as_config(p)) == 192
     p["rl"]["max_prompt_tokens"] = dict(BUDGETS)
     validate_params(p)
-    assert prompt_cap(p) == BUDGETS and max_budget(prompt_cap(p)) == 6
+    assert prompt_cap(as_config(p)) == BUDGETS and max_budget(prompt_cap(as_config(p))) == 6
     p["rl"]["max_prompt_tokens"] = None
-    assert prompt_cap(p) == p["train"]["max_prompt_tokens"]
+    assert prompt_cap(as_config(p)) == p["train"]["max_prompt_tokens"]
     p["rl"]["max_prompt_tokens"] = {**BUDGETS, "plp": 0}
     with pytest.raises(ParamsError, match=r"rl.max_prompt_tokens.plp: expected an integer >= 1"):
         validate_params(p)
@@ -139,7 +140,8 @@ def test_rl_rollouts_stop_at_their_task_budget(committed_params, tiny_model_dir,
     monkeypatch.setattr(grpo, "_max_new_tokens", spy)
     rec = _Lengths()
     records = crafted_records(per_task=2)
-    trainer = build_trainer(params, "hargo", params["sft"]["out_dir"], records, tmp_path / "ck",
+    trainer = build_trainer(as_config(params), "hargo", params["sft"]["out_dir"], records,
+                            tmp_path / "ck",
                             recorder=rec, reward_funcs=[char_reward], save_strategy="no")
     assert trainer.args.max_completion_length == 6          # the largest budget
     trainer.train()

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(900)
 def test_trainer_precision_kwargs_per_profile(committed_params):
     p = copy.deepcopy(committed_params)
     p["train"]["bf16"] = True
-    got = {n: hardware.trainer_precision_kwargs(p, prof) for n, prof in PROFILES.items()}
+    got = {n: hardware.trainer_precision_kwargs(as_config(p), prof) for n, prof in PROFILES.items()}
     assert got == {
         "cpu": {"use_cpu": True, "bf16": False, "fp16": False, "dataloader_pin_memory": False},
         "cpu-bf16": {"use_cpu": True, "bf16": True, "fp16": False,
@@ -29,7 +29,8 @@ def test_trainer_precision_kwargs_per_profile(committed_params):
         "cuda": {"use_cpu": False, "bf16": True, "fp16": False, "dataloader_pin_memory": True},
     }
     p["train"]["bf16"] = False
-    assert [hardware.trainer_precision_kwargs(p, prof)["bf16"] for prof in PROFILES.values()] \
+    assert [hardware.trainer_precision_kwargs(as_config(p), prof)["bf16"]
+            for prof in PROFILES.values()] \
         == [False, False, False]
     # a pre-Ampere GPU: CUDA without bf16
     old_gpu = HardwareProfile("cuda", "cuda", False)

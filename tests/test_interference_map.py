@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from hargo.config import as_config
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,7 +242,7 @@ def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys, monkeypatch):
     s["evaluate"]["max_new_tokens"] = {"syn_yesno": 2, "syn_short": 2, "syn_long": 4}
     s["bootstrap"]["resamples"] = 50
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    train, ev = generate(plan(params).data, 0)
+    train, ev = generate(plan(as_config(params)).data, 0)
     (tmp_path / DATA_DIR).mkdir(parents=True)
     write_jsonl(tmp_path / DATA_DIR / "train.jsonl", train)
     write_jsonl(tmp_path / DATA_DIR / "eval.jsonl", ev)

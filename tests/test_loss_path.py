@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+
+from hargo.config import as_config
 import torch
 
 from rl_helpers import FIXED_GROUPS, G_FIXED, fixed_batch_params, fixed_inputs, fixed_rollout
@@ -54,7 +56,7 @@ def _stock(params, tmp_path, loss_type: str, scale_rewards: str):
 
     tok = load_tokenizer(params["sft"]["out_dir"])
     tok.padding_side = "left"
-    args = build_grpo_config(params, "grpo", tmp_path / f"stock-{loss_type}",
+    args = build_grpo_config(as_config(params), "grpo", tmp_path / f"stock-{loss_type}",
                              loss_type=loss_type, scale_rewards=scale_rewards)
     return GRPOTrainer(model=load_model(params["sft"]["out_dir"]),
                        reward_funcs=[TaskReward(RewardConfig.from_params(params["rewards"]))],
@@ -66,7 +68,7 @@ def _stock(params, tmp_path, loss_type: str, scale_rewards: str):
 def _ours(params, method, tmp_path):
     from hargo.training.rl import build_trainer
 
-    return build_trainer(params, method, params["sft"]["out_dir"],
+    return build_trainer(as_config(params), method, params["sft"]["out_dir"],
                          [rec for rec, _ in FIXED_GROUPS], tmp_path / f"ours-{method}",
                          trainer_kwargs={"rollout_func": fixed_rollout})
 

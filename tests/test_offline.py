@@ -68,8 +68,11 @@ def test_the_block_is_offline_and_restores_the_state(hub_online_no_network):
 
 @pytest.mark.parametrize("source, hub", [("smollm2", False), ("Qwen/Qwen2.5-0.5B-Instruct", True),
                                          ("./models/mine", False), ("/abs/folder", False)])
-def test_only_a_hub_id_needs_the_hub(source, hub):
-    assert needs_hub({"source": source}) is hub
+def test_only_a_hub_id_needs_the_hub(source, hub, committed_params):
+    from hargo.config import as_section
+
+    model = as_section({"model": {**committed_params["model"], "source": source}}, "model")
+    assert needs_hub(model) is hub
 
 
 def test_register_opens_no_connection(hub_online_no_network, tmp_path, committed_params,

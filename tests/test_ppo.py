@@ -13,6 +13,7 @@ import torch
 
 from rl_helpers import TASKS, rl_params, write_jsonl
 
+from hargo.config import as_config
 from hargo.methods import method_params
 from hargo.testing import crafted_records
 
@@ -69,7 +70,7 @@ def test_ppo_trains_value_head_and_saves_loadable_model(committed_params, tiny_m
     params["train"]["bf16"] = False
     records = load_rl_records(data_dir / "train.jsonl")
     rec = StepRecorder()
-    trainer = build_trainer(params, "ppo", tiny_model_dir, records, tmp_path / "ckpt",
+    trainer = build_trainer(as_config(params), "ppo", tiny_model_dir, records, tmp_path / "ckpt",
                             recorder=rec, callbacks=[RLLoggingCallback(rec, "ppo")])
     assert isinstance(trainer, HargoPPOTrainer)
     assert trainer.ppo_config == method_params(params, "ppo")
@@ -106,7 +107,7 @@ def test_ppo_trains_value_head_and_saves_loadable_model(committed_params, tiny_m
     state = read_method_state(tmp_path / "ckpt" / "checkpoint-2")
     assert state["method"] == "ppo"
     assert state["value_head"]["weight"] == pytest.approx(head.weight.reshape(-1).tolist())
-    fresh = build_trainer(params, "ppo", tiny_model_dir, records, tmp_path / "ckpt2")
+    fresh = build_trainer(as_config(params), "ppo", tiny_model_dir, records, tmp_path / "ckpt2")
     fresh.load_method_state(json.loads(json.dumps(state)))
     assert torch.equal(fresh.value_head.weight, head.weight)
     assert fresh.value_head.bias.item() == head.bias.item()
@@ -128,5 +129,5 @@ def test_ppo_rejects_more_than_one_update_per_rollout(committed_params, tiny_mod
     params = rl_params(committed_params, tiny_model_dir, data_dir)
     records = load_rl_records(data_dir / "train.jsonl")
     with pytest.raises(ValueError, match="one optimizer step per rollout"):
-        build_trainer(params, "ppo", tiny_model_dir, records, tmp_path / "ckpt",
+        build_trainer(as_config(params), "ppo", tiny_model_dir, records, tmp_path / "ckpt",
                       num_iterations=2)

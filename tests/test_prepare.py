@@ -335,12 +335,12 @@ def test_a_failure_while_writing_leaves_the_old_outputs_whole(tmp_path, monkeypa
 
     monkeypatch.setattr(P, "write_jsonl", write_once_then_fail)
     with pytest.raises(OSError, match="disk full"):
-        P.prepare(params(TINY, out, seed=7))  # another seed: other contents
+        P.prepare(_config(params(TINY, out, seed=7)))  # another seed: other contents
     assert written and written[0].parent == out and written[0].name != "train.jsonl"  # a temporary
     assert {n: (out / n).read_bytes() for n in OUTPUTS} == before
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary leftovers
     monkeypatch.undo()
-    P.prepare(params(TINY, out, seed=7))
+    P.prepare(_config(params(TINY, out, seed=7)))
     assert (out / "train.jsonl").read_bytes() != before["train.jsonl"]  # the seed mattered
 
 

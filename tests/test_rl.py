@@ -44,7 +44,7 @@ def fixed_params(committed_params, tiny_model_dir, tmp_path_factory):
 def _fixed_trainer(params, method, tmp_path, **config):
     from hargo.training.rl import build_trainer
 
-    trainer = build_trainer(params, method, params["sft"]["out_dir"],
+    trainer = build_trainer(as_config(params), method, params["sft"]["out_dir"],
                             [rec for rec, _ in FIXED_GROUPS], tmp_path / f"ckpt-{method}",
                             trainer_kwargs={"rollout_func": fixed_rollout}, **config)
     trainer.model.train()
@@ -436,7 +436,7 @@ def test_grpo_through_extension_equals_stock_trl_loss(fixed_params, tmp_path):
     tok.padding_side = "left"
     stock = GRPOTrainer(model=load_model(params["sft"]["out_dir"]),
                         reward_funcs=[TaskReward(RewardConfig.from_params(params["rewards"]))],
-                        args=build_grpo_config(params, "grpo", tmp_path / "stock"),
+                        args=build_grpo_config(as_config(params), "grpo", tmp_path / "stock"),
                         train_dataset=to_dataset([rec for rec, _ in FIXED_GROUPS]),
                         processing_class=tok, peft_config=lora_config(params["rl"]["lora"]),
                         rollout_func=fixed_rollout)
@@ -489,9 +489,9 @@ def test_every_grpo_family_method_gets_trls_grpo_settings_and_its_own_aggregatio
     from hargo.training.rl import build_grpo_config
 
     for method in ("grpo", "dr_grpo", "hargo"):
-        c = build_grpo_config(fixed_params, method, tmp_path)
+        c = build_grpo_config(as_config(fixed_params), method, tmp_path)
         assert (c.loss_type, c.scale_rewards) == ("grpo", "group"), method
-    c = build_grpo_config(fixed_params, "hargo", tmp_path)
+    c = build_grpo_config(as_config(fixed_params), "hargo", tmp_path)
     assert (c.loss_type, c.num_generations, c.per_device_train_batch_size) == ("grpo", 4, 12)
     assert (c.max_completion_length, c.epsilon, c.beta) == (8, 0.2, 0.02)
     dr = method_params(fixed_params, "dr_grpo")
@@ -611,7 +611,7 @@ def _resume_trainer(params, method, out):
     records = crafted_records(per_task=1)[:2]          # race_c, race_fortran: 1 task per prompt
     assert len({r["task"] for r in records}) == 2
     recorder = _OrderRecorder()
-    trainer = build_trainer(params, method, params["sft"]["out_dir"], records, out,
+    trainer = build_trainer(as_config(params), method, params["sft"]["out_dir"], records, out,
                             recorder=recorder, reward_funcs=[char_reward],
                             save_total_limit=None)
     return trainer, recorder
@@ -797,7 +797,7 @@ def test_reward_of_wrong_length_is_a_clear_error(fixed_params, tmp_path):
     def short_reward(completions, **kwargs):
         return [0.0] * (len(completions) - 1)
 
-    trainer = build_trainer(fixed_params, "hargo", fixed_params["sft"]["out_dir"],
+    trainer = build_trainer(as_config(fixed_params), "hargo", fixed_params["sft"]["out_dir"],
                             [rec for rec, _ in FIXED_GROUPS], tmp_path / "ckpt",
                             reward_funcs=[short_reward],
                             trainer_kwargs={"rollout_func": fixed_rollout})
@@ -864,12 +864,12 @@ def test_vllm_colocated_generation_backend_trains(committed_params, tiny_model_d
     for installed, message in refused.items():
         monkeypatch.setattr(vllm_rollout, "installed_vllm", lambda _i=installed: _i)
         with pytest.raises(UnsupportedVLLMError) as e:
-            build_grpo_config(params, "hargo", tmp_path / "cfg")
+            build_grpo_config(as_config(params), "hargo", tmp_path / "cfg")
         assert str(e.value) == message
     for installed in [("vllm", "0.22.0"), ("vllm", "0.30.0"), ("vllm", "0.31.0"),
                       ("vllm", "0.31.0+cu129")]:   # CUDA builds in TRL's range: accepted
         monkeypatch.setattr(vllm_rollout, "installed_vllm", lambda _i=installed: _i)
-        args = build_grpo_config(params, "hargo", tmp_path / "cfg")
+        args = build_grpo_config(as_config(params), "hargo", tmp_path / "cfg")
         assert args.use_vllm and args.vllm_mode == "colocate"
     monkeypatch.undo()
 
@@ -879,7 +879,7 @@ def test_vllm_colocated_generation_backend_trains(committed_params, tiny_model_d
         lo, hi = (Version(v) for v in TRL_VLLM_RANGE)
         in_range = lo <= Version(Version(version).base_version) <= hi
         with pytest.raises(UnsupportedVLLMError) as e:
-            build_trainer(params, "hargo", tiny_model_dir,
+            build_trainer(as_config(params), "hargo", tiny_model_dir,
                           load_rl_records(data_dir / "train.jsonl"), tmp_path / "ckpt")
         assert str(e.value) == (f"{head} {dist} {version}: "
                                 + ("" if in_range else f"{out_of_range}; ") + f"{cpu_build}{tail}")

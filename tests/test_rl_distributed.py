@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from hargo.config import as_config
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 #: one pytest-xdist worker runs this module, so the module fixture launches once
@@ -41,7 +43,7 @@ def score_fixed_batch(params: dict, method: str, out_dir: str, world_size: int) 
     from hargo.training.rl import build_trainer
     from rl_helpers import FIXED_GROUPS, fixed_inputs, fixed_rollout
 
-    trainer = build_trainer(params, method, params["sft"]["out_dir"],
+    trainer = build_trainer(as_config(params), method, params["sft"]["out_dir"],
                             [rec for rec, _ in FIXED_GROUPS], Path(out_dir) / "ckpt",
                             trainer_kwargs={"rollout_func": fixed_rollout}, world_size=world_size)
     trainer.model.train()
@@ -91,7 +93,7 @@ def straight_and_resumed(params: dict, method: str, out_dir: str, world_size: in
 
     def train(out, resume=None):
         rec = _TaskRecorder()
-        trainer = build_trainer(params, method, params["sft"]["out_dir"], records, out,
+        trainer = build_trainer(as_config(params), method, params["sft"]["out_dir"], records, out,
                                 recorder=rec, reward_funcs=[char_reward],
                                 save_total_limit=None, world_size=world_size)
         trainer.train(resume_from_checkpoint=resume)
@@ -135,7 +137,7 @@ def one_step_loss_and_grads(params: dict, method: str, out_dir: str, world_size:
             if logs and "loss" in logs:
                 captured["loss"] = float(logs["loss"])
 
-    trainer = build_trainer(params, method, params["sft"]["out_dir"],
+    trainer = build_trainer(as_config(params), method, params["sft"]["out_dir"],
                             [rec for rec, _ in FIXED_GROUPS], Path(out_dir) / "ckpt",
                             callbacks=[Capture()], trainer_kwargs={"rollout_func": fixed_rollout},
                             world_size=world_size, shuffle_dataset=False, max_grad_norm=0.0,
@@ -173,7 +175,8 @@ def dynamic_sampling_run(params: dict, method: str, out_dir: str, world_size: in
             pass
 
     rec = Rec()
-    trainer = build_trainer(params, method, params["sft"]["out_dir"], crafted_records(per_task=3),
+    trainer = build_trainer(as_config(params), method, params["sft"]["out_dir"],
+                            crafted_records(per_task=3),
                             Path(out_dir) / "ckpt", recorder=rec, reward_funcs=[known_reward],
                             world_size=world_size, save_strategy="no")
     assert trainer.accelerator.num_processes == world_size

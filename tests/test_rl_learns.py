@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import pytest
 
+from hargo.config import as_config
+
 torch = pytest.importorskip("torch")
 
 STEPS = 12
@@ -82,7 +84,7 @@ def _params(seed: int):
     from hargo.params import load_params
 
     params = load_params("params.yaml")
-    q = params_dict(stage_params(params, plan(params), seed))
+    q = params_dict(stage_params(as_config(params), plan(as_config(params)), seed))
     q["train"].update(threads=1, bf16=False)   # fp32 on every machine
     q["rl"].update(steps=STEPS, prompts_per_step=4, num_generations=8, max_new_tokens=1,
                    learning_rate=LR, temperature=1.0, save_steps=STEPS + 1)

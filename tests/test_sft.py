@@ -189,9 +189,9 @@ def test_lora_config_and_bf16_flag(committed_params):
 
     p = copy.deepcopy(committed_params)
     p["train"]["bf16"] = False
-    assert [use_bf16(p, prof) for prof in PROFILES.values()] == [False, False, False]
+    assert [use_bf16(as_config(p), prof) for prof in PROFILES.values()] == [False, False, False]
     p["train"]["bf16"] = True
-    assert {n: use_bf16(p, prof) for n, prof in PROFILES.items()} == \
+    assert {n: use_bf16(as_config(p), prof) for n, prof in PROFILES.items()} == \
         {"cpu": False, "cpu-bf16": True, "cuda": True}
 
 

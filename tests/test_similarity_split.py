@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from config_helpers import config_with
 
 from hargo.data import prepare as P
 from hargo.data import similarity as Sim
@@ -221,7 +222,7 @@ def _read(path: Path) -> list[dict]:
 
 @pytest.mark.parametrize("strategy", ["grouped", "similarity", "paper"])
 def test_prepare_writes_the_nearest_train_statistics(tmp_path, strategy):
-    P.prepare(_params(tmp_path, strategy))
+    P.prepare(config_with(_params(tmp_path, strategy)))
     stats = json.loads((tmp_path / "stats.json").read_text())
     train, eval_ = _read(tmp_path / "train.jsonl"), _read(tmp_path / "eval.jsonl")
     near = stats["eval_nearest_train"]
@@ -247,8 +248,8 @@ def test_prepare_writes_the_nearest_train_statistics(tmp_path, strategy):
 def test_prepare_refuses_a_bad_threshold(tmp_path):
     p = _params(tmp_path, "similarity", threshold=0.0)
     with pytest.raises(ValueError, match=r"data.split.similarity_threshold: must be > 0, got 0.0"):
-        P.prepare(p)
+        P.prepare(config_with(p))
     del p["data"]["split"]["similarity_threshold"]
     with pytest.raises(ValueError, match="data.split.similarity_threshold: missing"):
-        P.prepare(p)
+        P.prepare(config_with(p))
     assert not (tmp_path / "train.jsonl").exists()

@@ -54,7 +54,7 @@ def tiny_params(params: dict) -> dict:
 # ----------------------------------------------------------------------------- params
 
 def test_committed_params_make_a_plan(params):
-    p = plan(params)
+    p = plan(as_config(params))
     assert p.methods == ("grpo", "dr_grpo", "hargo", "hargo_b1", "hargo_b2", "uniform_pop")
     assert len(p.seeds) == 10
     assert configuration(p, "homogeneous").homogeneous is True
@@ -112,7 +112,7 @@ def test_rl_prompts_follow_the_task_mix_and_the_seed(params):
     params["synthetic"]["data"]["n_train"] = 300
     params["synthetic"]["rl"].update(pool="all", prompts_per_task={t: 32 for t in SYNTHETIC_TASKS})
     params["synthetic"]["sft"]["examples_per_task"] = {t: 300 for t in SYNTHETIC_TASKS}
-    p = plan(params)
+    p = plan(as_config(params))
     train, _ = generate(p.data, 42)
     a, b, a2 = (S.rl_prompts(train, p, s) for s in (1, 2, 1))
     assert [r["task"] for r in a].count("syn_long") == 32 and len(a) == 96
@@ -120,27 +120,27 @@ def test_rl_prompts_follow_the_task_mix_and_the_seed(params):
     assert len({r["id"] for r in a}) == 96           # without replacement
     q = copy.deepcopy(params)
     q["synthetic"]["rl"]["prompts_per_task"] = {"syn_yesno": 10, "syn_short": 0, "syn_long": 2}
-    mix = S.rl_prompts(train, plan(q), 1)
+    mix = S.rl_prompts(train, plan(as_config(q)), 1)
     assert [r["task"] for r in mix] == ["syn_yesno"] * 10 + ["syn_long"] * 2
     # held_out: only the train records past SFT's first examples_per_task[t]
     q["synthetic"]["rl"]["pool"] = "held_out"
     q["synthetic"]["sft"]["examples_per_task"] = {"syn_yesno": 290, "syn_short": 300,
                                                   "syn_long": 298}
-    held = S.rl_prompts(train, plan(q), 1)
+    held = S.rl_prompts(train, plan(as_config(q)), 1)
     ids = sorted(r["id"] for r in held)
     assert ids == [f"syn_long-train-0029{i}" for i in (8, 9)] + \
         [f"syn_yesno-train-{i:05d}" for i in range(290, 300)]
     q["synthetic"]["sft"]["examples_per_task"]["syn_long"] = 299
     with pytest.raises(ParamsError, match=r"\{'syn_long': 2\} exceed the train records SFT did "
                                           r"not see"):
-        plan(q)
+        plan(as_config(q))
 
 
 def test_sft_records_take_the_first_n_of_each_task(params):
     q = copy.deepcopy(params)
     q["synthetic"]["sft"]["examples_per_task"] = {"syn_yesno": 3, "syn_short": 0, "syn_long": 2}
     q["synthetic"]["sft"]["hedge_share"] = 0.0
-    p = plan(q)
+    p = plan(as_config(q))
     train, _ = generate(p.data, 42)
     got = S.sft_records(train, p)
     assert [r["id"] for r in got] == ["syn_yesno-train-00000", "syn_yesno-train-00001",
@@ -152,11 +152,11 @@ def test_sft_records_take_the_first_n_of_each_task(params):
     q["synthetic"]["sft"].update(examples_per_task={"syn_yesno": 10, "syn_short": 4,
                                                     "syn_long": 0}, hedge_share=0.5)
     before = copy.deepcopy(train)
-    got = S.sft_records(train, plan(q))
+    got = S.sft_records(train, plan(as_config(q)))
     hedged = [r for r in got if " or " in r["answer"]]
     assert [r["task"] for r in hedged] == ["syn_yesno"] * 5 + ["syn_short"] * 2
     assert train == before
-    assert got == S.sft_records(train, plan(q))       # the same draw every time
+    assert got == S.sft_records(train, plan(as_config(q)))       # the same draw every time
 
 
 def test_sampled_reward_is_each_prompts_mean_over_its_k_samples(params, monkeypatch):
@@ -165,7 +165,7 @@ def test_sampled_reward_is_each_prompts_mean_over_its_k_samples(params, monkeypa
 
     q = copy.deepcopy(params)
     q["synthetic"]["evaluate"]["samples"] = 2
-    p = plan(q)
+    p = plan(as_config(q))
     recs = [{"id": "a", "task": "syn_short", "prompt": [], "answer": "10", "label": None},
             {"id": "b", "task": "syn_yesno", "prompt": [], "answer": "yes", "label": "yes"}]
 
@@ -198,7 +198,8 @@ def test_score_divides_by_the_scale_and_counts_exact_matches():
     assert out["correct"] == [1.0, 0.0, 0.0, 1.0, 1.0]
     zero = S.score(SyntheticConfig(scale_long=0.0), ["syn_long"], [long_ref], [long_ref], [None])
     assert zero == {"reward": [1.0], "correct": [1.0]}          # the yardstick ignores scales
-    homo = S.score(configuration(plan(yaml.safe_load((ROOT / "params.yaml").read_text())),
+    committed = as_config(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    homo = S.score(configuration(plan(committed),
                                  "homogeneous"), ["syn_short"], ["24"], ["23"], [None])
     assert homo == {"reward": [0.0], "correct": [0.0]}
 
@@ -341,13 +342,13 @@ def test_tiny_policy_learns_the_yes_no_task_by_sft_alone(params, tmp_path):
     committed config) answer the yes/no task well above chance (0.5: balanced labels)."""
     from hargo.training import sft
 
-    p = plan(params)
+    p = plan(as_config(params))
     train, ev = generate(replace_counts(p.data, 300, 64), 1)
     train = [r for r in train if r["task"] == "syn_yesno"]
     ev = [r for r in ev if r["task"] == "syn_yesno"]
     texts = [r["prompt"][0]["content"] for r in train] + [r["answer"] for r in train]
     init = build_tiny_policy(tmp_path / "init", p.policy, texts, seed=0)
-    q = S.stage_params(params, p, 1)
+    q = S.stage_params(as_config(params), p, 1)
     before = S.evaluate_policy(init, ev, p, {"h": p.data})["h"]
     sft.train(q, init, train, tmp_path / "sft", report_to=())
     after = S.evaluate_policy(tmp_path / "sft", ev, p, {"h": p.data})["h"]
@@ -471,16 +472,17 @@ def test_pipeline_end_to_end_resumes_per_run(params, tiny_bed, tmp_path):
     c = copy.deepcopy(p)
     c["synthetic"]["rl"]["steps"] = 2
     c["synthetic"]["evaluate"]["every_steps"] = 1
-    pc = plan(c)
+    pc = plan(as_config(c))
     train, ev = D.read_split(tmp_path, "train"), D.read_split(tmp_path, "eval")
-    run = S.train_run(c, pc, "heterogeneous", "grpo", 1, train, ev, tmp_path / "models/synthetic/sft",
+    run = S.train_run(as_config(c), pc, "heterogeneous", "grpo", 1, train, ev,
+                      tmp_path / "models/synthetic/sft",
                       print_fn=lambda *a: None)
     assert [x["step"] for x in run["eval_curve"]] == [0, 1, 2]
     assert run["eval_curve"][0]["all/reward"] == pytest.approx(
         sft_out["eval"]["heterogeneous"]["summary"]["all/reward"])   # step 0 is the SFT policy
     # evaluating does not touch the run's own sampling: the same run without the curve
     c["synthetic"]["evaluate"]["every_steps"] = 0
-    plain = S.train_run(c, plan(c), "heterogeneous", "grpo", 1, train, ev,
+    plain = S.train_run(as_config(c), plan(as_config(c)), "heterogeneous", "grpo", 1, train, ev,
                         tmp_path / "models/synthetic/sft", print_fn=lambda *a: None)
     drop = ("time/", "step_s")
     rows = lambda r: [{k: v for k, v in h.items() if not k.startswith(drop)}  # noqa: E731
@@ -497,12 +499,12 @@ def test_numbers_spelled_as_strings_are_parsed(params):
     q["synthetic"]["data"]["scale_long"] = "2e-1"
     q["synthetic"]["policy"]["num_layers"] = "2"
     q["synthetic"]["bootstrap"]["confidence"] = "9e-1"
-    p = plan(q)
+    p = plan(as_config(q))
     assert p.sft.learning_rate == 0.002 and p.data.scale_long == 0.2
     assert p.policy.num_layers == 2 and p.bootstrap.confidence == 0.9
     q["synthetic"]["data"]["scale_long"] = "lots"
     with pytest.raises(ParamsError, match="synthetic.data"):
-        plan(q)
+        plan(as_config(q))
 
 
 def test_gx_contract_passes_on_generated_splits_and_names_broken_records(params):
@@ -511,7 +513,7 @@ def test_gx_contract_passes_on_generated_splits_and_names_broken_records(params)
     each fail their expectation, naming the records."""
     from hargo.data.validate import ValidationFailed
 
-    p = plan(params)
+    p = plan(as_config(params))
     data = SyntheticConfig(n_train=20, n_eval=6)
     train, ev = generate(data, 3)
     results = D.validate_splits(train, ev, data)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hargo.config import as_config
 from hargo.compare import synthetic as S
 from hargo.compare.synthetic_plan import configuration, plan
 from hargo.data.synthetic import (SYNTHETIC_TASKS, SyntheticConfig, SyntheticReward, generate,
@@ -77,10 +78,10 @@ def test_reward_noise_adds_the_seeded_gauss_times_the_scale_unclipped():
 
 @pytest.mark.fast
 def test_no_noise_is_todays_reward_function_and_evaluation_stays_clean(params):
-    p = plan(params)
+    p = plan(as_config(params))
     fn = reward_function(configuration(p, "heterogeneous"), 3)
     assert type(fn) is SyntheticReward                       # default: the bed as it was
-    noisy = plan(_with(params, **{"synthetic.data.noise_long": 0.2}))
+    noisy = plan(as_config(_with(params, **{"synthetic.data.noise_long": 0.2})))
     assert noisy.data.noise("syn_long") == 0.2 and noisy.data.noise("syn_yesno") == 0.0
     fn = S.train_reward(configuration(noisy, "homogeneous"), 3)   # the control gets it too
     assert isinstance(fn, NoisyReward) and fn.seed == 3 and fn.config.homogeneous
@@ -121,10 +122,10 @@ def test_quota_sampler_order_is_hand_computed():
 
 @pytest.mark.fast
 def test_prompts_per_step_per_task_param(params):
-    p = plan(params)
+    p = plan(as_config(params))
     assert p.rl.prompts_per_step_per_task is None and S.prompt_quota(p) is None   # default
-    q = plan(_with(params, **{"synthetic.rl.prompts_per_step_per_task":
-                              {"syn_yesno": 1, "syn_short": 2, "syn_long": 3}}))
+    q = plan(as_config(_with(params, **{"synthetic.rl.prompts_per_step_per_task":
+                              {"syn_yesno": 1, "syn_short": 2, "syn_long": 3}})))
     assert S.prompt_quota(q) == {"syn_yesno": 1, "syn_short": 2, "syn_long": 3}
     for value, message in [
         ({"syn_yesno": 1, "syn_short": 2, "syn_long": 2}, r"sums to 5, not prompts_per_step 6"),
@@ -147,11 +148,11 @@ def test_prompts_per_step_per_task_param(params):
 @pytest.mark.fast
 def test_dynamic_sampling_is_the_beds_own_block(params):
     main_on = _with(params, **{"rl.dynamic_sampling.enabled": True})
-    q = S.stage_params(main_on, plan(main_on), 1)
+    q = S.stage_params(as_config(main_on), plan(as_config(main_on)), 1)
     assert q.rl.dynamic_sampling.enabled is False        # the main block never reaches the bed
     on = _with(params, **{"synthetic.rl.dynamic_sampling":
                           {"enabled": True, "refill_factor": 3, "max_refills": 2}})
-    d = S.stage_params(on, plan(on), 1).rl.dynamic_sampling
+    d = S.stage_params(as_config(on), plan(as_config(on)), 1).rl.dynamic_sampling
     assert (d.enabled, d.refill_factor, d.max_refills) == (True, 3.0, 2)
     with pytest.raises(ParamsError, match=r"synthetic.rl.dynamic_sampling.refill_factor: must "
                                           r"be >= 1"):
@@ -196,9 +197,9 @@ def test_sft_records_in_each_hedge_style(params):
     base = _with(params, **{"synthetic.sft.examples_per_task":
                             {"syn_yesno": 10, "syn_short": 4, "syn_long": 2},
                             "synthetic.sft.hedge_share": 0.5})
-    shared = plan(base)
+    shared = plan(as_config(base))
     train, _ = generate(shared.data, 42)
-    own = plan(_with(base, **{"synthetic.sft.hedge_style": "task_specific"}))
+    own = plan(as_config(_with(base, **{"synthetic.sft.hedge_style": "task_specific"})))
     a, b = S.sft_records(train, shared), S.sft_records(train, own)
     assert shared.sft.hedge_style == "shared"            # the default
     hedged = [i for i, (x, y) in enumerate(zip(a, b)) if x["answer"] != y["answer"]]
@@ -252,14 +253,15 @@ def test_method_loss_knobs_reach_the_bed_and_its_fingerprint(params):
     """rl.<method>.aggregation / std_scope (the one loss path's knobs) reach the trainer's
     config through stage_params, and the run fingerprint holds them: changing one re-trains
     that method only. So do the bed's own new knobs."""
-    p = plan(params)
-    fp = lambda q, m, pl=None: S.run_fingerprint(q, pl or plan(q), "heterogeneous", m, 1,  # noqa
+    p = plan(as_config(params))
+    fp = lambda q, m, pl=None: S.run_fingerprint(as_config(q), pl or plan(as_config(q)),  # noqa
+                                                 "heterogeneous", m, 1,
                                                  "model", "code")
     tok = _with(params, **{"rl.grpo.aggregation": "token_mean", "rl.grpo.std_scope": "batch"})
-    cfg = S.stage_params(tok, plan(tok), 1)
+    cfg = S.stage_params(as_config(tok), plan(as_config(tok)), 1)
     assert cfg.rl.method("grpo").aggregation == "token_mean"
     assert cfg.rl.method("grpo").std_scope == "batch"
-    assert S.stage_params(params, p, 1).rl.method("grpo").aggregation == "response_mean"
+    assert S.stage_params(as_config(params), p, 1).rl.method("grpo").aggregation == "response_mean"
     assert fp(tok, "grpo") != fp(params, "grpo") and fp(tok, "hargo") == fp(params, "hargo")
     # a method without a block in params.yaml takes the defaults; adding one re-trains it
     absent = _with(params, **{"rl.hargo_batch": {"aggregation": "token_mean"}})
@@ -294,13 +296,13 @@ def test_knobs_in_real_runs(params, tmp_path):
                                                        "syn_long": 0}},
         "synthetic.evaluate": {"max_new_tokens": {"syn_yesno": 2, "syn_short": 2,
                                                   "syn_long": 4}}})
-    p = plan(q)
+    p = plan(as_config(q))
     train, ev = generate(p.data, 0)
     texts = [r["prompt"][0]["content"] for r in train] + [r["answer"] for r in train]
     model = build_tiny_policy(tmp_path / "init", TinyPolicyConfig(
         vocab_size=300, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
         max_positions=256), texts, seed=0)
-    run = S.train_run(q, p, "heterogeneous", "grpo", 1, train, ev, model,
+    run = S.train_run(as_config(q), p, "heterogeneous", "grpo", 1, train, ev, model,
                       print_fn=lambda *a: None)
     assert len(run["history"]) == 2
     for row in run["history"]:
@@ -312,8 +314,8 @@ def test_knobs_in_real_runs(params, tmp_path):
     on = _with(q, **{"synthetic.rl.dynamic_sampling": {"enabled": True, "max_refills": 1},
                      "synthetic.rl.prompts_per_step_per_task": None,
                      "synthetic.data.noise_yesno": 0.0})
-    run = S.train_run(on, plan(on), "heterogeneous", "grpo", 1, train, ev, model,
-                      print_fn=lambda *a: None)
+    run = S.train_run(as_config(on), plan(as_config(on)), "heterogeneous", "grpo", 1, train, ev,
+                      model, print_fn=lambda *a: None)
     # the untrained policy scores 0 on every completion: all 3 groups of a step are
     # zero-variance, so one refill round draws refill_factor 2 x 3 missing = 6 prompts (also all
     # zero-variance); 9 groups sampled, 6 dropped, the step's own 3 trained on as unfilled

@@ -349,6 +349,7 @@ def test_a_raw_file_is_under_the_raw_folder_or_where_its_path_says(tmp_path):
 def test_toy_task_records_are_made_by_its_module_and_prepared(toy_task, tmp_path):
     """The toy's records come from its ``records`` function, not from the HPC-GPT folder: the
     raw reader lists them after the four files' and ``prepare`` splits them like the others."""
+    from config_helpers import config_with
     from hargo.data.prepare import prepare
     from hargo.data.raw import load_raw, source_file
 
@@ -359,11 +360,11 @@ def test_toy_task_records_are_made_by_its_module_and_prepared(toy_task, tmp_path
     assert raw["toy"][3] == {"instruction": "Say the word toy, number 3.", "input": "",
                              "output": "toy"}
     assert source_file("toy") == "hargo.tasks.toy.toy_records"
-    out = prepare({"seed": 42, "data": {"raw_dir": str(tiny), "out_dir": str(tmp_path),
-                                        "split": {"strategy": "grouped", "eval_fraction": 0.1,
-                                                  "similarity_threshold": 0.9,
-                                                  "minhash_perm": 128},
-                                        "conflicts": "majority"}})
+    out = prepare(config_with({"seed": 42, "data": {
+        "raw_dir": str(tiny), "out_dir": str(tmp_path),
+        "split": {"strategy": "grouped", "eval_fraction": 0.1, "similarity_threshold": 0.9,
+                  "minhash_perm": 128},
+        "conflicts": "majority"}}))
     assert out["per_task"]["toy"] == {"train": 18, "eval": 2}     # 10% of 20 instructions
     toy = [json.loads(line) for split in ("train", "eval")
            for line in (tmp_path / f"{split}.jsonl").read_text().splitlines()

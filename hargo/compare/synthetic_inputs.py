@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from hargo.compare.synthetic_plan import SyntheticPlan
-from hargo.config import CHARS_PER_TOKEN_BOUND, Config, as_config, to_plain
+from hargo.config import CHARS_PER_TOKEN_BOUND, Config, to_plain
 from hargo.data.synthetic import SYNTHETIC_TASKS, SyntheticConfig
 
 __all__ = ["stage_params", "rl_prompts", "sft_records", "train_reward", "prompt_quota"]
 
 
-def stage_params(params: "Config | Mapping", p: SyntheticPlan, seed: int) -> Config:
+def stage_params(params: Config, p: SyntheticPlan, seed: int) -> Config:
     """The typed config (:class:`hargo.config.Config` of the synthetic tasks:
     ``Config.from_params(..., synthetic=True)``) for :func:`hargo.training.sft.train` and
     :func:`hargo.training.rl.build_trainer` on the tiny policy: ``params`` (the main typed
@@ -35,12 +35,15 @@ def stage_params(params: "Config | Mapping", p: SyntheticPlan, seed: int) -> Con
     rewards are :class:`hargo.data.synthetic.SyntheticReward`, which do not read it), and no
     ``compare`` section (the test bed runs no comparison).
 
+    ``p``: the plan (:func:`hargo.compare.synthetic_plan.plan` of ``params``); ``seed``: the
+    run's seed.
+
     Raises:
-        ParamsError: a bad key of ``params`` or of the plan's values (named)."""
+        ParamsError: the derived config refuses a value (named by its dotted key)."""
     rl = p.rl
     rl_budgets = {t: n for t, n in rl.max_new_tokens.items()}
     eval_budgets = {t: n for t, n in p.evaluate.max_new_tokens.items()}
-    return as_config(params).with_values({
+    return params.with_values({
         "seed": int(seed), "model.dtype": "float32", "model.trust_remote_code": False,
         "train.gradient_checkpointing": False,
         "sft.samples_per_task": None, "sft.max_steps": -1, "sft.grad_accum": 1,

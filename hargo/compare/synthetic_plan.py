@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping
 
-from hargo.config import Config, Synthetic, as_section
+from hargo.config import Config, Synthetic
 from hargo.config.synthetic import SyntheticData
 from hargo.data.synthetic import check_synthetic
 from hargo.io import read_jsonl
@@ -33,16 +32,16 @@ FIGURES_DIR = Path("reports") / "synthetic"
 SyntheticPlan = Synthetic
 
 
-def plan(params: "Config | Mapping") -> Synthetic:
-    """params.yaml ``synthetic`` (of a :class:`~hargo.config.Config` or a params mapping, whose
-    ``synthetic`` section alone is built) as the typed plan.
+def plan(params: Config) -> Synthetic:
+    """params.yaml ``synthetic`` of the typed config ``params`` (:class:`~hargo.config.Config`)
+    as the typed plan. Its keys were checked when the config was built (a missing, unknown or
+    bad key, a method outside the GRPO family, no seeds, an RL pool smaller than a step:
+    :mod:`hargo.config.synthetic`).
 
     Raises:
-        ParamsError: no ``synthetic`` block; a missing, unknown or bad key, named as
-            ``synthetic.<block>.<key>``; a method outside the GRPO family; no seeds; an RL pool
-            smaller than a step (:mod:`hargo.config.synthetic`).
+        ParamsError: the config has no ``synthetic`` block (the section is optional).
     """
-    s = as_section(params, "synthetic")
+    s = params.synthetic
     if s is None:
         raise ParamsError("params.yaml has no `synthetic` block (the synthetic test bed)")
     return s

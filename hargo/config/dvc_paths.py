@@ -104,15 +104,17 @@ def _normal(value: str, root: Path) -> str:
     return posixpath.normpath(p.as_posix())
 
 
-def check_pipeline_paths(params: "Config | Mapping", root: str | os.PathLike = ".") -> None:
+def check_pipeline_paths(params: "Config", root: str | os.PathLike = ".") -> None:
     """Refuse a path knob (:data:`PATH_KNOBS`) whose value is not the path its pipeline file
     under ``root`` declares, unless that file templates the path from the knob itself
-(``${data.out_dir}/train.jsonl``: DVC then follows the value). A pipeline file that is absent (not a DVC project, or no
-    comparison pipeline) or a stage it does not have is not checked; nor is a knob whose
-    section ``params`` does not have (``compare`` is optional).
+    (``${data.out_dir}/train.jsonl``: DVC then follows the value). A pipeline file that is
+    absent (not a DVC project, or no comparison pipeline) or a stage it does not have is not
+    checked; nor is a knob whose section ``params`` does not have (``compare`` is optional).
 
-    ``params``: the typed config or a params mapping (built: :func:`hargo.config.as_config`;
-    a knob left out is checked at its default).
+    Args:
+        params: the typed config (:class:`hargo.config.Config`; a knob params.yaml leaves out
+            is checked at its default, a knob under an absent optional section not at all).
+        root: the project folder holding ``dvc.yaml`` and ``compare/dvc.yaml``.
 
     Raises:
         ParamsError: names the knob, its value, the pipeline file and stage, the path that
@@ -120,13 +122,10 @@ def check_pipeline_paths(params: "Config | Mapping", root: str | os.PathLike = "
     """
     import yaml
 
-    from hargo.config import as_config
-
-    cfg = as_config(params)
     root = Path(root)
     files: dict[str, Mapping] = {}
     for knob in PATH_KNOBS:
-        value = _value(cfg, knob.key)
+        value = _value(params, knob.key)
         if not isinstance(value, str):
             continue
         if knob.dvc_file not in files:

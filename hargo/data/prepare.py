@@ -98,7 +98,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hargo.config import Config, as_section
+from hargo.config import Config
 from hargo.data import labels as L
 from hargo.data.conflicts import clean_task, mask_race_raws, neutralise_raws
 from hargo.data.raw import load_raw, make_record
@@ -194,13 +194,11 @@ def eval_nearest_train(train: list[dict], eval_: list[dict], threshold: float) -
 
 
 def compute_stats(train: list[dict], eval_: list[dict], raw: dict[str, list[dict]],
-                  handling: dict[str, dict], params: Config | dict) -> dict:
-    """The content of ``stats.json`` (see the module docstring); ``params``: a :class:`Config`
-    or a params mapping (its ``seed`` and ``data`` sections are read).
-
-    Raises:
-        ParamsError: a bad ``seed`` or ``data`` param, named by its dotted key."""
-    data, seed = as_section(params, "data"), as_section(params, "seed")
+                  handling: dict[str, dict], params: Config) -> dict:
+    """The content of ``stats.json`` (see the module docstring); ``params``: the typed
+    :class:`Config` (its ``seed`` and ``data`` sections are read). Raises nothing: the config
+    was checked when it was built."""
+    data, seed = params.data, params.seed
     out: dict[str, Any] = {
         "strategy": data.split.strategy, "eval_fraction": data.split.eval_fraction,
         "seed": seed, "conflicts": data.conflicts,
@@ -314,16 +312,15 @@ def _records(raw: dict[str, list[dict]], strategy: str, conflicts: str, mask: bo
     return records, rejects, handling, instruction
 
 
-def prepare(params: Config | dict) -> dict:
+def prepare(params: Config) -> dict:
     """Run the ``prepare`` stage.
 
     Args:
-        params: the typed :class:`~hargo.config.Config`, or a params mapping (only its ``seed``
-            and ``data`` sections are built and checked, :func:`hargo.config.as_section`); reads
-            ``seed`` and ``data`` (``raw_dir``, ``out_dir``, ``split.strategy`` (grouped |
-            similarity | paper), ``split.eval_fraction``, ``split.similarity_threshold`` (every
-            strategy: the statistics use it), ``split.minhash_perm`` (``similarity`` only),
-            ``conflicts`` (majority | drop), ``mask_label_names`` (default true: step 0,
+        params: the typed :class:`~hargo.config.Config`; reads ``seed`` and ``data``
+            (``raw_dir``, ``out_dir``, ``split.strategy`` (grouped | similarity | paper),
+            ``split.eval_fraction``, ``split.similarity_threshold`` (every strategy: the
+            statistics use it), ``split.minhash_perm`` (``similarity`` only), ``conflicts``
+            (majority | drop), ``mask_label_names`` (default true: step 0,
             :func:`hargo.data.conflicts.mask_race_raws`)). Paths are relative to the working
             directory.
 
@@ -335,10 +332,11 @@ def prepare(params: Config | dict) -> dict:
 
     Raises:
         HargoInputError: a bad raw file (nothing is written).
-        ParamsError: (a ``ValueError``) a bad ``seed`` or ``data`` param, named by its dotted key
-            (the typed config's checks: :class:`hargo.config.Data`).
+
+    (A bad ``seed`` or ``data`` param is refused where the config is built, by its dotted
+    key: :class:`hargo.config.Data`.)
     """
-    data, seed = as_section(params, "data"), as_section(params, "seed")
+    data, seed = params.data, params.seed
     strategy, fraction = data.split.strategy, data.split.eval_fraction
     conflicts, mask = data.conflicts, data.mask_label_names
 

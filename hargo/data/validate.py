@@ -43,7 +43,7 @@ a few offending ids), GX data docs (``reports/validation/index.html``) and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from hargo.data.conflicts import mask_race_raws
 from hargo.data.control_tokens import CONTROL_TOKEN_REGEX
@@ -51,7 +51,7 @@ from hargo.data.gx_adapter import MAX_IDS, run_suites  # noqa: F401  (public her
 from hargo.data.labels import LABEL_NAME, LABEL_NAME_REGEX
 from hargo.data.raw import load_raw, normalise_text, source_file
 from hargo.data.similarity import kernel_tokens, nearest_similarity
-from hargo.config import Config, as_section
+from hargo.config import Config
 from hargo.io import atomic_dir, atomic_write_json, read_jsonl
 from hargo.tasks import tasks as _registered
 
@@ -194,13 +194,15 @@ def summary_rows(prepared: list[dict]) -> list[dict]:
     return rows
 
 
-def expectation_specs(params: "Config | Mapping") -> list[dict]:
+def expectation_specs(params: Config) -> list[dict]:
     """The contract, as plain data: one dict per expectation with ``dataset`` (raw | prepared |
     summary), ``name``, GX class name ``type``, its ``kwargs``, an optional ``where``
     (``(column, [values])``: only rows whose column is in values), ``enforced`` and
-    ``description``. Bounds come from the ``validate`` section; ``params`` is the typed config
-    or a params mapping with the ``data`` and ``validate`` sections."""
-    v, data = as_section(params, "validate"), as_section(params, "data")
+    ``description``. Bounds come from the ``validate`` section (character lengths in
+    characters, counts in records, the yes-fraction in [0, 1]), the split and masking rules
+    from ``data``; ``params`` is the typed config (:class:`hargo.config.Config`). Raises
+    nothing: the config was checked when it was built."""
+    v, data = params.validate, params.data
     S: list[dict] = []
 
     def add(dataset, name, type_, description, where=None, enforced=True, **kwargs):
@@ -307,18 +309,17 @@ def run(params: Config) -> dict:
         return out
 
 
-def validate(params: "Config | Mapping") -> dict:
+def validate(params: Config) -> dict:
     """Run the ``validate`` stage.
 
     Args:
-        params: the typed config (:mod:`hargo.config`) or a params mapping; reads ``data.raw_dir``, ``data.out_dir`` (the prepared
-            ``train.jsonl``/``eval.jsonl``), ``data.split.strategy``,
-            ``data.split.similarity_threshold``, ``data.mask_label_names`` (default true) and
-            ``validate``
-            (``task_counts``, ``yes_fraction``, ``prompt_chars``, ``answer_chars``; optional
-            ``report_dir`` and ``metrics_file``, default ``reports/validation`` and
-            ``metrics/validation.json``, and ``data_docs``, default true: build GX's HTML data
-            docs, ~2 s).
+        params: the typed config (:class:`hargo.config.Config`); reads ``data.raw_dir``,
+            ``data.out_dir`` (the prepared ``train.jsonl``/``eval.jsonl``),
+            ``data.split.strategy``, ``data.split.similarity_threshold``,
+            ``data.mask_label_names`` (default true) and ``validate`` (``task_counts``,
+            ``yes_fraction``, ``prompt_chars``, ``answer_chars``; optional ``report_dir`` and
+            ``metrics_file``, default ``reports/validation`` and ``metrics/validation.json``,
+            and ``data_docs``, default true: build GX's HTML data docs, ~2 s).
 
     Returns:
         The summary written to ``metrics/validation.json`` (deterministic for the same inputs,
@@ -328,7 +329,7 @@ def validate(params: "Config | Mapping") -> dict:
         HargoInputError: a raw or prepared file cannot be read.
         ValidationFailed: an enforced expectation failed (the report is written first).
     """
-    v, data = as_section(params, "validate"), as_section(params, "data")
+    v, data = params.validate, params.data
     report_dir = Path(v.report_dir)
     metrics_file = Path(v.metrics_file)
     raw = load_raw(data.raw_dir)

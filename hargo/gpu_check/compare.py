@@ -239,7 +239,7 @@ def _compare_inputs(ctx: dict) -> dict:
     sft_records, sft_skipped = select_subset(train, plan.sft["samples_per_task"], seed, tok,
                                              int(cfg.train.max_prompt_tokens))
     rl_records, rl_skipped = select_subset(train, plan.rl["samples_per_task"], seed, tok,
-                                           prompt_cap(p))
+                                           prompt_cap(cfg))
     subset, eval_skipped = select_prompts(eval_records, ev, seed, tok)
     reward_fn = TaskReward(RewardConfig.from_params(cfg.rewards))
     setup = {"sft_examples": len(sft_records), "sft_skipped": sft_skipped,

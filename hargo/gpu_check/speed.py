@@ -90,13 +90,14 @@ def run_speed(ctx: dict) -> dict:
     from hargo.training.rl import prompt_cap
 
     plan, end = ctx["plan"], ctx["part_end"]
-    seed = int(as_config(ctx["params"]).seed)
+    cfg = as_config(ctx["params"])
+    seed = int(cfg.seed)
     tok = load_tokenizer(ctx["model_dir"])
     train = read_jsonl(ctx["data_dir"] / "train.jsonl")
     rows, skipped, errors = [], [], {}
     for size in plan.speed_sizes:
         records, _ = select_subset(train, size["samples_per_task"], seed, tok,
-                                   prompt_cap(ctx["params"]))
+                                   prompt_cap(cfg))
         for method in ("grpo", "hargo"):
             if _now() > end:
                 skipped.append(f"{size['name']}/{method}")

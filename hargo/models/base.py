@@ -38,11 +38,11 @@ def _looks_like_path(source: str) -> bool:
     return source.startswith(("/", "./", "../", "~")) or Path(source).expanduser().exists()
 
 
-def needs_hub(model: "Model | Mapping") -> bool:
+def needs_hub(model: "Model") -> bool:
     """Whether ``model.source`` is a hub id (neither ``smollm2`` nor a folder): only then may the
     ``base_model`` stage reach the hub (``hargo.offline``). ``model``: the typed ``model``
-    section, or a mapping with its ``source``."""
-    source = str(model.source if isinstance(model, Model) else model.get("source", "smollm2"))
+    section (:class:`hargo.config.Model`). Raises nothing."""
+    source = str(model.source)
     return source != "smollm2" and not _looks_like_path(source)
 
 

@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -84,14 +84,27 @@ def _digest_files(paths) -> str:
     return sha256_files(paths)
 
 
-def run_fingerprint(params: "Config | Mapping", method: str, model_dir: str | os.PathLike,
+def run_fingerprint(params: "Config", method: str, model_dir: str | os.PathLike,
                     data_path: str | os.PathLike) -> dict:
     """What a checkpoint must agree with to be resumed: the method, the params that shape
     training (seed, train.*, rewards.*, rl.* except methods/out_dir/save_steps/
-    log_completions_steps and the other methods' blocks) and digests of the SFT model's files and
-    of the train data. ``params``: the typed config or a params mapping.
+    log_completions_steps/vllm_server and the other methods' blocks) and digests of the SFT
+    model's files and of the train data.
 
-    Returns a JSON-able dict (written beside the checkpoints; compared by equality)."""
+    Args:
+        params: the typed config (:class:`hargo.config.Config`); its sections are recorded as
+            its params mapping has them (:func:`hargo.config.params_dict`).
+        method: the RL method (``rl.<method>`` is kept, the other methods' blocks are not).
+        model_dir: the SFT model folder (its ``*.safetensors``, ``*.json`` and ``*.bin`` are
+            hashed).
+        data_path: the train split file (hashed).
+
+    Returns:
+        A JSON-able dict ``{"method", "seed", "train", "rewards", "rl", "model_sha256",
+        "data_sha256"}`` (written beside the checkpoints; compared by equality).
+
+    Raises:
+        FileNotFoundError: ``model_dir`` or ``data_path`` is missing."""
     # Deliberately the params *mapping* (params_dict), not the typed config: the fingerprint
     # records the sections as params.yaml spells them, so it stays comparable with fingerprints
     # already written next to checkpoints, and a typed field added with a default does not

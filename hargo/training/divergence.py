@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from transformers import TrainerCallback
 
-from hargo.config import Divergence, as_section
+from hargo.config import Divergence
 
 if TYPE_CHECKING:
     from hargo.config import Config
@@ -84,15 +84,12 @@ class DivergenceBounds:
                    max_grad_norm=float(divergence.max_grad_norm))
 
     @classmethod
-    def from_params(cls, params: "Config | Mapping") -> "DivergenceBounds":
-        """From ``train.divergence`` of the typed config or of a params mapping (its ``train``
-        section checked alone; ``divergence`` missing: the defaults).
-
-        Raises:
-            ParamsError (a ValueError): an unknown key or a bad bound (named by its dotted key,
-                ``train.divergence.max_gradnorm: unknown key``).
-        """
-        return cls.of(as_section(params, "train").divergence)
+    def from_params(cls, params: "Config") -> "DivergenceBounds":
+        """From ``train.divergence`` of the typed config ``params`` (:class:`hargo.config.Config`;
+        params.yaml leaving ``divergence`` out: the defaults). The bounds were checked when the
+        config was built (an unknown key or a bad bound is refused there, by its dotted key:
+        ``train.divergence.max_gradnorm: unknown key``), so this raises nothing."""
+        return cls.of(params.train.divergence)
 
 
 #: logged key -> the bound it is checked against (TRL's and transformers' log keys)

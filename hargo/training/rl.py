@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from hargo.config import Config, as_config
+from hargo.config import Config
 from hargo.generation_budget import budget_record, describe_budget, max_budget
 from hargo.io import HargoInputError, atomic_write_json
 from hargo.methods import get_method
@@ -75,7 +75,7 @@ METRICS_ROOT = Path("metrics") / "rl"
 TABLE_ROWS = 32
 
 
-def build_trainer(params: "Config | Mapping", method: str, model_dir: str | os.PathLike,
+def build_trainer(params: Config, method: str, model_dir: str | os.PathLike,
                   records: list[dict],
                   output_dir: str | os.PathLike, recorder=None, callbacks=(), tokenizer=None,
                   reward_funcs=None, trainer_kwargs: Mapping | None = None, **config_overrides):
@@ -90,16 +90,17 @@ def build_trainer(params: "Config | Mapping", method: str, model_dir: str | os.P
     ``[TaskReward(RewardConfig)]`` of the ``rewards`` section. ``trainer_kwargs`` go to the
     trainer (e.g. TRL's ``rollout_func``); ``config_overrides`` to :func:`build_grpo_config`.
 
-    ``params``: the typed config (the synthetic test bed's too:
-    :func:`hargo.compare.synthetic.stage_params`) or a params mapping of the HPC-GPT tasks
-    (:func:`hargo.config.as_config`).
+    ``params``: the typed config, :class:`hargo.config.Config` (the synthetic test bed's too:
+    :func:`hargo.compare.synthetic.stage_params`).
 
     Raises:
-        ParamsError: unknown method or a bad params mapping (names the key).
+        ParamsError: unknown method (names the registered ones).
+        hargo.training.vllm_rollout.UnsupportedVLLMError: a vLLM backend that cannot run
+            here (:func:`build_grpo_config`).
     """
     from hargo.training.vllm_rollout import import_trl_for
 
-    cfg = as_config(params)
+    cfg = params
     rl = cfg.rl
     import_trl_for(rl.generation_backend)   # without vLLM when it is not used
     from transformers.trainer_callback import PrinterCallback, ProgressCallback

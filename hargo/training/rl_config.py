@@ -2,8 +2,9 @@
 params.yaml, the prompt caps, the rollout backend's checks, the prepared train split as a
 dataset, and the method's estimator constants and task reward.
 
-Everything here reads the typed config (or a params mapping, :func:`hargo.config.as_config`) and
-builds values; no model is loaded. :mod:`hargo.training.rl` re-exports the public names.
+Everything here reads the typed config (:class:`hargo.config.Config`; a caller holding a params
+mapping converts it once, :func:`hargo.config.as_config`) and builds values; no model is loaded.
+:mod:`hargo.training.rl` re-exports the public names.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-from hargo.config import Config, ParamsError, as_config
+from hargo.config import Config, ParamsError
 from hargo.data.records import read_prepared
 from hargo.generation_budget import max_budget
 from hargo.methods import RL_FAMILIES, get_method
@@ -42,18 +43,15 @@ def _check_method(method: str):
         raise ParamsError(f"rl method: {e}") from None
 
 
-def prompt_cap(params: "Config | Mapping") -> int | dict[str, int]:
-    """Longest prompt (chat-templated tokens) RL trains on: ``rl.max_prompt_tokens`` when set
+def prompt_cap(params: Config) -> int | dict[str, int]:
+    """Longest prompt RL trains on, in chat-templated tokens: ``rl.max_prompt_tokens`` when set
     (one int, or a plain dict task -> int, checked by the typed config), else
     ``train.max_prompt_tokens``. :func:`hargo.generation_budget.max_budget` gives the longest.
 
-    ``params``: the typed config or a params mapping (built: :func:`hargo.config.as_config`).
-
-    Raises:
-        ParamsError: a bad params mapping (names the key)."""
-    cfg = as_config(params)
-    cap = cfg.rl.max_prompt_tokens
-    return int(cfg.train.max_prompt_tokens) if cap is None else _plain(cap)
+    ``params``: the typed config (:class:`hargo.config.Config`). Raises nothing: the config
+    was checked when it was built."""
+    cap = params.rl.max_prompt_tokens
+    return int(params.train.max_prompt_tokens) if cap is None else _plain(cap)
 
 
 def prompt_cap_name(params: Config) -> str:
@@ -87,10 +85,11 @@ def to_dataset(records: list[dict]):
                                "label": r.get("label")} for r in records])
 
 
-def build_grpo_config(params: "Config | Mapping", method: str, output_dir: str | os.PathLike,
+def build_grpo_config(params: Config, method: str, output_dir: str | os.PathLike,
                       world_size: int = 1, **overrides):
-    """The ``trl.GRPOConfig`` of one RL run from params.yaml (``params``: the typed config or a
-    params mapping, :func:`hargo.config.as_config`).
+    """The ``trl.GRPOConfig`` of one RL run from params.yaml (``params``: the typed config,
+    :class:`hargo.config.Config`; ``output_dir``: the checkpoint folder; ``world_size``: the
+    number of training processes).
 
     Mapping: ``num_generations=G``, ``per_device_train_batch_size = prompts_per_step * G /
     world_size`` (TRL counts completions), ``max_completion_length`` = the largest of
@@ -106,8 +105,7 @@ def build_grpo_config(params: "Config | Mapping", method: str, output_dir: str |
     (:func:`hargo.training.vllm_rollout.server_config_kwargs`). ``overrides`` replace any field.
 
     Raises:
-        ParamsError: unknown method, a bad params mapping, or prompts_per_step * G not divisible
-            by ``world_size``.
+        ParamsError: unknown method, or prompts_per_step * G not divisible by ``world_size``.
         UnsupportedVLLMError: a vLLM backend that cannot run here (checked before any model
             loads; the message names what is missing, :mod:`hargo.training.vllm_rollout`).
     """
@@ -117,7 +115,7 @@ def build_grpo_config(params: "Config | Mapping", method: str, output_dir: str |
     from hargo.training.trl_options import trl_loss_settings
 
     _check_method(method)
-    cfg = as_config(params)
+    cfg = params
     rl = cfg.rl
     G = int(rl.num_generations)
     completions = int(rl.prompts_per_step) * G
@@ -174,15 +172,18 @@ def check_generation_backend(params: Config) -> None:
         vllm_rollout.check_server_vllm()
 
 
-def vllm_max_len(params: "Config | Mapping") -> int:
+def vllm_max_len(params: Config) -> int:
     """The longest sequence a vLLM rollout engine must hold: the longest prompt
     (:func:`prompt_cap`) + the largest completion budget + 8 (colocated engine's
     ``vllm_max_model_length``; the server's ``--max-model-len`` in ``hargo vllm-serve``), in
-    tokens. ``params``: the typed config or a params mapping."""
-    cfg = as_config(params)
+    tokens. ``params``: the typed config (:class:`hargo.config.Config`).
+
+    Raises:
+        ParamsError: a per-task budget map that leaves out a task without a default budget
+            (names the key, :func:`hargo.generation_budget.max_budget`)."""
     # a per-task prompt-cap map's longest includes the task defaults of tasks it does not name
-    return (max_budget(prompt_cap(cfg), prompt_cap_name(cfg))
-            + max_budget(_plain(cfg.rl.max_new_tokens)) + 8)
+    return (max_budget(prompt_cap(params), prompt_cap_name(params))
+            + max_budget(_plain(params.rl.max_new_tokens)) + 8)
 
 
 def _check_vllm_usable(backend: str = "vllm") -> None:
