@@ -19,7 +19,7 @@ import json
 import re
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from hargo.config import Evaluate
@@ -188,19 +188,20 @@ class LLMJudge(BaseJudge):
         return _sign(v, 0)
 
 
-def make_judge(evaluate: "Evaluate | Mapping", reward_fn=None) -> Judge:
+def make_judge(evaluate: "Evaluate", reward_fn=None) -> Judge:
     """The judge named by params.yaml ``evaluate``: ``judge: reward`` -> ``RewardJudge(reward_fn)``;
     ``judge: llm`` -> ``LLMJudge(judge_endpoint, judge_model)``.
 
     Args:
-        evaluate: the typed ``evaluate`` section (:class:`hargo.config.Evaluate`), or a mapping
-            with its ``judge``, ``judge_endpoint``, ``judge_model`` (missing: ``reward``, None,
-            None; the ``evaluate`` block as params.yaml has it, or part of it).
+        evaluate: the typed ``evaluate`` section (:class:`hargo.config.Evaluate`; a caller with
+            the params mapping converts it once: ``hargo.config.as_config(params).evaluate``).
         reward_fn: the task reward the ``reward`` judge compares with.
 
     Raises:
-        ValueError: another judge, or the llm judge without its endpoint/model."""
-    kind, ep, model = _judge_settings(evaluate)
+        ValueError: another judge, or the llm judge without its endpoint/model (the config
+            refuses both when it is built; a section made by ``dataclasses.replace`` is checked
+            here)."""
+    kind, ep, model = evaluate.judge, evaluate.judge_endpoint, evaluate.judge_model
     if kind == "reward":
         return RewardJudge(reward_fn)
     if kind == "llm":
@@ -209,12 +210,3 @@ def make_judge(evaluate: "Evaluate | Mapping", reward_fn=None) -> Judge:
                              "are not set in params.yaml")
         return LLMJudge(ep, model)
     raise ValueError(f"evaluate.judge must be 'reward' or 'llm', got {kind!r}")
-
-
-def _judge_settings(evaluate: "Evaluate | Mapping") -> tuple[str, str | None, str | None]:
-    """``(judge, judge_endpoint, judge_model)`` of the typed ``evaluate`` section, or of a
-    mapping (the public boundary: callers that still hold the params block, or a part of it)."""
-    if not isinstance(evaluate, Mapping):
-        return evaluate.judge, evaluate.judge_endpoint, evaluate.judge_model
-    return (evaluate.get("judge", "reward"), evaluate.get("judge_endpoint"),
-            evaluate.get("judge_model"))

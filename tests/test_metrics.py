@@ -311,15 +311,25 @@ def test_llm_judge_unreachable():
         judge.compare(SAMPLES[0], "a", "b")
 
 
-@pytest.mark.fast
-def test_make_judge():
-    assert make_judge({"judge": "reward"}).name == "task-reward"
-    j = make_judge({"judge": "llm", "judge_endpoint": "http://127.0.0.1:1/v1", "judge_model": "q"})
+def test_make_judge(committed_params):
+    """A section built past the config's own checks (``dataclasses.replace``) is refused by the
+    judge too: an llm judge without its endpoint or model, or a judge of another kind."""
+    import dataclasses
+
+    from hargo.config import Config
+
+    ev = Config.from_params(committed_params).evaluate
+    assert make_judge(dataclasses.replace(ev, judge="reward")).name == "task-reward"
+    j = make_judge(dataclasses.replace(ev, judge="llm", judge_endpoint="http://127.0.0.1:1/v1",
+                                       judge_model="q"))
     assert isinstance(j, LLMJudge) and j.name == "llm:q"
     with pytest.raises(ValueError, match="judge_endpoint"):
-        make_judge({"judge": "llm", "judge_endpoint": None, "judge_model": None})
+        make_judge(dataclasses.replace(ev, judge="llm", judge_endpoint=None, judge_model=None))
+    with pytest.raises(ValueError, match="judge_endpoint"):
+        make_judge(dataclasses.replace(ev, judge="llm", judge_endpoint="http://127.0.0.1:1/v1",
+                                       judge_model=None))
     with pytest.raises(ValueError, match="'reward' or 'llm'"):
-        make_judge({"judge": "human"})
+        make_judge(dataclasses.replace(ev, judge="human"))
 
 
 def test_make_judge_from_the_typed_evaluate_section(committed_params):

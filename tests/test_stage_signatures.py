@@ -26,10 +26,6 @@ STAGES = {"prepare", "validate", "base-model", "sft", "rl", "evaluate", "registe
 #: Every other helper takes the typed config or one of its sections.
 CONVERTERS = {"hargo/config/__init__.py as_config", "hargo/config/__init__.py as_section",
               "hargo/config/__init__.py _section", "hargo/config/__init__.py params_dict"}
-#: Helpers that still take a typed section *or* a mapping, not yet converted: the judge factory
-#: (callers build ``{"judge": "reward"}`` by hand, and tests/test_metrics.py checks its refusals
-#: of a mapping). May only shrink: an entry no longer found must be removed here.
-NOT_YET = {"hargo/judges.py make_judge", "hargo/judges.py _judge_settings"}
 
 
 def _command_name(fn: ast.FunctionDef) -> str | None:
@@ -190,15 +186,13 @@ def _mapping_signatures() -> list[str]:
 
 def test_only_the_converters_take_config_or_mapping():
     """Helpers take the typed config or a section; a mapping becomes a Config only in the
-    converters, which must still be there (a renamed one would leave this exemption stale), and
-    in the :data:`NOT_YET` helpers, whose list may only shrink."""
+    converters, which must still be there (a renamed one would leave this exemption stale)."""
     found = set(_mapping_signatures())
-    others = sorted(found - CONVERTERS - NOT_YET)
+    others = sorted(found - CONVERTERS)
     assert not others, ("these take `Config | Mapping`; take the typed config or one of its "
                         "sections (a caller with a params mapping converts it once, "
                         "hargo.config.as_config):\n" + "\n".join(others))
     assert CONVERTERS <= found, f"converters not found: {sorted(CONVERTERS - found)}"
-    assert NOT_YET <= found, f"converted, remove from NOT_YET: {sorted(NOT_YET - found)}"
 
 
 def test_the_reader_sees_a_planted_mapping():

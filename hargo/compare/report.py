@@ -282,9 +282,7 @@ def _judge(cfg: Config, inputs: Inputs) -> RecordingJudge:
     for rows in inputs.rows.values():
         for sample, row in zip(inputs.samples, rows):
             stored.add(sample, row)
-    ev = cfg.evaluate       # make_judge takes the evaluate block as a mapping
-    return RecordingJudge(make_judge({"judge": ev.judge, "judge_endpoint": ev.judge_endpoint,
-                                      "judge_model": ev.judge_model}, stored))
+    return RecordingJudge(make_judge(cfg.evaluate, stored))
 
 
 # ----------------------------------------------------------------------------- outputs

@@ -103,9 +103,9 @@ def _comparison_tables(subset: list[dict], evals: Mapping[str, Mapping], reward_
     import numpy as np
 
     from hargo.stats import paired_bootstrap_ci
-    from hargo.judges import make_judge
+    from hargo.judges import RewardJudge
 
-    judge = make_judge({"judge": "reward"}, reward_fn)
+    judge = RewardJudge(reward_fn)          # the GPU check compares by task reward
     models: dict[str, dict] = {}
     per_prompt: dict[str, dict] = {}
     for name, e in evals.items():
