@@ -34,9 +34,11 @@ def _first_use() -> None:
     """Before any command: a moved or copied project's local MLflow store is re-rooted
     (:func:`hargo.tracking_store.reroot`; one line says so), so the first hargo command of the
     copy -- ``hargo summary``, ``check-params``, any stage -- reads its own artifacts. Only the
-    project's own store (``mlruns/mlflow.db`` here, ``$MLFLOW_TRACKING_URI`` unset or naming it);
-    a store that cannot be read is left to the command, which names the problem. Also forgets
-    the params an earlier command of this process read (:data:`_READ`)."""
+    project's own store (``mlruns/mlflow.db`` here, ``$MLFLOW_TRACKING_URI`` unset or naming it),
+    and only a store that passes every check first (the re-root checks it before it writes:
+    :func:`hargo.tracking_store.check_database`, params.yaml's experiment active); a store that
+    fails one is left as it is to the command, which names the problem. Also forgets the params an
+    earlier command of this process read (:data:`_READ`)."""
     import os
     import sqlite3
 
@@ -48,9 +50,23 @@ def _first_use() -> None:
     uri = os.environ.get("MLFLOW_TRACKING_URI") or local_uri(root)
     if is_local_store(uri, root):
         try:
-            reroot(root, quiet=True)
-        except (OSError, sqlite3.Error):
+            reroot(root, quiet=True, experiment=_experiment_name(Path("params.yaml")))
+        except (OSError, sqlite3.Error, RuntimeError):   # RuntimeError: TrackingStoreError
             pass
+
+
+def _experiment_name(path: Path) -> str:
+    """``mlflow.experiment`` of the params file ``path`` as it stands (its default where the
+    file, the section or the key is missing or unreadable: the command reports a bad file)."""
+    from hargo.config.evaluate import Mlflow
+
+    try:
+        import yaml
+
+        name = (yaml.safe_load(path.read_text(encoding="utf-8")) or {})["mlflow"]["experiment"]
+    except Exception:  # noqa: BLE001 - any problem here is the command's to report
+        name = None
+    return name if isinstance(name, str) and name else Mlflow().experiment
 
 
 def _params(path: str, overrides: Optional[List[str]]):

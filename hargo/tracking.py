@@ -40,7 +40,7 @@ from hargo.config import Config, params_dict
 from hargo.provenance import data_version, git_commit, pipeline_products  # noqa: F401
 from hargo.signals import StageTerminated, terminate_as_exception  # noqa: F401
 from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, TrackingStoreError,
-                                  check_store, is_local_store, local_uri, log_http_retries,
+                                  check_store, deleted_experiment, is_local_store, local_uri, log_http_retries,
                                   reroot, sqlite_path, store_root)
 
 DOOR_ENV = "HARGO_DOOR"            # "dvc" (default) or "prefect"
@@ -108,8 +108,10 @@ TRAINING_KIND = "custom_model_development"
 def setup(params: Config, root: str | Path = ".") -> str:
     """Point MLflow at the store and return the project experiment's id (created if missing).
 
-    Before MLflow touches the store, :func:`check_store` probes it (fails within ~10 s) and
-    the HTTP retry defaults (:data:`HTTP_RETRY_DEFAULTS`) are set. The experiment is marked a
+    Before MLflow (or the re-root) touches the store, :func:`check_store` probes it (fails
+    within ~10 s; a read-only, corrupt or damaged database, another MLflow version's schema, a
+    deleted experiment: one line) and the HTTP retry defaults (:data:`HTTP_RETRY_DEFAULTS`) are
+    set. The experiment is marked a
     model-training experiment (tag ``mlflow.experimentKind`` = ``custom_model_development``),
     also on an existing experiment that lacks the tag. A local store whose artifact location
     points into another folder (the project was moved or copied) is re-rooted here
@@ -121,8 +123,8 @@ def setup(params: Config, root: str | Path = ".") -> str:
 
     Raises:
         TrackingStoreError: the experiment is deleted (names it, the store and
-            ``mlflow experiments restore``), or the store is locked or of another MLflow
-            version; nothing is written.
+            ``mlflow experiments restore``), or the store is read-only, corrupt, damaged,
+            locked or of another MLflow version; nothing is written.
         RuntimeError: the store cannot be opened or written (names the URI and the fix).
     """
     uri = tracking_uri(root)
@@ -130,8 +132,11 @@ def setup(params: Config, root: str | Path = ".") -> str:
     for k, v in HTTP_RETRY_DEFAULTS.items():
         os.environ.setdefault(k, v)
     log_http_retries()
-    check_store(uri)
+    check_store(uri, contents=False)       # the folder and file: before the lock file is made
     with store_lock(uri):
+        # the schema, tables and experiment: under the lock, where no other process is creating
+        # the tables of a fresh store; before the re-root and before MLflow writes anything
+        check_store(uri, experiment=name)
         return _setup_locked(uri, name, store_root(root))
 
 
@@ -176,7 +181,7 @@ def _setup_locked(uri: str, name: str, root: str | Path) -> str:
     try:
         mlflow.set_tracking_uri(uri)
         if is_local_store(uri, root):      # however MLFLOW_TRACKING_URI spells it
-            reroot(root, quiet=True)
+            reroot(root, quiet=True, experiment=name)
         exp = mlflow.get_experiment_by_name(name)
         if exp is None:
             artifacts = None
@@ -186,12 +191,8 @@ def _setup_locked(uri: str, name: str, root: str | Path) -> str:
                                               tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
         else:
             exp_id = exp.experiment_id
-            if exp.lifecycle_stage != "active":
-                raise TrackingStoreError(
-                    f"MLflow experiment {name!r} (id {exp_id}) in store {uri} is deleted, so no "
-                    f"run can be logged to it. Fix: MLFLOW_TRACKING_URI={uri} mlflow experiments "
-                    f"restore -x {exp_id} (or set mlflow.experiment in params.yaml to a new "
-                    "name)")
+            if exp.lifecycle_stage != "active":     # a server's store (a SQLite one: above)
+                raise deleted_experiment(uri, name, exp_id)
             if exp.tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:
                 MlflowClient().set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         return exp_id

@@ -10,18 +10,22 @@ local store. Used by :func:`hargo.tracking.setup` before MLflow touches the stor
 * :func:`store_root`: the project whose ``mlruns/`` holds the local store, also from a DVC
   experiment's temporary workspace (``dvc exp run --temp`` / ``--queue``).
 
-A store problem that a user must fix (a store written by another MLflow version, a store another
-process holds locked, a deleted experiment) is a :class:`TrackingStoreError`: one line naming the
-store (and experiment) and the fix, raised before anything is written.
+A store problem that a user must fix (a read-only, corrupt or damaged database file, a store
+written by another MLflow version, a store another process holds locked, a deleted experiment)
+is a :class:`TrackingStoreError`: one line naming the store (and experiment) and the fix, raised
+before anything is written -- by MLflow (which creates the tables of a store missing any) or by
+:func:`reroot` (which checks the store before it rewrites it).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
 
 __all__ = ["HTTP_RETRY_DEFAULTS", "PROBE_TIMEOUT_S", "RETRY_LOGGER", "TrackingStoreError",
-           "log_http_retries", "sqlite_path", "check_store", "schema_revisions", "local_uri",
+           "log_http_retries", "sqlite_path", "check_store", "check_database",
+           "deleted_experiment", "schema_revisions", "expected_tables", "local_uri",
            "is_local_store", "reroot", "store_root"]
 
 
@@ -78,23 +82,32 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
 
-def check_store(uri: str, timeout_s: float | None = None) -> None:
+def check_store(uri: str, timeout_s: float | None = None, *, experiment: str | None = None,
+                contents: bool = True) -> None:
     """Fail fast when the tracking store ``uri`` cannot be used, before MLflow's own retries
-    (which take ~106 s on a bad SQLite path and ~249 s on an unreachable server).
+    (which take ~106 s on a bad SQLite path and ~249 s on an unreachable server) and before
+    anything is written to it (by MLflow, which creates the tables of a store that lacks any,
+    or by hargo's :func:`reroot`).
 
-    * ``sqlite:///PATH``: the folder is created if missing, must be writable (a probe file is
-      written and removed), the database must open with SQLite and give its write lock within
-      ``timeout_s`` (default :data:`PROBE_TIMEOUT_S`; else: locked by another process), and
-      its schema revision must be this MLflow's (not a newer MLflow's, not an older one's:
-      :func:`schema_revisions`);
-      ``sqlite://PATH`` (a host form SQLite has not) is refused.
+    * ``sqlite:///PATH``: the folder is created if missing and must be writable (a probe file is
+      written and removed); an existing database file must be readable and writable
+      (:func:`check_database`: a read-only file is refused, not left to fail in MLflow's first
+      write), an SQLite database (not a corrupt or foreign file), of this MLflow's schema (not a
+      newer MLflow's, not an older one's: :func:`schema_revisions`) with every table this MLflow
+      expects (:func:`expected_tables`; a damaged store is refused, where MLflow would
+      "create the initial tables" in it), ``experiment`` (when named) active, and give its write
+      lock within ``timeout_s`` (default :data:`PROBE_TIMEOUT_S`; else: locked by another
+      process). ``contents=False``: the folder and file only (no schema, tables, experiment:
+      :func:`hargo.tracking.setup` checks those under its store lock, where no other process is
+      creating the tables). ``sqlite://PATH`` (a host form SQLite has not) is refused.
     * ``http(s)://HOST[:PORT]``: a TCP connection must open within ``timeout_s``, then
       ``GET /health`` (the MLflow server's health endpoint) must answer without a 5xx.
     * anything else (``databricks``, a file store, ...) is left to MLflow.
 
     Raises:
-        TrackingStoreError: a locked store, or one of another MLflow version (names the URI and
-            the fix).
+        TrackingStoreError: a store problem a user must fix (read-only, corrupt, damaged,
+            locked, another MLflow version's, a deleted experiment): one line naming the store
+            and the fix.
         RuntimeError: any other unusable store (names the URI, the cause and the fix).
     """
     timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
@@ -104,14 +117,18 @@ def check_store(uri: str, timeout_s: float | None = None) -> None:
             f"sqlite:///relative/path.db or sqlite:////absolute/path.db")
     db = sqlite_path(uri)
     if db is not None:
-        _check_sqlite_store(uri, db, timeout_s)
+        _check_sqlite_store(uri, db, timeout_s, experiment, contents)
         return
     _check_http_store(uri, timeout_s)
 
 
-def _check_sqlite_store(uri: str, db: Path, timeout_s: float) -> None:
+_SQLITE_HEADER = b"SQLite format 3\x00"    # the first 16 bytes of every SQLite database file
+
+
+def _check_sqlite_store(uri: str, db: Path, timeout_s: float, experiment: str | None,
+                        contents: bool) -> None:
     """:func:`check_store` of a ``sqlite:///`` store at ``db``: its folder created and writable,
-    the database open, of this MLflow's schema, and its write lock given within ``timeout_s``."""
+    then :func:`check_database`, then its write lock given within ``timeout_s``."""
     import sqlite3
 
     try:
@@ -119,30 +136,116 @@ def _check_sqlite_store(uri: str, db: Path, timeout_s: float) -> None:
         probe = db.parent / f".hargo-probe-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
-        con = sqlite3.connect(db, timeout=timeout_s, isolation_level=None)
+    except OSError as e:
+        raise RuntimeError(
+            f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
+            f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
+        ) from e
+    if not db.exists():
+        return                                  # a new store: MLflow creates it
+    check_database(uri, db, experiment, contents=contents)
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=timeout_s,
+                              isolation_level=None)
         try:
-            con.execute("PRAGMA schema_version").fetchone()
-            _check_schema(con, uri, db)
             con.execute("BEGIN IMMEDIATE")     # the write lock MLflow will need
             con.execute("ROLLBACK")
         finally:
             con.close()
     except sqlite3.OperationalError as e:
         if "locked" in str(e) or "busy" in str(e):
-            raise TrackingStoreError(
-                f"MLflow store {uri} is locked: another process has held {db} for more "
-                f"than {timeout_s:g} s ({e}). Fix: let that process finish or stop it "
-                f"(`fuser {db}` names it; e.g. a stuck `mlflow ui` or a stage still "
-                "running), then run again") from None
+            raise _locked(uri, db, timeout_s, e) from None
         raise RuntimeError(
             f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
             f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
         ) from e
-    except (OSError, sqlite3.Error) as e:
-        raise RuntimeError(
-            f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}. Fix: make "
-            f"{db.parent} a writable folder (or set MLFLOW_TRACKING_URI to a usable store)"
-        ) from e
+
+
+def _locked(uri: str, db: Path, timeout_s: float, e: Exception) -> TrackingStoreError:
+    return TrackingStoreError(
+        f"MLflow store {uri} is locked: another process has held {db} for more "
+        f"than {timeout_s:g} s ({e}). Fix: let that process finish or stop it "
+        f"(`fuser {db}` names it; e.g. a stuck `mlflow ui` or a stage still "
+        "running), then run again")
+
+
+def _writable(path: Path) -> bool:
+    """May this process write ``path``? (``os.access``: also False for an immutable file
+    (``chattr +i``) or one on a read-only mount, for root too.)"""
+    return os.access(path, os.W_OK)
+
+
+def check_database(uri: str, db: Path, experiment: str | None = None, *,
+                   contents: bool = True) -> None:
+    """Check an existing SQLite store file ``db`` (of ``uri``) without writing to it: readable
+    and writable, an SQLite database, and (``contents``) of this MLflow's schema revision, with
+    every table this MLflow expects, and ``experiment`` (when named) active.
+    A file without tables (a new store) passes: MLflow creates them.
+
+    Raises:
+        TrackingStoreError: one line naming the store, the problem and the fix.
+    """
+    import sqlite3
+
+    if not os.access(db, os.R_OK):
+        raise TrackingStoreError(
+            f"MLflow store {uri} cannot be read: {db} is not readable by this user. Fix: make "
+            f"it readable and writable (chmod u+rw {db}) or set MLFLOW_TRACKING_URI to another "
+            "store")
+    if not _writable(db):
+        raise TrackingStoreError(
+            f"MLflow store {uri} is read-only: {db} cannot be written (its permissions, an "
+            f"immutable flag or a read-only mount), so no run can be logged. Fix: make it "
+            f"writable (chmod u+w {db}; chattr -i {db} if immutable) or set "
+            "MLFLOW_TRACKING_URI to another store")
+    corrupt = (f"MLflow store {uri} is not an SQLite database ({db} is corrupt or another "
+               f"kind of file). Fix: move it aside (mv {db} {db}.bad), then restore it from a "
+               "backup, or let the next stage start a new, empty store there")
+    try:
+        with open(db, "rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except OSError as e:
+        raise TrackingStoreError(f"MLflow store {uri} cannot be read: {e}. Fix: make {db} "
+                                 "readable or set MLFLOW_TRACKING_URI to another store") from None
+    if head and head != _SQLITE_HEADER:
+        raise TrackingStoreError(corrupt)
+    if not contents:
+        return
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True,
+                              timeout=PROBE_TIMEOUT_S)
+        try:
+            tables = {t for (t,) in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            _check_schema(con, uri, db, tables)
+            if experiment is not None and "experiments" in tables:  # else a new store
+                _check_experiment(con, uri, experiment)
+        finally:
+            con.close()
+    except sqlite3.OperationalError as e:
+        if "locked" in str(e) or "busy" in str(e):
+            raise _locked(uri, db, PROBE_TIMEOUT_S, e) from None
+        raise TrackingStoreError(f"{corrupt} ({type(e).__name__}: {e})") from None
+    except sqlite3.DatabaseError as e:           # "file is not a database", "malformed"
+        raise TrackingStoreError(f"{corrupt} ({type(e).__name__}: {e})") from None
+
+
+def _check_experiment(con, uri: str, name: str) -> None:
+    """Refuse a deleted experiment ``name`` (MLflow would refuse its runs: ``The experiment 1
+    must be in the 'active' state``); an absent one passes (it is created)."""
+    row = con.execute("SELECT experiment_id, lifecycle_stage FROM experiments WHERE name = ?",
+                      (name,)).fetchone()
+    if row is not None and row[1] != "active":
+        raise deleted_experiment(uri, name, row[0])
+
+
+def deleted_experiment(uri: str, name: str, exp_id) -> TrackingStoreError:
+    """The one-line error of a deleted experiment ``name`` (id ``exp_id``) in store ``uri``."""
+    return TrackingStoreError(
+        f"MLflow experiment {name!r} (id {exp_id}) in store {uri} is deleted, so no "
+        f"run can be logged to it. Fix: MLFLOW_TRACKING_URI={uri} mlflow experiments "
+        f"restore -x {exp_id} (or set mlflow.experiment in params.yaml to a new "
+        "name)")
 
 
 def _check_http_store(uri: str, timeout_s: float) -> None:
@@ -176,18 +279,16 @@ def _check_http_store(uri: str, timeout_s: float) -> None:
         ) from e
 
 
+@functools.lru_cache(maxsize=1)
 def schema_revisions() -> tuple[set[str], set[str]]:
     """(every schema revision this MLflow knows, its head revisions), read from the alembic
     migration scripts MLflow ships (``mlflow/store/db_migrations/versions/*.py``: each names its
     ``revision`` and ``down_revision``) without importing MLflow. Empty sets where the scripts
     are not found (the schema check is then left to MLflow)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("mlflow")
-    if spec is None or not spec.submodule_search_locations:
+    root = _mlflow_dir()
+    if root is None:
         return set(), set()
-    versions = Path(list(spec.submodule_search_locations)[0]) / "store" / "db_migrations" \
-        / "versions"
+    versions = root / "store" / "db_migrations" / "versions"
     known: set[str] = set()
     parents: set[str] = set()
     for f in versions.glob("*.py"):
@@ -201,20 +302,58 @@ def schema_revisions() -> tuple[set[str], set[str]]:
     return known, known - parents
 
 
-def _check_schema(con, uri: str, db: Path) -> None:
-    """Refuse a SQLite store whose schema revision (``alembic_version``) this MLflow cannot use:
-    one from a newer MLflow (a revision it does not know; ``mlflow db upgrade`` cannot help)
-    or an older one (``mlflow db upgrade`` migrates it). A new, empty store passes."""
-    import sqlite3
+def _mlflow_dir() -> Path | None:
+    import importlib.util
 
-    try:
-        row = con.execute("SELECT version_num FROM alembic_version").fetchone()
-    except sqlite3.OperationalError as e:
-        if "no such table" in str(e):
-            return                                   # a new store: MLflow creates the tables
-        raise
+    spec = importlib.util.find_spec("mlflow")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+# the modules whose ORM classes make MLflow's ``Base.metadata`` (mlflow/store/db/utils.py
+# imports exactly these before ``_all_tables_exist``)
+_ORM_MODULES = ("store/tracking/dbmodels/models.py", "store/model_registry/dbmodels/models.py",
+                "store/workspace/dbmodels/models.py")
+
+
+@functools.lru_cache(maxsize=1)
+def expected_tables() -> frozenset[str]:
+    """The tables this MLflow expects in a store: what ``mlflow.store.db.utils.
+    _all_tables_exist`` compares with (``Base.metadata.tables``; when one is missing,
+    MLflow's SqlAlchemyStore logs "Creating initial MLflow database tables..." and creates them
+    in the store), read from the ``__tablename__`` of the ORM modules it imports, without
+    importing MLflow. Empty where they are not found (the check is then left to MLflow)."""
+    root = _mlflow_dir()
+    out: set[str] = set()
+    for rel in _ORM_MODULES if root else ():
+        try:
+            text = (root / rel).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        out.update(re.findall(r"^\s+__tablename__\s*=\s*[\"']([A-Za-z0-9_]+)[\"']", text,
+                              re.MULTILINE))
+    return frozenset(out)
+
+
+def _check_schema(con, uri: str, db: Path, tables: set[str]) -> None:
+    """Refuse a SQLite store whose schema this MLflow cannot use: one from a newer MLflow (a
+    revision it does not know; ``mlflow db upgrade`` cannot help), an older one (``mlflow db
+    upgrade`` migrates it), or a damaged one (tables, or the schema revision, missing: MLflow
+    would create the missing tables in it). A new, empty store passes (MLflow ignores its
+    ``alembic_*`` tables too)."""
+    if all(t.startswith("alembic_") or t.startswith("sqlite_") for t in tables):
+        return                                       # a new store: MLflow creates the tables
+    damaged = (f"MLflow store {uri} is damaged: {{what}}, so MLflow would write new tables "
+               f"into it. Fix: move {db} aside and restore it from a backup (or set "
+               "MLFLOW_TRACKING_URI to another store)")
+    row = (con.execute("SELECT version_num FROM alembic_version").fetchone()
+           if "alembic_version" in tables else None)
+    if row is None:
+        raise TrackingStoreError(damaged.format(what="it has tables but no schema revision "
+                                                     "(alembic_version)"))
     known, heads = schema_revisions()
-    if row is None or not known or row[0] in heads:
+    if not known:
         return
     import importlib.metadata
 
@@ -225,9 +364,15 @@ def _check_schema(con, uri: str, db: Path) -> None:
             f"schema revision {row[0]} is unknown here. Fix: upgrade MLflow where hargo runs "
             f"(pip install -U mlflow) to the version that wrote {db}, or set "
             "MLFLOW_TRACKING_URI to another store")
-    raise TrackingStoreError(
-        f"MLflow store {uri} has an older schema (revision {row[0]}) than MLflow {version} "
-        f"uses. Fix: back up {db}, then run `mlflow db upgrade {uri}`")
+    if row[0] not in heads:
+        raise TrackingStoreError(
+            f"MLflow store {uri} has an older schema (revision {row[0]}) than MLflow {version} "
+            f"uses. Fix: back up {db}, then run `mlflow db upgrade {uri}`")
+    missing = sorted(expected_tables() - tables)
+    if missing:
+        raise TrackingStoreError(damaged.format(
+            what=f"table{'s' if len(missing) > 1 else ''} {', '.join(missing[:5])}"
+                 f"{f' and {len(missing) - 5} more' if len(missing) > 5 else ''} missing"))
 
 
 def store_root(root: str | Path = ".") -> Path:
@@ -271,7 +416,8 @@ def is_local_store(uri: str, root: str | Path = ".") -> bool:
     return os.path.realpath(db) == os.path.realpath(Path(root) / "mlruns" / "mlflow.db")
 
 
-def reroot(root: str | Path = ".", quiet: bool = False) -> dict[str, int]:
+def reroot(root: str | Path = ".", quiet: bool = False,
+           experiment: str | None = None) -> dict[str, int]:
     """Re-root the local store ``<root>/mlruns/mlflow.db`` after the project folder moved.
 
     MLflow stores artifact locations as absolute ``file://`` URIs (a relative
@@ -284,8 +430,15 @@ def reroot(root: str | Path = ".", quiet: bool = False) -> dict[str, int]:
     models and model versions. Locations elsewhere (another folder, a remote artifact store) are
     left alone. Idempotent; does nothing without a store.
 
+    The store is checked first (:func:`check_database`; ``experiment``, when named, must be
+    active): a store hargo must not write to is refused before it is rewritten.
+
     Returns:
         ``{"<table>.<column>": rows changed}`` (empty when nothing moved).
+
+    Raises:
+        TrackingStoreError: the store is read-only, corrupt, damaged, of another MLflow
+            version, or ``experiment`` is deleted (one line naming the store and the fix).
     """
     import sqlite3
     from urllib.parse import unquote, urlparse
@@ -294,6 +447,7 @@ def reroot(root: str | Path = ".", quiet: bool = False) -> dict[str, int]:
     new = (Path(root).resolve() / "mlruns").as_uri()
     if not db.is_file():
         return {}
+    check_database(local_uri(root), db, experiment)    # every check before the first write
     changed: dict[str, int] = {}
     con = sqlite3.connect(db, timeout=PROBE_TIMEOUT_S)
     try:

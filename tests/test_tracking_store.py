@@ -42,33 +42,55 @@ def store_template(tmp_path_factory, committed_params) -> Path:
     return root / "mlruns"
 
 
-@pytest.fixture()
-def project(tmp_path, monkeypatch, store_template):
-    """A project folder (params.yaml) as the working directory, with its local store
-    ``mlruns/mlflow.db`` holding the experiment and one finished stage run."""
+def _project(tmp_path, monkeypatch, store_template, moved: bool = False) -> Path:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("HARGO_PARENT_RUN_ID", raising=False)
     monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.delenv("DVC_STAGE", raising=False)
     root = tmp_path / "proj"
     root.mkdir()
     shutil.copy(ROOT / "params.yaml", root / "params.yaml")
     shutil.copytree(store_template, root / "mlruns", ignore=shutil.ignore_patterns("*.lock"))
-    tracking_store.reroot(root, quiet=True)        # the copy's own artifact folder
+    if not moved:
+        tracking_store.reroot(root, quiet=True)        # the copy's own artifact folder
     monkeypatch.chdir(root)
     return root
 
 
-def _break(kind: str, db: Path, stack) -> str:
+@pytest.fixture()
+def project(tmp_path, monkeypatch, store_template):
+    """A project folder (params.yaml) as the working directory, with its local store
+    ``mlruns/mlflow.db`` holding the experiment and one finished stage run."""
+    return _project(tmp_path, monkeypatch, store_template)
+
+
+def _break(kind: str, db: Path, stack, monkeypatch=None) -> str:
     """Make the store at ``db`` unusable in the way ``kind`` names; returns the fix the error
     must name."""
+    import os
+
     uri = f"sqlite:///{db}"
     if kind == "deleted":
         client = MlflowClient(uri)
         exp = client.get_experiment_by_name("hargo")
         client.delete_experiment(exp.experiment_id)
         return f"mlflow experiments restore -x {exp.experiment_id}"
+    if kind == "read-only":           # a read-only file in a writable folder
+        db.chmod(0o444)
+        stack.callback(db.chmod, 0o644)
+        if os.geteuid() == 0:         # root writes a 444 file: what `chattr +i` makes access say
+            access = os.access
+            monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if (
+                mode & os.W_OK and str(p) == str(db)) else access(p, mode, *a, **k))
+        return "is read-only"
+    if kind == "corrupt":
+        db.write_text("garbage\n")
+        return f"is not an SQLite database ({db} is corrupt"
     con = sqlite3.connect(db, isolation_level=None)
     stack.callback(con.close)
+    if kind == "damaged":
+        con.execute("DROP TABLE runs")
+        return "is damaged: table runs missing"
     if kind == "newer":
         con.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
         return "pip install -U mlflow"
@@ -82,32 +104,72 @@ def _break(kind: str, db: Path, stack) -> str:
     return "fuser"
 
 
-@pytest.mark.parametrize("kind", ["deleted", "newer", "older", "locked"])
-def test_a_store_problem_is_one_line_naming_the_fix_and_nothing_is_written(project, kind,
-                                                                         monkeypatch):
+_FIXES = {"read-only": "Fix: make it writable (chmod u+w",
+          "corrupt": "Fix: move it aside (mv",
+          "damaged": "Fix: move"}
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["in-place", "copied"])
+@pytest.mark.parametrize("kind", ["deleted", "newer", "older", "locked", "read-only", "corrupt",
+                                  "damaged"])
+def test_a_store_problem_is_one_line_naming_the_fix_and_nothing_is_written(
+        tmp_path, store_template, kind, moved, monkeypatch):
     """Before: a deleted experiment ended `hargo prepare` in a 133-line traceback
     (MlflowException: The experiment 1 must be in the 'active' state); a newer MLflow's store
-    was told to run `mlflow db upgrade`; a locked one to make its folder writable."""
+    was told to run `mlflow db upgrade`; a locked one to make its folder writable. Then (issue
+    42 item 6, second round): a read-only database file gave a 925-line traceback (`attempt to
+    write a readonly database`); a corrupt file was told to make its folder writable; a dropped
+    table, a 425-line traceback after MLflow wrote "Creating initial MLflow database tables"
+    into the store; and in a copied project the re-root rewrote the store before the refusal
+    ("[tracking] the project moved: ..." came first)."""
     import contextlib
 
     from typer.testing import CliRunner
 
     from hargo.cli import app
 
+    project = _project(tmp_path, monkeypatch, store_template, moved=moved)
     monkeypatch.setattr(tracking_store, "PROBE_TIMEOUT_S", 0.5)    # the locked store's wait
     db = project / "mlruns" / "mlflow.db"
-    before = _runs(db)
+    runs = _runs(db)
     with contextlib.ExitStack() as stack:
-        fix = _break(kind, db, stack)
+        fix = _break(kind, db, stack, monkeypatch)
+        before = db.read_bytes()
+        files = sorted(p.name for p in db.parent.iterdir() if p.suffix != ".lock")
         res = CliRunner().invoke(app, ["prepare"])
+        assert db.read_bytes() == before                    # the store as it was: no re-root
+        assert sorted(p.name for p in db.parent.iterdir() if p.suffix != ".lock") == files
     assert res.exit_code == 1, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: TrackingStoreError: "), res.output
     assert f"sqlite:///{db}" in lines[0] and fix in lines[0], lines[0]
+    assert _FIXES.get(kind, "Fix:") in lines[0], lines[0]
     if kind == "deleted":
         assert "'hargo' (id 1)" in lines[0] and "is deleted" in lines[0]
-    assert _runs(db) == before                              # no run, no parent
+    if kind not in ("corrupt", "damaged"):
+        assert _runs(db) == runs                            # no run, no parent
     assert not (project / "data").exists()                  # no stage output
+
+
+def test_the_store_checks_read_nothing_into_a_new_or_empty_store(tmp_path):
+    """A store that does not exist yet, or an empty file (SQLite's new database), passes the
+    checks untouched: MLflow creates its tables. A store with tables but no schema revision is
+    damaged."""
+    db = tmp_path / "mlruns" / "mlflow.db"
+    tracking_store.check_store(f"sqlite:///{db}", experiment="hargo")
+    assert not db.exists()
+    db.write_bytes(b"")
+    tracking_store.check_store(f"sqlite:///{db}", experiment="hargo")
+    assert db.read_bytes() == b""
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE experiments (experiment_id INTEGER)")
+    con.commit()
+    con.close()
+    with pytest.raises(tracking_store.TrackingStoreError,
+                       match=r"is damaged: it has tables but no schema revision"):
+        tracking_store.check_store(f"sqlite:///{db}")
+    assert "runs" in tracking_store.expected_tables()
+    assert "registered_models" in tracking_store.expected_tables()
 
 
 def test_a_deleted_experiment_stops_rl_before_its_checkpoint_folder_changes(
