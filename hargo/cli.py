@@ -24,11 +24,6 @@ ParamsOpt = typer.Option("params.yaml", "--params", "-p", help="params file")
 SetOpt = typer.Option(None, "--set", "-S", help="override a param, e.g. -S rl.steps=8")
 
 
-#: (params file, its values as read) for the stage this process runs: :func:`_run` checks at
-#: the stage's end that the file still holds them (:func:`_params_changed`).
-_READ: dict = {}
-
-
 @app.callback()
 def _first_use() -> None:
     """Before any command: a moved or copied project's local MLflow store is re-rooted
@@ -37,12 +32,15 @@ def _first_use() -> None:
     project's own store (``mlruns/mlflow.db`` here, ``$MLFLOW_TRACKING_URI`` unset or naming it),
     and only a store that passes every check first (the re-root checks it before it writes:
     :func:`hargo.tracking_store.check_database`, params.yaml's experiment active); a store that
-    fails one is left as it is to the command, which names the problem. Also forgets the params an
-    earlier command of this process read (:data:`_READ`)."""
+    fails one is left as it is to the command, which names the problem. Also forgets what an
+    earlier command of this process read, and notes what this one's stage reads
+    (:func:`hargo.stage_inputs.begin`: its declared deps, before the stage's code is imported)."""
     import os
     import sqlite3
 
-    _READ.clear()
+    from hargo import stage_inputs
+
+    stage_inputs.begin()
 
     from hargo.tracking_store import is_local_store, local_uri, reroot, store_root
 
@@ -71,43 +69,19 @@ def _experiment_name(path: Path) -> str:
 
 def _params(path: str, overrides: Optional[List[str]]):
     """The typed config of the params file ``path`` with the ``--set`` ``overrides``
-    (:func:`hargo.config.load_config`); a bad file or value: one red line naming the key, exit 2."""
+    (:func:`hargo.config.load_config`); a bad file or value: one red line naming the key, exit 2.
+    The file's values as read are noted (:func:`hargo.stage_inputs.remember_params`): the stage
+    fails if they change before it ends."""
+    from hargo import stage_inputs
     from hargo.config import load_config
     from hargo.params import ParamsError, read_params_file
 
     try:
-        _READ.update(path=path, values=read_params_file(path))  # before the stage reads it
+        stage_inputs.remember_params(path, read_params_file(path))  # before the stage reads it
         return load_config(path, overrides)
     except (ParamsError, FileNotFoundError) as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         raise typer.Exit(2)
-
-
-def _params_changed() -> str | None:
-    """What changed in the params file since the stage read it (``key: old -> new``, at most
-    five), or None. DVC records the file's values *after* the stage ends as the stage's params
-    (dvc.lock), so a stage whose file changed while it ran must not succeed: its outputs came
-    from the old values, and DVC would call them up to date with the new ones."""
-    from hargo.params import read_params_file
-
-    def flatten(d, prefix=""):
-        out = {}
-        for k, v in d.items():
-            out.update(flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
-        return out
-
-    if "path" not in _READ:
-        return None
-    try:
-        now = read_params_file(_READ["path"])
-    except (OSError, ValueError) as e:
-        return f"it cannot be read now ({type(e).__name__}: {e})"
-    if now == _READ["values"]:
-        return None
-    old, new = flatten(_READ["values"]), flatten(now)
-    diff = [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}"
-            for k in sorted(old.keys() | new.keys()) if old.get(k, ...) != new.get(k, ...)]
-    return "; ".join(diff[:5]) + (f"; and {len(diff) - 5} more" if len(diff) > 5 else "")
 
 
 def _model_dir(params) -> str | None:
@@ -120,12 +94,14 @@ def _model_dir(params) -> str | None:
 
 def _run(fn, *args, online: bool = False, **kwargs):
     """Call a stage; turn expected failures (and a full disk, ``hargo.diskspace``) into a
-    one-line error and a non-zero exit; so is a params file that changed while the stage ran
-    (:func:`_params_changed`). The stage runs in Hugging Face hub offline mode
+    one-line error and a non-zero exit; so is a params file or a declared dependency that
+    changed while the stage ran (:func:`hargo.stage_inputs.check`, also run at the end of the
+    stage's MLflow run, which it then ends FAILED). The stage runs in Hugging Face hub offline mode
     (``hargo.offline.hub_offline``) unless ``online`` (only ``base-model`` with a hub id), and
     shows each distinct library warning once (``hargo.console.warnings_once``)."""
     import contextlib
 
+    from hargo import stage_inputs
     from hargo.io import HargoInputError
     from hargo.offline import hub_offline
     from hargo.params import ParamsError
@@ -133,26 +109,26 @@ def _run(fn, *args, online: bool = False, **kwargs):
     from hargo.console import warnings_once
     from hargo.diskspace import disk_full, disk_full_message
 
-    try:
-        with contextlib.nullcontext() if online else hub_offline(), warnings_once():
-            result = fn(*args, **kwargs)
-    except Exception as e:
-        if disk_full(e):   # whichever library raised it: one line, not its traceback
-            model_dir = _model_dir(args[0]) if args else None
-            typer.secho(f"error: {disk_full_message(e, model_dir=model_dir)}", fg="red",
-                        err=True)
-            raise typer.Exit(1)
-        if isinstance(e, (HargoInputError, ParamsError, FileNotFoundError, ValueError,
-                          RuntimeError)):
+    with stage_inputs.watching():        # what the stage read: checked until it ends
+        try:
+            with contextlib.nullcontext() if online else hub_offline(), warnings_once():
+                result = fn(*args, **kwargs)
+        except Exception as e:
+            if disk_full(e):   # whichever library raised it: one line, not its traceback
+                model_dir = _model_dir(args[0]) if args else None
+                typer.secho(f"error: {disk_full_message(e, model_dir=model_dir)}", fg="red",
+                            err=True)
+                raise typer.Exit(1)
+            if isinstance(e, (HargoInputError, ParamsError, FileNotFoundError, ValueError,
+                              RuntimeError)):
+                typer.secho(f"error: {type(e).__name__}: {e}", fg="red", err=True)
+                raise typer.Exit(1)
+            raise
+        try:
+            stage_inputs.check()
+        except (ParamsError, stage_inputs.DependencyChanged) as e:
             typer.secho(f"error: {type(e).__name__}: {e}", fg="red", err=True)
             raise typer.Exit(1)
-        raise
-    changed = _params_changed()
-    if changed:
-        typer.secho(f"error: ParamsError: {_READ['path']} changed while the stage ran ({changed})"
-                    f": the stage used the values it read at its start, so it fails and DVC "
-                    "records nothing; run it again for the new values", fg="red", err=True)
-        raise typer.Exit(1)
     return result
 
 

@@ -179,7 +179,7 @@ def _register(cfg: Config, root: str | Path) -> dict:
     any failure (:func:`_rollback`)."""
     from mlflow.tracking import MlflowClient
 
-    from hargo import tracking
+    from hargo import stage_inputs, tracking
 
     root = Path(root)
     gp = cfg.register               # checked by the gate's own rule (hargo.gate.check_gate_params)
@@ -198,6 +198,7 @@ def _register(cfg: Config, root: str | Path) -> dict:
     judge = _eval_judge(root / EVAL_FILE)
 
     with tracking.stage_run("register", cfg, root) as mlrun:
+        stage_inputs.check()   # params/deps edited so far: fail before the first registry write
         undo = _Undo()
         try:
             base_doc = _log_versions(client, name, methods, inp, cfg, common, base, undo)
@@ -205,6 +206,7 @@ def _register(cfg: Config, root: str | Path) -> dict:
             versions, new_champ = _judge_candidates(client, cfg, candidates, inp, reference,
                                                     ref_label, not_comparable)
             decision = _move_aliases(client, name, candidates, new_champ, old, ref_label, undo)
+            stage_inputs.check()   # edited while the versions were logged: undone (below)
             doc = _register_doc(gp, mlrun.info.run_id, judge, inp.identity, old, versions,
                                 base_doc, candidates[-1], new_champ, decision)
             _write_doc(doc, root)

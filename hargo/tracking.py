@@ -35,6 +35,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from hargo import stage_inputs
 from hargo.config import Config, params_dict
 # re-exported: tracking.git_commit, tracking.StageTerminated, ... as before
 from hargo.provenance import data_version, git_commit, pipeline_products  # noqa: F401
@@ -322,7 +323,8 @@ def stage_run(stage: str, params: Config, root: str | Path = ".",
     The run is named ``run_name``, else ``<stage>-<hargo.method tag>``, else ``stage``.
 
     Yields the active ``mlflow.ActiveRun``; the run ends FINISHED, or FAILED when the body
-    raises (the exception propagates; its type and message go to the run's ``hargo.error`` tag,
+    raises or when the params file or a declared dependency of the stage changed while it ran
+    (:func:`hargo.stage_inputs.check`; the exception propagates; its type and message go to the run's ``hargo.error`` tag,
     e.g. a diverged training's step and value), or KILLED on SIGTERM
     (:func:`terminate_as_exception`) or SIGINT; the pipeline parent is closed with the same
     status.
@@ -347,6 +349,9 @@ def stage_run(stage: str, params: Config, root: str | Path = ".",
                 mlflow.log_params({k: flat[k] for k in keys[i:i + 100]})
             try:
                 yield run
+                # the params file or a declared dep changed while the stage ran: FAILED, and the
+                # error (ParamsError / DependencyChanged) ends the stage (DVC records nothing)
+                stage_inputs.check()
             except BaseException as e:   # the run ends FAILED or KILLED; say why in the run
                 _best_effort(mlflow.set_tag, "hargo.error", f"{type(e).__name__}: {e}"[:5000])
                 if isinstance(e, (StageTerminated, KeyboardInterrupt)):

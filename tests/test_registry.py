@@ -805,3 +805,65 @@ def test_rows_must_give_the_reported_metrics(tmp_path):
         check_rows_match_metrics(rows, metrics, ["mlperf_em"], tmp_path / "eval.json")
     assert check_gate_params({"model_name": "m", "gate_metrics": ["dr_f1"], "resamples": 100}) \
         == GateParams("m", ["dr_f1"], 0.0, 100, 0.95)
+
+
+@pytest.mark.parametrize("when", ["before-the-first-registry-write", "while-logging-versions"])
+def test_a_params_edit_during_register_leaves_the_registry_as_it_was(
+        reg_root, committed_params, mlflow_uri, monkeypatch, when):
+    """Issue 42 item 3's kind in `register`: before, a params file edited during the stage
+    failed it only at its end, after the new versions were registered and @candidate moved,
+    and its MLflow run stayed FINISHED. Now a change seen before the first registry write
+    stops it there; one seen after the versions were logged is rolled back like any failure;
+    the stage's run ends FAILED either way."""
+    import mlflow
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from hargo import registry, stage_inputs
+    from hargo.params import ParamsError, read_params_file
+
+    write_eval(reg_root, {"grpo": model_rows(plp=0.45)})
+    if when == "while-logging-versions":       # an earlier registration: v1 champion, candidate
+        registry.run(reg_params(committed_params), root=reg_root)
+        write_eval(reg_root, {"grpo": model_rows(plp=0.60)})   # would win: the champion moves
+    before = {"names": _registered_names(mlflow_uri),
+              "aliases": _aliases(mlflow_uri) if _registered_names(mlflow_uri) else {},
+              "doc": (reg_root / "metrics" / "register.json").read_text()
+              if (reg_root / "metrics" / "register.json").exists() else None}
+    params_file = reg_root / "params.yaml"
+    params_file.write_text(yaml.safe_dump(committed_params, sort_keys=False))
+
+    def edit():
+        doc = yaml.safe_load(params_file.read_text())
+        doc["register"]["tolerance"] = 0.02
+        params_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def after_edit(real):
+        def wrapped(*a, **k):
+            edit()
+            return real(*a, **k)
+        return wrapped
+
+    if when == "before-the-first-registry-write":   # during the checks of the inputs
+        monkeypatch.setattr(registry, "base_record", after_edit(registry.base_record))
+        expected = (ParamsError, r"^params\.yaml changed while the stage ran "
+                                 r"\(register\.tolerance: 0\.0 -> 0\.02\)")
+    else:
+        monkeypatch.setattr(mlflow, "register_model", after_edit(mlflow.register_model))
+        expected = (RuntimeError, r"nothing was registered and no alias moved: ParamsError: "
+                                  r"params\.yaml changed while the stage ran")
+    with stage_inputs.watching():
+        stage_inputs.remember_params("params.yaml", read_params_file(params_file))
+        stage_inputs._STATE["params_file"] = str(params_file)
+        with pytest.raises(expected[0], match=expected[1]):
+            registry.run(reg_params(committed_params), root=reg_root)
+    assert _registered_names(mlflow_uri) == before["names"]
+    if before["names"]:
+        assert _aliases(mlflow_uri) == before["aliases"] == {"candidate": "1", "champion": "1"}
+        assert _versions(mlflow_uri) == ["1"]
+    doc = reg_root / "metrics" / "register.json"
+    assert (doc.read_text() if doc.exists() else None) == before["doc"]
+    runs = MlflowClient(mlflow_uri).search_runs(
+        [MlflowClient(mlflow_uri).get_experiment_by_name("hargo").experiment_id],
+        "tags.`hargo.stage` = 'register'", order_by=["attributes.start_time DESC"])
+    assert runs[0].info.status == "FAILED"
