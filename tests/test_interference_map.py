@@ -236,6 +236,18 @@ def test_the_archive_keeps_what_the_report_reads(tmp_path):
 
 
 @pytest.mark.fast
+def test_the_archive_is_tracked_and_out_is_not():
+    """What survives a session is what git keeps: the archive must not be ignored."""
+    import subprocess
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", imap.ARCHIVE, imap.OUT], cwd=ROOT,
+                             capture_output=True, text=True).stdout.split()
+    assert ignored == [imap.OUT]
+
+
+@pytest.mark.fast
 def test_auc_and_early_readings_by_hand():
     row = _crafted("mixed", {}, "grpo", "heterogeneous", 1)
     assert rep.values(row, "syn_long", "auc") == pytest.approx([0.30, 0.30])
