@@ -348,7 +348,7 @@ def resume_lines(rows, policy: str, code: str, here: dict) -> list[str]:
         elif why == "code":
             out.append(f"  {len(rs)} of this policy but another code digest "
                        f"({', '.join(sorted({r['code'][:12] for r in rs}))}): a commit changed "
-                       "code a run executes; trained again")
+                       "code a run executes; not resumed")
         else:
             same = m and (m["bf16_flags"], m["precision"]) == (here["bf16_flags"],
                                                                here["precision"])
