@@ -308,7 +308,7 @@ class Archive:
         from hargo.io import atomic_write_bytes
 
         text = "".join(self.lines[k] + "\n" for k in sorted(self.lines))
-        atomic_write_bytes(self.path, gzip.compress(text.encode(), 9, mtime=0))
+        atomic_write_bytes(self.path, gzip.compress(text.encode(), 6, mtime=0))
 
 
 def machine(params: dict) -> dict:
