@@ -295,11 +295,10 @@ class Archive:
         """Keep ``rows`` (full or archived); how many were new."""
         new = 0
         for r in rows:
-            if r["key"] not in self.lines:
-                new += 1
-            if not r.get("archived"):
-                self.lines[r["key"]] = json.dumps(compact(r), sort_keys=True,
-                                                  separators=(",", ":"))
+            if r.get("archived") and r["key"] in self.lines:
+                continue                      # compact(expand(x)) is x: nothing to redo
+            new += r["key"] not in self.lines
+            self.lines[r["key"]] = json.dumps(compact(r), sort_keys=True, separators=(",", ":"))
         return new
 
     def save(self) -> None:
