@@ -33,11 +33,16 @@ Mechanisms that need their own SFT policy (a variant under ``--root``, ``synthet
 
 Runs go to ``--out`` (JSON lines, one a run, through ``synthetic_sweep``'s worker): a run
 already there (same point, method, seed, configuration, SFT policy and code digest,
-:func:`hargo.compare.synthetic_code.code_digest`) is skipped, so the command resumes.
+:func:`hargo.compare.synthetic_code.code_digest`) is skipped, so the command resumes. ``--out``
+is git-ignored (~80 KB a run); what survives a session is ``--archive`` (default
+``metrics/synthetic/interference_map_runs.jsonl.gz`` with the default ``--out``; committed): per
+run only what the report reads (:func:`compact`), gzipped, rewritten atomically after each
+finished run. On start its runs join ``--out``'s, so a fresh checkout resumes from it.
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import multiprocessing as mp
 import sys
@@ -54,6 +59,8 @@ QUOTA = "synthetic.rl.prompts_per_step_per_task"
 SCREEN_SEEDS = (1, 2, 3)
 FULL_SEEDS = tuple(range(1, 11))
 DEFAULT_MECHANISMS = ("aggregation", "std", "noise", "mix")
+OUT = "metrics/synthetic/interference_map.jsonl"
+ARCHIVE = "metrics/synthetic/interference_map_runs.jsonl.gz"
 
 
 @dataclass(frozen=True)
@@ -211,7 +218,148 @@ def _worker(job) -> dict:
     return row
 
 
-def train(jobs, args, root: Path, out: Path, policy: str, code: str, done: list) -> None:
+# ------------------------------------------------------------------------------ the archive
+
+#: The row fields the archive keeps besides ``run`` (:func:`compact`).
+KEPT = ("key", "arm", "point", "method", "seed", "config", "policy", "code", "machine",
+        "diverged")
+
+
+def _rle(tasks) -> list:
+    """``[[task, count], ...]`` of a list of task names (the eval split is grouped by task)."""
+    out: list = []
+    for t in tasks:
+        if out and out[-1][0] == t:
+            out[-1][1] += 1
+        else:
+            out.append([t, 1])
+    return out
+
+
+def _num(x):
+    """A reading as the archive writes it: exact (``repr`` round-trips a float), integral values
+    as ints (``1`` for ``1.0``: shorter, and the report reads both as the same float)."""
+    x = float(x)
+    return int(x) if x.is_integer() else x
+
+
+def compact(row: dict) -> dict:
+    """What :mod:`interference_report` reads of one run (every table, the timing and the
+    diverged list) and what the resume rule keys it by: ``run`` becomes ``{"tasks"`` (run
+    lengths), ``"curve"`` (the per-prompt ``reward`` and ``correct`` of each eval point),
+    ``"wall_s"}``, plus ``"end"`` only where the final eval is not the curve's last point (no
+    curve: ``synthetic.evaluate.every_steps`` 0). :func:`expand` undoes it."""
+    out = {k: row[k] for k in KEPT if k in row}
+    run = row.get("run")
+    if not run:
+        return {**out, "run": None}
+    ev = run["eval"]
+    end = {m: [_num(v) for v in ev[m]] for m in ("reward", "correct")}
+    curve = [{"step": int(c["step"]), **{m: [_num(v) for v in c[m]] for m in ("reward", "correct")}}
+             for c in run.get("eval_curve_prompts") or []]
+    c = {"tasks": _rle(ev["tasks"]), "curve": curve, "wall_s": run.get("wall_s")}
+    if not curve or {m: curve[-1][m] for m in end} != end:
+        c["end"] = end
+    return {**out, "run": c}
+
+
+def expand(row: dict) -> dict:
+    """An archived run (:func:`compact`) as the report reads a row of ``--out``."""
+    c = row.get("run")
+    if not c:
+        return dict(row)
+    end = c.get("end") or {m: c["curve"][-1][m] for m in ("reward", "correct")}
+    run = {"eval": {"tasks": [t for t, n in c["tasks"] for _ in range(n)], **end},
+           "wall_s": c.get("wall_s")}
+    if c["curve"]:
+        run["eval_curve_prompts"] = c["curve"]
+    return {**row, "run": run, "archived": True}
+
+
+class Archive:
+    """The committed runs (a gzip of :func:`compact` JSON lines, one a run, sorted by key, the
+    gzip header's time 0: the same runs give the same bytes). ``path`` None: no archive."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.lines: dict[str, str] = {}
+        if path and path.exists():
+            for ln in gzip.decompress(path.read_bytes()).decode().splitlines():
+                if ln.strip():
+                    self.lines[json.loads(ln)["key"]] = ln
+
+    def rows(self) -> list[dict]:
+        return [expand(json.loads(ln)) for ln in self.lines.values()]
+
+    def add(self, rows) -> int:
+        """Keep ``rows`` (full or archived); how many were new."""
+        new = 0
+        for r in rows:
+            if r.get("archived") and r["key"] in self.lines:
+                continue                      # compact(expand(x)) is x: nothing to redo
+            new += r["key"] not in self.lines
+            self.lines[r["key"]] = json.dumps(compact(r), sort_keys=True, separators=(",", ":"))
+        return new
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        from hargo.io import atomic_write_bytes
+
+        text = "".join(self.lines[k] + "\n" for k in sorted(self.lines))
+        atomic_write_bytes(self.path, gzip.compress(text.encode(), 6, mtime=0))
+
+
+def machine(params: dict) -> dict:
+    """This machine as the SFT policy's digest depends on it: the CPU, its bf16 flags and the
+    precision a run trains at (bf16 autocast where ``train.bf16`` and the flags allow)."""
+    from hargo.config import as_config
+    from hargo.hardware import cpu_flags, describe_cpu, use_bf16
+
+    flags = "+".join(sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"})) or "none"
+    return {"cpu": describe_cpu(), "bf16_flags": flags,
+            "precision": "bf16" if use_bf16(as_config(params)) else "fp32"}
+
+
+def _where(m: dict | None) -> str:
+    return (f"bf16 flags {m['bf16_flags']}, {m['precision']}; {m['cpu']}" if m
+            else "machine not recorded")
+
+
+def resume_lines(rows, policy: str, code: str, here: dict) -> list[str]:
+    """Why each group of ``rows`` (archived runs) is or is not resumed here: this policy and
+    code; another code digest (a commit changed code a run executes); another SFT policy, with
+    the machine it was trained on (its CPU kind and precision make the digest)."""
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        why = ("match" if r.get("policy") == policy and r.get("code") == code else
+               "code" if r.get("policy") == policy else "policy")
+        m = r.get("machine")
+        groups.setdefault((why, r.get("policy", "?"), json.dumps(m, sort_keys=True)), []) \
+            .append(r)
+    out = []
+    order = {"match": 0, "code": 1, "policy": 2}
+    for (why, pol, m), rs in sorted(groups.items(),
+                                    key=lambda g: (order[g[0][0]], g[0][1:])):
+        m = json.loads(m)
+        if why == "match":
+            out.append(f"  {len(rs)} of this policy and code: resumed (trained on {_where(m)})")
+        elif why == "code":
+            out.append(f"  {len(rs)} of this policy but another code digest "
+                       f"({', '.join(sorted({r['code'][:12] for r in rs}))}): a commit changed "
+                       "code a run executes; not resumed")
+        else:
+            same = m and (m["bf16_flags"], m["precision"]) == (here["bf16_flags"],
+                                                               here["precision"])
+            out.append(f"  {len(rs)} of another SFT policy {pol[:12]} (trained on {_where(m)}): "
+                       + ("the same CPU kind and precision as here, so another SFT (other data "
+                          "or params?)" if same else "another CPU kind or precision than here")
+                       + "; not resumed")
+    return out
+
+
+def train(jobs, args, root: Path, out: Path, policy: str, code: str, done: list,
+          archive: Archive | None = None, here: dict | None = None) -> None:
     threads = 1 if args.workers > 1 else 2
     work = [(arm, code, args.params, [], pt, m, s, conf, str(root), threads, policy)
             for arm, pt, m, conf, s in jobs]
@@ -222,9 +370,14 @@ def train(jobs, args, root: Path, out: Path, policy: str, code: str, done: list)
     out.parent.mkdir(parents=True, exist_ok=True)
     with mp.get_context("spawn").Pool(args.workers) as pool, out.open("a") as f:
         for i, r in enumerate(pool.imap_unordered(_worker, work), 1):
+            if here:
+                r["machine"] = here
             f.write(json.dumps(r) + "\n")
             f.flush()
             done.append(r)
+            if archive:                     # after each run: an interrupt loses one run at most
+                archive.add([r])
+                archive.save()
             miss = f" UNLISTED CODE {r['unlisted_modules']}" if r["unlisted_modules"] else ""
             got = (f"DIVERGED ({r['diverged']})" if r["run"] is None else
                    f"eval {r['run']['eval_summary']['all/reward']:.3f} "
@@ -266,7 +419,9 @@ def main(argv=None) -> int:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--root", default=".", help="holds data/synthetic and the SFT policy")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default="metrics/synthetic/interference_map.jsonl")
+    ap.add_argument("--out", default=OUT)
+    ap.add_argument("--archive", help=f"the committed runs (default {ARCHIVE} with the default "
+                    "--out, none otherwise; 'none': none)")
     ap.add_argument("--report", default="reports/interference_map.md")
     ap.add_argument("-S", "--set", dest="sets", action="append", default=[])
     ap.add_argument("--analyse-only", action="store_true")
@@ -299,9 +454,28 @@ def main(argv=None) -> int:
     out = Path(a.out)
     rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()] \
         if out.exists() else []
+    here = machine(params)
+    arch = a.archive or (ARCHIVE if a.out == OUT else "none")
+    archive = Archive(None if arch == "none" else Path(arch))
+    print(f"[map] here: {_where(here)}; code {code[:12]}, policy {policy[:12]}", flush=True)
+    if archive.path:
+        have = {r["key"] for r in rows}
+        kept = archive.rows()
+        new = [r for r in kept if r["key"] not in have]
+        print(f"[map] archive {archive.path}: {len(kept)} runs, {len(new)} not in {out}",
+              flush=True)
+        for ln in resume_lines(kept, policy, code, here):
+            print(f"[map] {ln}", flush=True)
+        if new and not a.analyse_only:       # --out holds the union from now on
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with out.open("a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in new)
+        rows += new
+        if archive.add(rows) and not a.analyse_only:   # runs of --out the archive lacked
+            archive.save()
     done = [r for r in rows if r.get("policy") == policy and r.get("code") == code]
-    print(f"[map] {len(done)} runs of this policy and code in {out} ({len(rows)} lines); "
-          f"code {code[:12]}, policy {policy[:12]}", flush=True)
+    print(f"[map] {len(done)} runs of this policy and code in {out}"
+          f"{' and the archive' if archive.path else ''} ({len(rows)} in all)", flush=True)
     conf = dict(metric=a.metric, early_step=a.early_step, resamples=p.bootstrap.resamples,
                 confidence=p.bootstrap.confidence)
 
@@ -310,7 +484,7 @@ def main(argv=None) -> int:
             have = {r["key"] for r in done}
             kw.setdefault("configs", a.configs)
             train(pending(plan_runs(points, cs, ss, a.tasks, **kw), have, policy, code), a,
-                  root, out, policy, code, done)
+                  root, out, policy, code, done, archive, here)
         return report.analyse(done, cells, a.tasks, points, a.methods, **conf)
 
     t0 = time.perf_counter()

@@ -5,6 +5,7 @@ digest (only the code a run executes), and one tiny real map (1 mechanism x 2 va
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -178,6 +179,78 @@ def test_a_diverged_run_drops_its_pair_and_is_listed_and_methods_meet_the_unifor
 
 
 @pytest.mark.fast
+def test_the_archive_keeps_what_the_report_reads(tmp_path):
+    """:func:`interference_map.compact` / :func:`expand` keep every reading the report uses
+    exactly (a run without a curve, a diverged run too); the archive's bytes depend on its runs
+    only; the start lines say which archived runs resume here and why the others do not."""
+    pts = _points()
+    cells = imap.parse_mechanisms(["noise=0,0.3"])
+    here = {"cpu": "AMD EPYC, 2 cores, avx512_bf16", "bf16_flags": "avx512_bf16",
+            "precision": "bf16"}
+    rows = []
+    for r in imap.plan_runs(pts, cells, [1, 2], methods=["hargo"]):
+        row = _crafted(*r)
+        row.update(key=imap.run_key(row["point"], row["method"], row["seed"], row["config"],
+                                    "pol", "code"), policy="pol", code="code", machine=here,
+                   unlisted_modules=[])
+        row["run"]["eval"]["reward"][0] = row["run"]["eval_curve_prompts"][-1]["reward"][0] = \
+            1 / 3 + row["seed"]                                       # not short in decimal
+        row["run"].update(history=[{"loss": 1.0}] * 5, eval_summary={"all/reward": 0.4})
+        rows.append(row)
+    rows[0]["run"].pop("eval_curve_prompts")                          # no curve: "end" kept
+    rows[1].update(run=None, diverged="rl (grpo) diverged at step 2: kl = 18.2")
+    a = imap.Archive(tmp_path / "a.jsonl.gz")
+    assert a.add(rows) == len(rows)
+    a.save()
+    b = imap.Archive(tmp_path / "a.jsonl.gz")
+    kept = b.rows()
+    assert len(kept) == len(rows) and b.add(kept) == 0
+    # an archived row (e.g. one --out holds since a resume) archives again as it was
+    fresh = imap.Archive(None)
+    assert fresh.add(kept) == len(kept) and fresh.lines == b.lines
+    by = {r["key"]: r for r in kept}
+    for r in rows:
+        k = by[r["key"]]
+        assert k["run"] is None if r["run"] is None else (
+            k["run"]["eval"]["reward"] == r["run"]["eval"]["reward"]
+            and k["run"].get("eval_curve_prompts") == r["run"].get("eval_curve_prompts"))
+    args = dict(methods=["hargo"], resamples=100, confidence=0.9)
+    assert rep.analyse(kept, cells, TASKS, pts, **args) == rep.analyse(rows, cells, TASKS, pts,
+                                                                       **args)
+    assert rep.diverged(kept) == rep.diverged(rows) and rep.timing(kept) == rep.timing(rows)
+    c = imap.Archive(tmp_path / "c.jsonl.gz")
+    c.add(list(reversed(rows)))
+    c.save()
+    assert (tmp_path / "c.jsonl.gz").read_bytes() == (tmp_path / "a.jsonl.gz").read_bytes()
+    # another code digest, another policy from another CPU kind, one without a machine
+    other = dict(here, bf16_flags="none", precision="fp32", cpu="Intel, AVX2")
+    mixed = kept[:3] + [dict(kept[3], code="new")] + [dict(kept[4], policy="pol2",
+                                                           machine=other)]
+    mixed.append(dict(kept[5], policy="pol3"))
+    mixed[-1].pop("machine")
+    lines = imap.resume_lines(mixed, "pol", "code", here)
+    assert lines[0] == f"  3 of this policy and code: resumed (trained on bf16 flags " \
+        f"avx512_bf16, bf16; {here['cpu']})"
+    assert any("1 of this policy but another code digest (new)" in x for x in lines)
+    assert any("1 of another SFT policy pol2 (trained on bf16 flags none, fp32; Intel, AVX2): "
+               "another CPU kind or precision than here" in x for x in lines)
+    assert any("1 of another SFT policy pol3 (trained on machine not recorded)" in x
+               for x in lines)
+
+
+@pytest.mark.fast
+def test_the_archive_is_tracked_and_out_is_not():
+    """What survives a session is what git keeps: the archive must not be ignored."""
+    import subprocess
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", imap.ARCHIVE, imap.OUT], cwd=ROOT,
+                             capture_output=True, text=True).stdout.split()
+    assert ignored == [imap.OUT]
+
+
+@pytest.mark.fast
 def test_auc_and_early_readings_by_hand():
     row = _crafted("mixed", {}, "grpo", "heterogeneous", 1)
     assert rep.values(row, "syn_long", "auc") == pytest.approx([0.30, 0.30])
@@ -250,9 +323,10 @@ def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys, monkeypatch):
     build_tiny_policy(tmp_path / MODEL_DIR, TinyPolicyConfig(
         vocab_size=300, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
         max_positions=256), texts, seed=0)
-    out = tmp_path / "map.jsonl"
+    out, archive = tmp_path / "map.jsonl", tmp_path / "map_runs.jsonl.gz"
     args = ["--screen", "--params", str(tmp_path / "params.yaml"), "--root", str(tmp_path),
-            "--out", str(out), "--report", str(tmp_path / "map.md"), "--mechanisms",
+            "--out", str(out), "--archive", str(archive), "--report", str(tmp_path / "map.md"),
+            "--mechanisms",
             "noise=0,0.3", "--tasks", "syn_short", "--seeds", "1", "--workers", "1",
             "--every", "1", "--configs", "heterogeneous", "-S",
             "synthetic.rl.prompts_per_step_per_task={syn_yesno: 1, syn_short: 1, syn_long: 1}"]
@@ -274,6 +348,31 @@ def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys, monkeypatch):
     imap.main(args)                                     # resumes: nothing left to train
     assert "runs to train" not in capsys.readouterr().out
     assert len(out.read_text().splitlines()) == 3
+    # the committed archive: every run, compact; a fresh checkout (no --out) resumes from it
+    # alone, and the report from the archived runs is the one from the full runs
+    kept = imap.Archive(archive).rows()
+    assert sorted(r["key"] for r in kept) == sorted(r["key"] for r in rows)
+    assert all(r["machine"]["precision"] in ("bf16", "fp32") for r in kept)
+    assert archive.stat().st_size < out.stat().st_size / 5
+    cells = imap.parse_mechanisms(["noise=0,0.3"])
+    pts = imap.Points({imap.QUOTA: "{syn_yesno: 1, syn_short: 1, syn_long: 1}"}, 1,
+                      {t: 4 for t in TASKS}, (1, 1, 1))
+    nums = [rep.analyse(rs, cells, ["syn_short"], pts, resamples=50) for rs in (rows, kept)]
+    assert json.loads(json.dumps(nums[0])) == num       # the points are the map's
+    assert nums[1] == nums[0]
+    assert rep.markdown(nums[1], cells, 0.95, "step 1") == rep.markdown(nums[0], cells, 0.95,
+                                                                        "step 1")
+    first = ((tmp_path / "map.json").read_text(), (tmp_path / "map.md").read_text())
+    out.unlink()
+    capsys.readouterr()
+    imap.main(args)
+    said = capsys.readouterr().out
+    assert "runs to train" not in said                  # 0 trained
+    assert "3 runs, 3 not in" in said and "3 of this policy and code: resumed" in said
+    assert len(out.read_text().splitlines()) == 3       # --out holds the archived runs again
+    took = lambda md: re.sub(r"this call took \d+ s", "", md)  # noqa: E731
+    assert (tmp_path / "map.json").read_text() == first[0]
+    assert took((tmp_path / "map.md").read_text()) == took(first[1])
     # a run the divergence guard stops comes back as a row without scores, not an exception
     # that ends the whole map (the worker, in this process)
     import hargo.compare.synthetic as bed
