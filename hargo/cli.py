@@ -172,7 +172,8 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
     pipeline's params.yaml's). The checks are the typed config's fields (hargo/config;
     --explain lists them)."""
     from hargo.cli_check_params import (check_methods_and_paths, explain_fields, forget_stamp,
-                                        report_unstamped, warn_learning_rates)
+                                        report_unstamped, undo_experiment_values,
+                                        warn_learning_rates)
     from hargo.params import CHECKED_STAMP, write_checked_stamp
 
     if explain is not None:
@@ -186,6 +187,7 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
     except typer.Exit:
         if stamps:
             forget_stamp(params)
+            undo_experiment_values(params)   # `dvc exp run -S <refused>`: not kept in the file
         raise
     warn_learning_rates(checked)
     if not stamps:

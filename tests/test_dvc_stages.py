@@ -221,6 +221,7 @@ def test_a_bad_value_in_dvc_exp_run_touches_no_output(tmp_path, override, key):
     files = _locked_project(d, ["prepare", "validate", "base_model", "sft"])
     assert "models/rl/hargo/placeholder" in files and "metrics/rl/hargo.json" in files
     assert "up to date" in _dvc(d, "status", "sft").lower()
+    committed = (d / "params.yaml").read_bytes()
 
     proc = _dvc_run(d, "exp", "run", "-S", override, "rl@hargo")
     out = proc.stdout + proc.stderr
@@ -229,6 +230,9 @@ def test_a_bad_value_in_dvc_exp_run_touches_no_output(tmp_path, override, key):
     assert "hargo check-params" in out and "hargo rl" not in out, out   # stopped at `params`
     for rel, text in files.items():
         assert (d / rel).read_text() == text, f"{rel} was touched: {out}"
+    # issue 42 item 7: the refused value is not left in params.yaml (DVC wrote it there)
+    assert (d / "params.yaml").read_bytes() == committed, out
+    assert "params.yaml: restored as committed in" in out, out
     # the stamp outlives the failed check (persist): the other stages do not turn stale
     from hargo.params import CHECKED_STAMP, CHECKED_TEXT
 
@@ -239,12 +243,14 @@ def test_a_path_knob_dvc_yaml_does_not_declare_stops_dvc_exp_run_at_the_params_s
     """Issue 42 item 7: ``dvc exp run -S data.out_dir=data/prepared_v2`` passed ``check-params``,
     ran ``prepare`` into the new folder and then failed on dvc.yaml's ``data/prepared/...``,
     leaving an emptied data/prepared, lost uncached outputs, a stray folder and a changed
-    dvc.lock. Now the ``params`` stage refuses it: nothing of the workspace but DVC's own edit of
-    params.yaml changes."""
+    dvc.lock. Now the ``params`` stage refuses it, and nothing of the workspace changes: not even
+    params.yaml, where DVC had written the refused value (it then failed the next ``dvc exp run
+    -S <another key>`` on this one)."""
     d = tmp_path / "proj"
     files = _locked_project(d, ["prepare"])
     assert "data/prepared/stats.json" in files and "data/prepared/train.jsonl" in files
     lock = (d / "dvc.lock").read_text()
+    committed = (d / "params.yaml").read_bytes()
     proc = _dvc_run(d, "exp", "run", "-S", "data.out_dir=data/prepared_v2", "prepare")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
@@ -257,4 +263,8 @@ def test_a_path_knob_dvc_yaml_does_not_declare_stops_dvc_exp_run_at_the_params_s
     assert (d / "dvc.lock").read_text() == lock
     status = subprocess.run(["git", "status", "--porcelain"], cwd=d, capture_output=True,
                             text=True, timeout=60).stdout.split("\n")
-    assert [s for s in status if s and "params.yaml" not in s] == [], status
+    assert [s for s in status if s] == [], status
+    assert (d / "params.yaml").read_bytes() == committed, out
+    # the next experiment on another knob runs: the refused value did not stay behind
+    proc = _dvc_run(d, "exp", "run", "-S", "register.tolerance=0.02", "params")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
