@@ -268,3 +268,77 @@ def test_a_path_knob_dvc_yaml_does_not_declare_stops_dvc_exp_run_at_the_params_s
     # the next experiment on another knob runs: the refused value did not stay behind
     proc = _dvc_run(d, "exp", "run", "-S", "register.tolerance=0.02", "params")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _exp_workspace(tmp_path: Path, monkeypatch, overrides: list[str] | None) -> Path:
+    """A git project whose params.yaml is committed, seen from the ``params`` stage of a DVC
+    experiment run in the workspace (DVC's environment; the ``-S`` values of its ``dvc exp
+    run`` command line are ``overrides``, None: no such process)."""
+    from hargo import cli_check_params
+
+    d = tmp_path / "ws"
+    d.mkdir(parents=True)
+    shutil.copy(ROOT / "params.yaml", d / "params.yaml")
+    for args in (["init", "-q"], ["add", "params.yaml"], ["commit", "-q", "-m", "p"]):
+        _git(d, *args)
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=d, capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    monkeypatch.chdir(d)
+    monkeypatch.setenv("DVC_STAGE", "params")
+    monkeypatch.setenv("DVC_ROOT", str(d))
+    monkeypatch.setenv("DVC_EXP_BASELINE_REV", rev)
+    monkeypatch.setattr(cli_check_params, "_exp_run_overrides", lambda path: overrides)
+    return d
+
+
+def _dvc_writes(d: Path, overrides: list[str]) -> None:
+    """What ``dvc exp run -S`` does to params.yaml before any stage runs."""
+    from dvc.utils.hydra import apply_overrides
+
+    apply_overrides(str(d / "params.yaml"), overrides)
+
+
+@pytest.mark.parametrize("overrides", [["rl.learning_rate=-1"],
+                                       ["rl.learning_rate=-1", "register.tolerance=0.02"]])
+def test_a_refused_experiment_restores_the_committed_params_file(tmp_path, monkeypatch, capsys,
+                                                                 overrides):
+    from hargo.cli_check_params import undo_experiment_values
+
+    d = _exp_workspace(tmp_path, monkeypatch, overrides)
+    committed = (d / "params.yaml").read_bytes()
+    _dvc_writes(d, overrides)
+    assert (d / "params.yaml").read_bytes() != committed
+    undo_experiment_values("params.yaml")
+    assert (d / "params.yaml").read_bytes() == committed
+    assert "params.yaml: restored as committed in" in capsys.readouterr().err
+
+
+def test_a_refused_experiment_keeps_the_users_own_edits(tmp_path, monkeypatch, capsys):
+    """The file held an uncommitted edit of the user besides the experiment's ``-S`` value (or
+    the values cannot be read): nothing is written, and the line names the commands."""
+    from hargo.cli_check_params import undo_experiment_values
+
+    for overrides in (["rl.learning_rate=-1"], None):
+        d = _exp_workspace(tmp_path / str(overrides is None), monkeypatch, overrides)
+        (d / "params.yaml").write_text((d / "params.yaml").read_text().replace(
+            "seed: 42", "seed: 7"))                                  # the user's own edit
+        _dvc_writes(d, ["rl.learning_rate=-1"])
+        before = (d / "params.yaml").read_bytes()
+        assert b"seed: 7" in before
+        undo_experiment_values("params.yaml")
+        assert (d / "params.yaml").read_bytes() == before
+        assert "`git checkout params.yaml` restores the committed file" in capsys.readouterr().err
+
+
+def test_a_temporary_workspace_or_dvc_repro_is_left_alone(tmp_path, monkeypatch, capsys):
+    from hargo.cli_check_params import undo_experiment_values
+
+    d = _exp_workspace(tmp_path, monkeypatch, ["rl.learning_rate=-1"])
+    _dvc_writes(d, ["rl.learning_rate=-1"])
+    before = (d / "params.yaml").read_bytes()
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))          # the stage runs in a copy under it
+    undo_experiment_values("params.yaml")
+    monkeypatch.setenv("DVC_ROOT", str(d))
+    monkeypatch.delenv("DVC_EXP_BASELINE_REV")             # dvc repro: no experiment
+    undo_experiment_values("params.yaml")
+    assert (d / "params.yaml").read_bytes() == before and capsys.readouterr().err == ""
