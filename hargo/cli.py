@@ -36,11 +36,20 @@ def _first_use() -> None:
     copy -- ``hargo summary``, ``check-params``, any stage -- reads its own artifacts. Only the
     project's own store (``mlruns/mlflow.db`` here, ``$MLFLOW_TRACKING_URI`` unset or naming it);
     a store that cannot be read is left to the command, which names the problem. Also forgets
-    the params an earlier command of this process read (:data:`_READ`)."""
+    the params an earlier command of this process read (:data:`_READ`). First of all: the
+    running hargo code is the project's own (:func:`hargo.code_home.foreign_code`; a copied or
+    moved clone runs another clone's code until scripts/setup.sh is run in it): else one red
+    line and exit 2."""
     import os
     import sqlite3
 
+    from hargo.code_home import foreign_code
+
     _READ.clear()
+    problem = foreign_code(".")
+    if problem:
+        typer.secho(f"error: {problem}", fg="red", err=True)
+        raise typer.Exit(2)
 
     from hargo.tracking_store import is_local_store, local_uri, reroot, store_root
 
