@@ -34,12 +34,20 @@ def _first_use() -> None:
     :func:`hargo.tracking_store.check_database`, params.yaml's experiment active); a store that
     fails one is left as it is to the command, which names the problem. Also forgets what an
     earlier command of this process read, and notes what this one's stage reads
-    (:func:`hargo.stage_inputs.begin`: its declared deps, before the stage's code is imported)."""
+    (:func:`hargo.stage_inputs.begin`: its declared deps, before the stage's code is imported).
+    First of all: the running hargo code is the project's own
+    (:func:`hargo.code_home.foreign_code`; a copied or moved clone runs another clone's code
+    until scripts/setup.sh is run in it): else one red line and exit 2."""
     import os
     import sqlite3
 
     from hargo import stage_inputs
+    from hargo.code_home import foreign_code
 
+    problem = foreign_code(".")
+    if problem:
+        typer.secho(f"error: {problem}", fg="red", err=True)
+        raise typer.Exit(2)
     stage_inputs.begin()
 
     from hargo.tracking_store import is_local_store, local_uri, reroot, store_root
@@ -164,7 +172,8 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
     pipeline's params.yaml's). The checks are the typed config's fields (hargo/config;
     --explain lists them)."""
     from hargo.cli_check_params import (check_methods_and_paths, explain_fields, forget_stamp,
-                                        report_unstamped, warn_learning_rates)
+                                        report_unstamped, undo_experiment_values,
+                                        warn_learning_rates)
     from hargo.params import CHECKED_STAMP, write_checked_stamp
 
     if explain is not None:
@@ -178,6 +187,7 @@ def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
     except typer.Exit:
         if stamps:
             forget_stamp(params)
+            undo_experiment_values(params)   # `dvc exp run -S <refused>`: not kept in the file
         raise
     warn_learning_rates(checked)
     if not stamps:

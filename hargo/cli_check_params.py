@@ -16,8 +16,8 @@ import typer
 if TYPE_CHECKING:
     from hargo.config import Config
 
-__all__ = ["check_methods_and_paths", "forget_stamp", "warn_learning_rates", "report_unstamped",
-           "explain_fields"]
+__all__ = ["check_methods_and_paths", "forget_stamp", "undo_experiment_values",
+           "warn_learning_rates", "report_unstamped", "explain_fields"]
 
 
 def check_methods_and_paths(checked: "Config") -> None:
@@ -60,6 +60,111 @@ def forget_stamp(params: str) -> None:
     if "DVC_STAGE" not in os.environ and drop_checked_stamp():
         typer.secho(f"removed {CHECKED_STAMP}: it said an earlier {params} passed",
                     fg="yellow", err=True)
+
+
+def undo_experiment_values(params: str) -> None:
+    """After a refused check of the pipeline's own params file ``params`` in a DVC experiment run
+    in the workspace (``dvc exp run -S key=value``): put the file back as it was before the
+    experiment. DVC writes the ``-S`` values into the workspace's params.yaml before it runs any
+    stage and leaves them there when a stage fails, so a refused value stayed in the file and
+    failed the next ``dvc exp run -S <other key>`` (issue 42 items 2 and 7).
+
+    DVC keeps no copy of the file as it was, so it is rebuilt: the baseline revision's file
+    (``git show $DVC_EXP_BASELINE_REV:params.yaml``) is restored byte for byte when applying the
+    run's ``-S`` values to it (DVC's own ``apply_overrides``; the values read from the command
+    line of the ``dvc exp run`` process that runs this stage) gives exactly the refused file,
+    i.e. the file held nothing but the experiment's values beyond the committed ones. Otherwise
+    (the file also held uncommitted edits of the user, or the ``-S`` values cannot be read, as
+    under DVC's Python API) nothing is written: that file is the user's, and one yellow line says
+    which commands show and undo the experiment's values. A temporary workspace (``--temp``,
+    ``--queue``: the stage runs in a copy under ``.dvc/tmp/exps`` that DVC deletes) and a run by
+    hand or by ``dvc repro`` (no ``$DVC_EXP_BASELINE_REV``) are left alone."""
+    import os
+    from pathlib import Path
+
+    root, rev = os.environ.get("DVC_ROOT"), os.environ.get("DVC_EXP_BASELINE_REV")
+    path = Path(params).resolve()
+    if "DVC_STAGE" not in os.environ or not root or not rev or not path.is_file():
+        return
+    if path.parent != Path(root).resolve():     # a temporary copy, which DVC deletes
+        return
+    committed = _committed_bytes(path, rev)
+    now = path.read_bytes()
+    if committed is None or committed == now:
+        return
+    overrides = _exp_run_overrides(path)
+    if overrides is not None and _with_overrides(committed, overrides) == _load(now):
+        from hargo.io import atomic_write_bytes
+
+        atomic_write_bytes(path, committed)
+        typer.secho(f"{params}: restored as committed in {rev[:7]} (the refused "
+                    f"`dvc exp run -S {' '.join(overrides)}` is not kept in it)",
+                    fg="yellow", err=True)
+        return
+    typer.secho(f"{params} keeps this experiment's values (DVC wrote them, and the file also "
+                f"differs from {rev[:7]} otherwise): `git diff {params}` shows them, "
+                f"`git checkout {params}` restores the committed file", fg="yellow", err=True)
+
+
+def _committed_bytes(path, rev: str) -> Optional[bytes]:
+    """``path`` as committed in the git revision ``rev``; None where git has no such file."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(["git", "show", f"{rev}:./{path.name}"], cwd=path.parent,
+                              capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _exp_run_overrides(path) -> Optional[List[str]]:
+    """The ``-S`` values for ``path`` of the ``dvc exp run`` process that runs this stage (an
+    ancestor process; its command line parsed by DVC's own parser), ``[]`` for none; None when
+    no ancestor is a ``dvc exp run``."""
+    import os
+
+    import psutil
+    from dvc.cli import parse_args
+    from dvc.utils.cli_parse import to_path_overrides
+
+    for proc in psutil.Process().parents():
+        try:
+            argv, cwd = proc.cmdline(), proc.cwd()
+        except psutil.Error:
+            continue
+        for i in range(len(argv) - 1):
+            if argv[i] in ("exp", "experiments") and argv[i + 1] == "run":
+                try:
+                    args = parse_args(argv[i:])
+                except SystemExit:
+                    return None
+                by_path = to_path_overrides(getattr(args, "set_param", None) or [])
+                return [o for f, vals in by_path.items()
+                        if os.path.abspath(os.path.join(cwd, f)) == str(path) for o in vals]
+    return None
+
+
+def _load(text: bytes):
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def _with_overrides(committed: bytes, overrides: List[str]):
+    """The committed file's content with ``overrides`` applied as DVC applies ``-S``."""
+    import tempfile
+    from pathlib import Path
+
+    from dvc.utils.hydra import apply_overrides
+
+    if not overrides:
+        return _load(committed)
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "params.yaml"
+        f.write_bytes(committed)
+        apply_overrides(str(f), overrides)
+        return _load(f.read_bytes())
 
 
 def warn_learning_rates(checked: "Config") -> None:

@@ -12,6 +12,17 @@ venv="${HARGO_VENV:-.venv}"
 py="${PYTHON:-python3.11}"
 command -v "$py" >/dev/null || py=python3
 
+# A .venv made at another path (a moved or copied clone): its scripts' first lines name that
+# path and its editable install maps `hargo` to that clone's code, so `hargo` runs the other
+# clone's code (the first hargo command says so: hargo/code_home.py) or cannot start at all.
+if [[ -f "$venv/bin/pip" ]]; then
+  made_at="$(head -1 "$venv/bin/pip" | sed 's/^#!//')"
+  if [[ "$made_at" == */bin/python* && "$(dirname "$(dirname "$made_at")")" != "$(cd "$venv" && pwd)" \
+        && "$(dirname "$(dirname "$made_at")")" != "$(cd "$venv" && pwd -P)" ]]; then
+    echo "[setup] $venv was made at $(dirname "$(dirname "$made_at")") (a moved or copied clone): re-creating it"
+    rm -rf "$venv"
+  fi
+fi
 if [[ ! -x "$venv/bin/python" ]]; then
   echo "[setup] creating $venv with $($py --version)"
   "$py" -m venv "$venv"

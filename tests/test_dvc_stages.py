@@ -221,6 +221,7 @@ def test_a_bad_value_in_dvc_exp_run_touches_no_output(tmp_path, override, key):
     files = _locked_project(d, ["prepare", "validate", "base_model", "sft"])
     assert "models/rl/hargo/placeholder" in files and "metrics/rl/hargo.json" in files
     assert "up to date" in _dvc(d, "status", "sft").lower()
+    committed = (d / "params.yaml").read_bytes()
 
     proc = _dvc_run(d, "exp", "run", "-S", override, "rl@hargo")
     out = proc.stdout + proc.stderr
@@ -229,6 +230,9 @@ def test_a_bad_value_in_dvc_exp_run_touches_no_output(tmp_path, override, key):
     assert "hargo check-params" in out and "hargo rl" not in out, out   # stopped at `params`
     for rel, text in files.items():
         assert (d / rel).read_text() == text, f"{rel} was touched: {out}"
+    # issue 42 item 7: the refused value is not left in params.yaml (DVC wrote it there)
+    assert (d / "params.yaml").read_bytes() == committed, out
+    assert "params.yaml: restored as committed in" in out, out
     # the stamp outlives the failed check (persist): the other stages do not turn stale
     from hargo.params import CHECKED_STAMP, CHECKED_TEXT
 
@@ -239,12 +243,14 @@ def test_a_path_knob_dvc_yaml_does_not_declare_stops_dvc_exp_run_at_the_params_s
     """Issue 42 item 7: ``dvc exp run -S data.out_dir=data/prepared_v2`` passed ``check-params``,
     ran ``prepare`` into the new folder and then failed on dvc.yaml's ``data/prepared/...``,
     leaving an emptied data/prepared, lost uncached outputs, a stray folder and a changed
-    dvc.lock. Now the ``params`` stage refuses it: nothing of the workspace but DVC's own edit of
-    params.yaml changes."""
+    dvc.lock. Now the ``params`` stage refuses it, and nothing of the workspace changes: not even
+    params.yaml, where DVC had written the refused value (it then failed the next ``dvc exp run
+    -S <another key>`` on this one)."""
     d = tmp_path / "proj"
     files = _locked_project(d, ["prepare"])
     assert "data/prepared/stats.json" in files and "data/prepared/train.jsonl" in files
     lock = (d / "dvc.lock").read_text()
+    committed = (d / "params.yaml").read_bytes()
     proc = _dvc_run(d, "exp", "run", "-S", "data.out_dir=data/prepared_v2", "prepare")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
@@ -257,4 +263,82 @@ def test_a_path_knob_dvc_yaml_does_not_declare_stops_dvc_exp_run_at_the_params_s
     assert (d / "dvc.lock").read_text() == lock
     status = subprocess.run(["git", "status", "--porcelain"], cwd=d, capture_output=True,
                             text=True, timeout=60).stdout.split("\n")
-    assert [s for s in status if s and "params.yaml" not in s] == [], status
+    assert [s for s in status if s] == [], status
+    assert (d / "params.yaml").read_bytes() == committed, out
+    # the next experiment on another knob runs: the refused value did not stay behind
+    proc = _dvc_run(d, "exp", "run", "-S", "register.tolerance=0.02", "params")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _exp_workspace(tmp_path: Path, monkeypatch, overrides: list[str] | None) -> Path:
+    """A git project whose params.yaml is committed, seen from the ``params`` stage of a DVC
+    experiment run in the workspace (DVC's environment; the ``-S`` values of its ``dvc exp
+    run`` command line are ``overrides``, None: no such process)."""
+    from hargo import cli_check_params
+
+    d = tmp_path / "ws"
+    d.mkdir(parents=True)
+    shutil.copy(ROOT / "params.yaml", d / "params.yaml")
+    for args in (["init", "-q"], ["add", "params.yaml"], ["commit", "-q", "-m", "p"]):
+        _git(d, *args)
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=d, capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    monkeypatch.chdir(d)
+    monkeypatch.setenv("DVC_STAGE", "params")
+    monkeypatch.setenv("DVC_ROOT", str(d))
+    monkeypatch.setenv("DVC_EXP_BASELINE_REV", rev)
+    monkeypatch.setattr(cli_check_params, "_exp_run_overrides", lambda path: overrides)
+    return d
+
+
+def _dvc_writes(d: Path, overrides: list[str]) -> None:
+    """What ``dvc exp run -S`` does to params.yaml before any stage runs."""
+    from dvc.utils.hydra import apply_overrides
+
+    apply_overrides(str(d / "params.yaml"), overrides)
+
+
+@pytest.mark.parametrize("overrides", [["rl.learning_rate=-1"],
+                                       ["rl.learning_rate=-1", "register.tolerance=0.02"]])
+def test_a_refused_experiment_restores_the_committed_params_file(tmp_path, monkeypatch, capsys,
+                                                                 overrides):
+    from hargo.cli_check_params import undo_experiment_values
+
+    d = _exp_workspace(tmp_path, monkeypatch, overrides)
+    committed = (d / "params.yaml").read_bytes()
+    _dvc_writes(d, overrides)
+    assert (d / "params.yaml").read_bytes() != committed
+    undo_experiment_values("params.yaml")
+    assert (d / "params.yaml").read_bytes() == committed
+    assert "params.yaml: restored as committed in" in capsys.readouterr().err
+
+
+def test_a_refused_experiment_keeps_the_users_own_edits(tmp_path, monkeypatch, capsys):
+    """The file held an uncommitted edit of the user besides the experiment's ``-S`` value (or
+    the values cannot be read): nothing is written, and the line names the commands."""
+    from hargo.cli_check_params import undo_experiment_values
+
+    for overrides in (["rl.learning_rate=-1"], None):
+        d = _exp_workspace(tmp_path / str(overrides is None), monkeypatch, overrides)
+        (d / "params.yaml").write_text((d / "params.yaml").read_text().replace(
+            "seed: 42", "seed: 7"))                                  # the user's own edit
+        _dvc_writes(d, ["rl.learning_rate=-1"])
+        before = (d / "params.yaml").read_bytes()
+        assert b"seed: 7" in before
+        undo_experiment_values("params.yaml")
+        assert (d / "params.yaml").read_bytes() == before
+        assert "`git checkout params.yaml` restores the committed file" in capsys.readouterr().err
+
+
+def test_a_temporary_workspace_or_dvc_repro_is_left_alone(tmp_path, monkeypatch, capsys):
+    from hargo.cli_check_params import undo_experiment_values
+
+    d = _exp_workspace(tmp_path, monkeypatch, ["rl.learning_rate=-1"])
+    _dvc_writes(d, ["rl.learning_rate=-1"])
+    before = (d / "params.yaml").read_bytes()
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))          # the stage runs in a copy under it
+    undo_experiment_values("params.yaml")
+    monkeypatch.setenv("DVC_ROOT", str(d))
+    monkeypatch.delenv("DVC_EXP_BASELINE_REV")             # dvc repro: no experiment
+    undo_experiment_values("params.yaml")
+    assert (d / "params.yaml").read_bytes() == before and capsys.readouterr().err == ""

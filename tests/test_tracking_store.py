@@ -240,7 +240,10 @@ def test_a_queued_experiment_logs_its_runs_to_the_projects_store(dvc_door, tmp_p
     DVC ran the stage in a temporary workspace, where it created a new MLflow store that DVC
     deleted afterwards: the experiment's runs existed nowhere. Now they are in the project's
     store (``mlruns/mlflow.db``), tagged with the experiment's name. :func:`dvc_door`'s tiny
-    project as a git repository; ``register.tolerance`` changed re-runs ``register`` only."""
+    project as a git repository that ignores what the repository's .gitignore ignores (a new
+    user's clone). ``register.tolerance`` changed re-runs ``params`` and ``register`` only: it
+    re-ran validate, both RL trainings and evaluate, whose ``cache: false`` outputs outside git
+    were missing in DVC's temporary workspace (tests/test_stage_deps.py)."""
     import os
     import subprocess
     import sys
@@ -258,7 +261,8 @@ def test_a_queued_experiment_logs_its_runs_to_the_projects_store(dvc_door, tmp_p
         return proc.stdout
 
     dvc = (sys.executable, "-m", "dvc")
-    (root / ".gitignore").write_text("\n".join([*_cached_outs(root), "/mlruns/", ""]))
+    (root / ".gitignore").write_text("\n".join([*_cached_outs(root), "/mlruns/", ""])
+                                     + (ROOT / ".gitignore").read_text())
     run("git", "init", "-q")
     run(*dvc, "config", "core.no_scm", "false")
     run("git", "add", "-A")
@@ -274,10 +278,14 @@ def test_a_queued_experiment_logs_its_runs_to_the_projects_store(dvc_door, tmp_p
                 break
             assert time.monotonic() < deadline, status
             time.sleep(2)
-        assert "Success" in status, status + run(*dvc, "queue", "logs", "q42")
+        logs = run(*dvc, "queue", "logs", "q42")
+        assert "Success" in status, status + logs
     finally:
         subprocess.run([*dvc, "queue", "stop", "--kill"], cwd=root, env=env,
                        capture_output=True, timeout=120)
+    import re
+
+    assert set(re.findall(r"Running stage '([^']+)'", logs)) == {"params", "register"}, logs
     db = root / "mlruns" / "mlflow.db"
     assert db.is_file(), "the project's store was not created: the runs went elsewhere"
     client = MlflowClient(f"sqlite:///{db}")

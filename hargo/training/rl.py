@@ -68,7 +68,8 @@ from hargo.training.rl_config import (VLLM_GPU_MEMORY_UTILIZATION, _check_method
 __all__ = ["run", "prompt_cap", "prompt_cap_name", "build_grpo_config", "vllm_max_len",
            "load_rl_records", "to_dataset", "build_trainer", "dynamic_sampling_config", "CHECKPOINT_ROOT", "METRICS_ROOT"]
 
-#: ``checkpoints/rl/<method>`` and ``metrics/rl/<method>.json`` (dvc.yaml outputs).
+#: ``checkpoints/rl/<method>`` (the stage's own resume state, not a dvc.yaml output) and
+#: ``metrics/rl/<method>.json`` (a dvc.yaml output).
 CHECKPOINT_ROOT = Path("checkpoints") / "rl"
 METRICS_ROOT = Path("metrics") / "rl"
 #: Completions-table rows logged per table.
