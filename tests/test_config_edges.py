@@ -278,3 +278,39 @@ def test_a_set_value_reads_as_the_file_reads_it(tmp_path, spelling):
     by_set = apply_overrides({"register": {"resamples": 1}},
                              [f"register.resamples={spelling}"])["register"]["resamples"]
     assert by_set == in_file and type(by_set) is type(in_file), (by_set, in_file)
+
+
+def _explain(key: str):
+    res = CliRunner().invoke(app, ["check-params", "--explain", key])
+    return res.exit_code, [line.split(" ", 1)[0].rstrip(":") for line in res.output.splitlines()]
+
+
+def test_explain_matches_dotted_segments_not_string_prefixes():
+    """Issue 42 (new user): ``--explain rl.hargo`` also printed rl.hargo_b1, rl.hargo_b2,
+    rl.hargo_batch and rl.hargo_contrast (a string prefix). A field name is the field and the
+    fields under it; only a key that is no field's falls back to the keys it starts."""
+    code, keys = _explain("rl.hargo")
+    assert code == 0 and keys[0] == "rl.hargo" and len(keys) > 5
+    assert all(k == "rl.hargo" or k.startswith("rl.hargo.") for k in keys), keys
+    assert "rl.hargo.alpha" in keys and "rl.hargo_b1" not in keys
+    code, keys = _explain("rl.hargo_b1")
+    assert code == 0 and keys[0] == "rl.hargo_b1" and "rl.hargo_b2" not in keys
+    code, keys = _explain("rl.steps")
+    assert (code, keys) == (0, ["rl.steps"])
+    code, keys = _explain("rl.hargo_b")              # no such field: the keys it starts
+    assert code == 0 and {"rl.hargo_b1", "rl.hargo_b2", "rl.hargo_batch"} <= set(keys)
+
+
+def test_explain_an_entry_of_a_per_task_map():
+    """Issue 42 (new user): ``--explain rl.max_new_tokens.race_c`` exited 2 although ``-S
+    rl.max_new_tokens.race_c=9`` is taken. It prints the map's line, naming the task's entry;
+    a task no universe has is still an error."""
+    for key, field in (("rl.max_new_tokens.race_c", "rl.max_new_tokens"),
+                       ("rewards.answer.max_chars.plp", "rewards.answer.max_chars")):
+        res = CliRunner().invoke(app, ["check-params", "--explain", key])
+        assert res.exit_code == 0, res.output
+        [line] = res.output.splitlines()
+        assert line.startswith(f"{field} (") and line.endswith(
+            f"[{key}: the entry for task {key.rsplit('.', 1)[1]!r} of this per-task map]")
+    res = CliRunner().invoke(app, ["check-params", "--explain", "rl.max_new_tokens.nope"])
+    assert res.exit_code == 2 and "did you mean rl.max_new_tokens" in res.output
