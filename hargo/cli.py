@@ -162,9 +162,12 @@ def _relaunch_under_accelerate() -> None:
 def check_params(params: str = ParamsOpt, set_: Optional[List[str]] = SetOpt,
                  explain: Optional[str] = typer.Option(
                      None, "--explain", metavar="KEY",
-                     help="print the typed config's fields whose dotted key starts with KEY "
-                          "(type, default, range, help; '' for all), check nothing, and exit; "
-                          "a KEY no field starts with is an error (exit 2)")):
+                     help="print the typed config's field KEY and the fields under it (by "
+                          "dotted segments: rl.hargo is rl.hargo and rl.hargo.*; a per-task "
+                          "map's entry such as rl.max_new_tokens.race_c prints the map; a KEY "
+                          "that is no field's, the keys it starts) (type, default, range, "
+                          "help; '' for all), check nothing, and exit; a KEY no field starts "
+                          "with is an error (exit 2)")):
     """Validate params.yaml -> reports/params-valid.txt (the first stage: a bad value stops
     `dvc repro` / `dvc exp run -S` before any stage's outputs are touched). Run by hand, a
     failed check removes an earlier stamp (under DVC it stays: DVC records nothing for a failed

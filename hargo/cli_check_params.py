@@ -189,8 +189,12 @@ def report_unstamped(params: str, set_: Optional[List[str]], own: bool) -> None:
 
 
 def explain_fields(key: str) -> None:
-    """Print the typed config's field lines whose dotted key starts with ``key``
-    (:func:`hargo.config.explain`).
+    """Print the typed config's field lines (:func:`hargo.config.explain`) for ``key`` by
+    dotted segments: the field ``key`` and the fields under it (``rl.hargo`` gives
+    ``rl.hargo`` and ``rl.hargo.*``, not ``rl.hargo_b1``: issue 42); ``''`` lists them all. A
+    task's entry of a per-task map (``rl.max_new_tokens.race_c``, which ``-S`` takes) prints
+    the map's line, noting the entry. Only where no field is ``key``, the keys that start with
+    it (an abbreviation: ``rl.ste`` gives ``rl.steps``).
 
     Raises:
         typer.Exit: code 2 when no field's key starts with ``key``, after an error line naming
@@ -198,11 +202,19 @@ def explain_fields(key: str) -> None:
     import difflib
 
     from hargo.config import explain as explain_lines
+    from hargo.config.loading import declared
 
     lines = explain_lines()
-    hits = [line for line in lines if line.startswith(key)]
+    keys = [line.split(" ", 1)[0].rstrip(":") for line in lines]
+    hits = [line for line, k in zip(lines, keys)
+            if not key or k == key or k.startswith(key + ".")]
+    if not hits and "." in key and declared(key):      # a per-task map's entry
+        field, task = key.rsplit(".", 1)
+        hits = [f"{line}  [{key}: the entry for task {task!r} of this per-task map]"
+                for line, k in zip(lines, keys) if k == field]
+    if not hits:   # no field by that name: an abbreviation of one (rl.ste -> rl.steps)
+        hits = [line for line, k in zip(lines, keys) if k.startswith(key)]
     if not hits:
-        keys = [line.split(" ", 1)[0].rstrip(":") for line in lines]
         near = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
         typer.secho(f"error: --explain {key}: no field's key starts with it"
                     + (f"; did you mean {', '.join(near)}?" if near else

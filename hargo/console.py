@@ -103,14 +103,37 @@ def warnings_once(stream: TextIO | None = None) -> Iterator[Counter]:
                           for (cat, msg), n in repeats.items()) + ")", file=out, flush=True)
 
 
+def columns_env() -> int | None:
+    """``$COLUMNS`` as a width, or None where it says nothing usable: unset, empty, ``0``, a
+    negative number or junk (rich would take ``COLUMNS=0`` as a zero-wide console and print
+    nothing at all, exit 0); a positive width below :data:`MIN_COLUMNS` is raised to it (the
+    terminal wraps the longer lines, nothing is cut)."""
+    raw = os.environ.get("COLUMNS", "").strip()
+    if not raw.isdigit() or int(raw) <= 0:
+        return None
+    return max(int(raw), MIN_COLUMNS)
+
+
+#: The narrowest console a table is laid out for (a stacked layout fits it).
+MIN_COLUMNS = 40
+
+
 def table_console(min_width: int):
-    """A rich ``Console`` for a stage's tables: as wide as ``$COLUMNS`` says when it is set (the
-    user's choice, also for a narrow terminal), else the terminal's width; only where neither
-    tells (a pipe, a log file: rich would assume 80 columns and cut the model names) at least
-    ``min_width`` columns."""
+    """A rich ``Console`` for a stage's tables: as wide as ``$COLUMNS`` says when it is a positive
+    width (the user's choice, also for a narrow terminal; :func:`columns_env`), else the
+    terminal's width; only where neither tells (a pipe, a log file: rich would assume 80 columns
+    and cut the model names) at least ``min_width`` columns. ``COLUMNS=0`` or junk counts as
+    unset, never as a zero-wide console that prints nothing."""
     from rich.console import Console
 
-    console = Console()
-    if os.environ.get("COLUMNS", "").strip().isdigit() or console.is_terminal:
-        return console
-    return Console(width=max(console.width, min_width))
+    width = columns_env()
+    if width is not None:
+        return Console(width=width)
+    saved = os.environ.pop("COLUMNS", None)   # rich reads it too: "0" would make it zero-wide
+    try:
+        console = Console()
+        width = console.width if console.is_terminal else max(console.width, min_width)
+    finally:
+        if saved is not None:
+            os.environ["COLUMNS"] = saved
+    return Console(width=width)   # fixed: rich would read $COLUMNS again at each print

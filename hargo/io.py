@@ -72,11 +72,13 @@ def _replace_atomically(path: str | os.PathLike, write) -> Path:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
     """Write ``obj`` as pretty JSON (sorted keys, trailing newline) atomically."""
-    return atomic_write_text(path, _json_text(obj, indent))
+    return atomic_write_text(path, _json_text(obj, indent, path))
 
 
-def _json_text(obj: Any, indent: int) -> str:
-    return _escape_breaks(json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False)) + "\n"
+def _json_text(obj: Any, indent: int, path: str | os.PathLike = "<json>") -> str:
+    text = json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False)
+    _refuse_surrogate_pairs(text, obj, path, None)
+    return _escape_breaks(text) + "\n"
 
 
 # Characters json.dumps(ensure_ascii=False) leaves raw that some line readers break at (NEL, the
@@ -90,12 +92,74 @@ def _escape_breaks(text: str) -> str:
     return _BREAKS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def jsonl_line(record: Any) -> str:
+# A lone high surrogate right before a lone low one: two code points of a Python str that JSON
+# can only write as the escapes of a surrogate pair, which every JSON reader (json.loads
+# included) takes for the one astral character they encode ("\ud83d\ude00" reads back as
+# "\U0001f600"). json.dumps(ensure_ascii=False) leaves them raw, so in its output such a pair
+# can only stand inside one string.
+_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def _pair_field(obj: Any, where: str = "") -> str | None:
+    """The dotted path (``prompt[0].content``) of the first string in ``obj`` (a key or a value)
+    that holds a :data:`_SURROGATE_PAIR`; None if none does."""
+    if isinstance(obj, str):
+        return where or "(the value)" if _SURROGATE_PAIR.search(obj) else None
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            key = f"{where}.{k}" if where else str(k)
+            if isinstance(k, str) and _SURROGATE_PAIR.search(k):
+                return f"{key} (the key)"
+            found = _pair_field(v, key)
+            if found:
+                return found
+    if isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            found = _pair_field(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _refuse_surrogate_pairs(text: str, obj: Any, path: str | os.PathLike,
+                            record: int | None) -> None:
+    """Raise where ``text`` (``json.dumps(obj, ensure_ascii=False)``) holds a
+    :data:`_SURROGATE_PAIR`: the file would not read back as written.
+
+    Raises:
+        HargoInputError: naming ``path``, ``record`` and the field, and the two code points."""
+    m = _SURROGATE_PAIR.search(text)
+    if m:
+        hi, lo = (ord(c) for c in m.group())
+        astral = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+        raise HargoInputError(
+            path, f"cannot write U+{hi:04X} followed by U+{lo:04X}: two lone UTF-16 surrogates "
+            f"(not text, UTF-8 cannot encode them) that JSON can only write as one escaped "
+            f"pair, which reads back as the single character U+{astral:X}; replace them "
+            f"(e.g. s.encode('utf-16', 'surrogatepass').decode('utf-16') joins the pair, "
+            f"s.encode('utf-8', 'replace').decode() makes each a '?')",
+            record=record, field=_escape_surrogates(_pair_field(obj) or ""))
+
+
+def _escape_surrogates(text: str) -> str:
+    """``text`` with each surrogate as ``\\uXXXX`` (printable: a key may hold them)."""
+    return re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def jsonl_line(record: Any, path: str | os.PathLike = "<jsonl>", index: int | None = None) -> str:
     """One JSONL line for ``record`` (no newline): ``json.dumps`` with non-ASCII characters kept
     as they are, except NEL (U+0085), U+2028, U+2029 and lone surrogates, written as ``\\uXXXX``
     escapes. The line then holds no character any line splitter breaks at, is valid UTF-8, and
-    :func:`read_jsonl` gives back ``record`` for any strings in it."""
-    return _escape_breaks(json.dumps(record, ensure_ascii=False))
+    :func:`read_jsonl` gives back ``record`` for any strings in it. The one string JSON cannot
+    write so that it reads back is refused: a lone high surrogate directly before a lone low
+    one (``"\\ud83d\\ude00"`` would read back as ``"😀"``; the error names ``path``, the
+    record ``index`` and the field).
+
+    Raises:
+        HargoInputError: a string of ``record`` holds a high surrogate then a low one."""
+    text = json.dumps(record, ensure_ascii=False)
+    _refuse_surrogate_pairs(text, record, path, index)
+    return _escape_breaks(text)
 
 
 def jsonl_lines(text: str) -> Iterator[str]:
@@ -106,24 +170,31 @@ def jsonl_lines(text: str) -> Iterator[str]:
 
 
 def atomic_write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
-    """Write one JSON object per line atomically; returns the path."""
-    return _replace_atomically(path, lambda tmp: write_jsonl(tmp, records))
+    """Write one JSON object per line atomically (:func:`jsonl_line`; nothing is written where
+    a record is refused); returns the path."""
+    return _replace_atomically(path, lambda tmp: _write_jsonl(tmp, records, path))
 
 
 def write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
     """Write ``obj`` as :func:`atomic_write_json` does, but in place: for a path staged by
     :func:`atomic_files` (which makes it whole or not at all)."""
     path = Path(path)
-    path.write_text(_json_text(obj, indent), encoding="utf-8")
+    path.write_text(_json_text(obj, indent, path), encoding="utf-8")
     return path
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
     """Write one JSON object per line, in place: for a path staged by :func:`atomic_files`."""
+    return _write_jsonl(path, records, path)
+
+
+def _write_jsonl(path: str | os.PathLike, records: Iterable[dict],
+                 name: str | os.PathLike) -> Path:
+    """:func:`write_jsonl` into ``path``, naming ``name`` (the file it becomes) in errors."""
     path = Path(path)
     with path.open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(jsonl_line(r) + "\n")
+        for i, r in enumerate(records):
+            f.write(jsonl_line(r, name, i) + "\n")
     return path
 
 

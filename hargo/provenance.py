@@ -6,12 +6,21 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-__all__ = ["git_commit", "pipeline_products", "data_version"]
+__all__ = ["git_commit", "pipeline_products", "data_version", "SOURCE_TREES", "SOURCE_SUFFIXES"]
+
+
+#: The source trees whose untracked modules a run imports (a new ``hargo/tasks/toy.py`` is
+#: picked up by the task registry): an untracked, not ignored, file there with one of
+#: :data:`SOURCE_SUFFIXES` makes the run dirty.
+SOURCE_TREES = ("hargo", "flows")
+SOURCE_SUFFIXES = (".py",)
 
 
 def git_commit(root: str | Path = ".") -> str:
     """``HEAD``'s sha, suffixed ``-dirty`` when tracked files other than the pipeline's own
-    products have changes; ``unknown`` outside git.
+    products have changes, or when an untracked Python file sits in a source tree
+    (:data:`SOURCE_TREES`: the registries import a new ``hargo/tasks/toy.py`` without its being
+    committed; ignored files do not count); ``unknown`` outside git.
 
     The pipeline's products (:func:`pipeline_products`) are what DVC and the stages rewrite
     during a run -- ``dvc.lock``, the stages' outputs, metrics and plots, ``params.yaml`` (``dvc
@@ -25,6 +34,10 @@ def git_commit(root: str | Path = ".") -> str:
                              text=True, check=True).stdout.strip()
         status = subprocess.run(["git", "status", "--porcelain", "-z", "--untracked-files=no"],
                                 cwd=root, capture_output=True, text=True, check=True).stdout
+        untracked = subprocess.run(   # the trees at the repository's top, from any folder
+            ["git", "ls-files", "--others", "--exclude-standard", "-z", "--full-name", "--",
+             *(f":(top){t}" for t in SOURCE_TREES)],
+            cwd=root, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     changed = [e[3:] for e in status.split("\0") if len(e) > 3]
@@ -32,6 +45,7 @@ def git_commit(root: str | Path = ".") -> str:
     dirty = [p for p in changed
              if not any(fnmatch.fnmatchcase(p, pat) or fnmatch.fnmatchcase(p, pat + "/*")
                         for pat in products)]
+    dirty += [p for p in untracked.split("\0") if p.endswith(SOURCE_SUFFIXES)]
     return sha + ("-dirty" if dirty else "")
 
 

@@ -190,36 +190,143 @@ def _num(v, pct: bool = False) -> str:
     return f"{100 * v:.1f}" if pct else f"{v:.3f}"
 
 
-def render(data: Mapping):
-    """The rich renderables: the metrics table, the stage table and the champion line."""
+CAPTION = ("baselines: always-yes answers yes to every race prompt (MCC 0, AUC 0.5); "
+           "nearest-train the label of the most similar train race kernel (Jaccard of token "
+           "sets); base the untuned base model. A race gain counts only above all three (DR "
+           "MCC, DR AUC).")
+
+
+def _cells(data: Mapping) -> tuple[list[str], list[tuple[str, bool, list[str] | None]]]:
+    """The metrics table's text: its column labels (after ``model``) and, per model, ``(name,
+    baseline, cells)`` (cells None: not evaluated)."""
+    cols = columns()
+    labels = [label for _, label in cols] + ["WinRate vs SFT", "gen tok/s", "registry"]
+    rows = []
+    for m, row in data["models"].items():
+        if row is None:
+            rows.append((m, False, None))
+            continue
+        rows.append((f"{m} (baseline)" if row.get("baseline") else m, bool(row.get("baseline")),
+                     [*[_num(row.get(k)) for k, _ in cols],
+                      "-" if m == "sft" else _num(row["win_rate"]),
+                      "-" if row["gen_tokens_per_s"] is None
+                      else f"{row['gen_tokens_per_s']:.0f}",
+                      row["alias"]]))
+    return labels, rows
+
+
+def _wide(data: Mapping):
+    """One row per model, one column per metric (the layout for a wide console)."""
+    from rich.table import Table
+
+    labels, rows = _cells(data)
+    t = Table(title=f"hargo: eval metrics per model (WinRate judge: {data['judge']})",
+              title_justify="left", caption=CAPTION, caption_justify="left")
+    t.add_column("model", style="bold", no_wrap=True)
+    for label in labels[:-1]:
+        t.add_column(label, justify="right")
+    t.add_column(labels[-1], justify="left")
+    for i, (name, baseline, cells) in enumerate(rows):
+        if cells is None:
+            t.add_row(name, *["-"] * (len(labels) - 1), "not evaluated")
+            continue
+        t.add_row(name, *cells, end_section=baseline and (
+            i + 1 == len(rows) or not rows[i + 1][1]))
+    return t
+
+
+def _transposed(data: Mapping):
+    """One row per metric, one column per model (a narrower console: fewer models than
+    metrics)."""
+    from rich.table import Table
+
+    labels, rows = _cells(data)
+    t = Table(title=f"hargo: eval metrics per model (WinRate judge: {data['judge']})",
+              title_justify="left", caption=CAPTION, caption_justify="left",
+              expand=True)   # measured at its narrowest; shown as wide as the console
+    t.add_column("metric", style="bold")
+    for name, _, _ in rows:
+        t.add_column(name, justify="right")
+    for j, label in enumerate(labels):
+        t.add_row(label, *[("not evaluated" if j == len(labels) - 1 else "-")
+                           if cells is None else cells[j] for _, _, cells in rows])
+    return t
+
+
+def _stacked(data: Mapping):
+    """One block per model, a metric a line (the narrowest layout: about 35 columns)."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title=f"hargo: eval metrics per model (WinRate judge: {data['judge']})",
-              title_justify="left",
-              caption="baselines: always-yes answers yes to every race prompt (MCC 0, AUC 0.5); "
-                      "nearest-train the label of the most similar train race kernel (Jaccard "
-                      "of token sets); base the untuned base model. A race gain counts only "
-                      "above all three (DR MCC, DR AUC).", caption_justify="left")
-    t.add_column("model", style="bold", no_wrap=True)
-    cols = columns()
-    for _, label in cols:
-        t.add_column(label, justify="right")
-    t.add_column("WinRate vs SFT", justify="right")
-    t.add_column("gen tok/s", justify="right")
-    t.add_column("registry", justify="left")
-    models = list(data["models"].items())
-    for i, (m, row) in enumerate(models):
-        if row is None:
-            t.add_row(m, *["-"] * (len(cols) + 2), "not evaluated")
-            continue
-        t.add_row(f"{m} (baseline)" if row.get("baseline") else m,
-                  *[_num(row.get(k)) for k, _ in cols],
-                  "-" if m == "sft" else _num(row["win_rate"]),
-                  "-" if row["gen_tokens_per_s"] is None else f"{row['gen_tokens_per_s']:.0f}",
-                  row["alias"],
-                  end_section=bool(row.get("baseline")) and (
-                      i + 1 == len(models) or not (models[i + 1][1] or {}).get("baseline")))
+    labels, rows = _cells(data)
+    out = [Text(f"hargo: eval metrics per model (WinRate judge: {data['judge']})")]
+    for name, _, cells in rows:
+        g = Table.grid(padding=(0, 2))
+        g.add_column(style="dim")
+        g.add_column(justify="right", no_wrap=True)
+        if cells is None:
+            g.add_row("", "not evaluated")
+        else:
+            for label, cell in zip(labels, cells):
+                g.add_row(label, cell)
+        out += [Text(name, style="bold"), g]
+    out.append(Text(CAPTION, style="dim"))
+    return Group(*out)
+
+
+def _fit(table, width: int) -> bool:
+    """Lay ``table`` out ``width`` columns wide with every cell whole (words may wrap, never be
+    cut): True, with each column's width fixed where the table is narrower than its natural
+    width (rich itself would narrow the widest columns past their longest word and end the
+    cells in ``…``); False where even its narrowest whole layout is wider."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = Console(width=10_000)   # rich clamps a measurement to the console's width
+    ranges = []
+    for column in table.columns:
+        ms = [Measurement.get(console, console.options, c)
+              for c in (column.header, *column.cells)]
+        ranges.append((max(m.minimum for m in ms), max(m.maximum for m in ms)))
+    overhead = (Measurement.get(console, console.options, table).maximum
+                - sum(hi for _, hi in ranges))   # padding and borders
+    room = width - overhead
+    lo_sum, hi_sum = sum(lo for lo, _ in ranges), sum(hi for _, hi in ranges)
+    if room < lo_sum:
+        return False
+    if room < hi_sum:   # share the room beyond the minimums in proportion to what each wants
+        slack, want = room - lo_sum, hi_sum - lo_sum
+        widths = [lo + (hi - lo) * slack // want for lo, hi in ranges]
+        for i in sorted(range(len(ranges)), key=lambda i: ranges[i][0] - ranges[i][1]):
+            if sum(widths) < room and widths[i] < ranges[i][1]:   # the rounding's remainder
+                widths[i] += 1
+        for column, w in zip(table.columns, widths):
+            column.width = w
+    return True
+
+
+def metrics_view(data: Mapping, width: int | None = None):
+    """The metrics of :func:`collect`'s ``data`` laid out for a console ``width`` columns wide:
+    the wide table where every cell fits whole, else the transposed one (metrics as rows),
+    else one block per model, so that no number is ever cut (rich would shorten every cell to
+    ``0…`` to squeeze the wide table into 80 columns). ``width`` None: the wide table."""
+    if width is None:
+        return _wide(data)
+    for make in (_wide, _transposed):
+        view = make(data)
+        if _fit(view, width):
+            return view
+    return _stacked(data)
+
+
+def render(data: Mapping, width: int | None = None):
+    """The rich renderables: the metrics (:func:`metrics_view` for a console ``width`` columns
+    wide), the stage table and the champion line."""
+    from rich.table import Table
+    from rich.text import Text
+
+    t = metrics_view(data, width)
     s = Table(title="wall time per stage", title_justify="left")
     s.add_column("stage", style="bold")
     s.add_column("wall time", justify="right")
@@ -255,6 +362,6 @@ def run(params: Config, root: str | Path = ".") -> dict:
 
     data = collect(params, root)
     console = table_console(140)
-    for r in render(data):
+    for r in render(data, console.width):
         console.print(r)
     return data

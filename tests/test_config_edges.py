@@ -223,3 +223,94 @@ def test_every_confidence_is_in_the_open_interval(committed_params):
             with pytest.raises(ParamsError, match=rf"^{key.replace('.', '[.]')}: "):
                 Config.from_params(apply_overrides(committed_params, {key: bad}))
         assert Config.from_params(apply_overrides(committed_params, {key: 0.9})).get(key) == 0.9
+
+
+# ------------------------------------------------------------ integers, in every section alike
+#: integer knobs of several sections and what the typed config gives for each
+_INT_KNOBS = [
+    ("seed", lambda c: c.seed),
+    ("rl.steps", lambda c: c.rl.steps),
+    ("register.resamples", lambda c: c.register.resamples),
+    ("data.split.minhash_perm", lambda c: c.data.split.minhash_perm),
+    ("rl.max_new_tokens.race_c", lambda c: c.rl.max_new_tokens["race_c"]),
+    ("rewards.answer.max_chars.race_c", lambda c: c.rewards.answer.max_chars["race_c"]),
+]
+
+
+@pytest.mark.parametrize("dotted, read", _INT_KNOBS, ids=[k for k, _ in _INT_KNOBS])
+def test_a_whole_float_is_an_integer_for_every_int_knob(committed_params, tmp_path, dotted,
+                                                        read):
+    """Issue 42 (new user): ``seed: 42.0`` and ``-S rl.steps=1e1`` were integers, but the
+    file's ``register.resamples: 2000.0`` was refused ("expected an integer >= 100, got
+    2000.0"), and so was a per-task budget ``rl.max_new_tokens: {race_c: 64.0}``. One rule now:
+    a whole number in any spelling (256, 256.0, 2.56e2, 2.56e+2) is the integer, in the file and
+    with ``-S`` alike; a fraction is refused for every one of them."""
+    import yaml
+
+    from hargo.params import load_params, validate_params
+
+    n = 256
+    for spelling in (str(n), f"{n}.0", "2.56e2", "2.56e+2"):
+        as_file = copy.deepcopy(committed_params)
+        node, *path, last = [as_file, *dotted.split(".")]
+        for key in path:
+            node = node[key]
+        node[last] = "PLACEHOLDER"
+        f = tmp_path / "params.yaml"
+        f.write_text(yaml.safe_dump(as_file).replace("PLACEHOLDER", spelling))
+        for params in (load_params(f), load_params(ROOT / "params.yaml",
+                                                   [f"{dotted}={spelling}"])):
+            got = read(validate_params(params))
+            assert got == n and type(got) is int, (spelling, got)
+    for fraction in ("256.5", "2.565e2"):
+        with pytest.raises(ParamsError, match=rf"^{dotted}: "):
+            load_params(ROOT / "params.yaml", [f"{dotted}={fraction}"])
+
+
+@pytest.mark.parametrize("spelling", ["1e3", "2e-3", "1E3", "1.5e3", ".5", "+1", "0x10",
+                                      "1_000", "yes", "~", "2000.0", "'2e3'"])
+def test_a_set_value_reads_as_the_file_reads_it(tmp_path, spelling):
+    """``-S`` values were read as YAML 1.1 (``2e3`` a string) while the file is read with YAML
+    1.2's numbers (``2e3`` the float 2000.0): a value now reads the same in both places."""
+    f = tmp_path / "params.yaml"
+    f.write_text(f"register:\n  resamples: {spelling}\n")
+    in_file = read_params_file(f)["register"]["resamples"]
+    by_set = apply_overrides({"register": {"resamples": 1}},
+                             [f"register.resamples={spelling}"])["register"]["resamples"]
+    assert by_set == in_file and type(by_set) is type(in_file), (by_set, in_file)
+
+
+def _explain(key: str):
+    res = CliRunner().invoke(app, ["check-params", "--explain", key])
+    return res.exit_code, [line.split(" ", 1)[0].rstrip(":") for line in res.output.splitlines()]
+
+
+def test_explain_matches_dotted_segments_not_string_prefixes():
+    """Issue 42 (new user): ``--explain rl.hargo`` also printed rl.hargo_b1, rl.hargo_b2,
+    rl.hargo_batch and rl.hargo_contrast (a string prefix). A field name is the field and the
+    fields under it; only a key that is no field's falls back to the keys it starts."""
+    code, keys = _explain("rl.hargo")
+    assert code == 0 and keys[0] == "rl.hargo" and len(keys) > 5
+    assert all(k == "rl.hargo" or k.startswith("rl.hargo.") for k in keys), keys
+    assert "rl.hargo.alpha" in keys and "rl.hargo_b1" not in keys
+    code, keys = _explain("rl.hargo_b1")
+    assert code == 0 and keys[0] == "rl.hargo_b1" and "rl.hargo_b2" not in keys
+    code, keys = _explain("rl.steps")
+    assert (code, keys) == (0, ["rl.steps"])
+    code, keys = _explain("rl.hargo_b")              # no such field: the keys it starts
+    assert code == 0 and {"rl.hargo_b1", "rl.hargo_b2", "rl.hargo_batch"} <= set(keys)
+
+
+def test_explain_an_entry_of_a_per_task_map():
+    """Issue 42 (new user): ``--explain rl.max_new_tokens.race_c`` exited 2 although ``-S
+    rl.max_new_tokens.race_c=9`` is taken. It prints the map's line, naming the task's entry;
+    a task no universe has is still an error."""
+    for key, field in (("rl.max_new_tokens.race_c", "rl.max_new_tokens"),
+                       ("rewards.answer.max_chars.plp", "rewards.answer.max_chars")):
+        res = CliRunner().invoke(app, ["check-params", "--explain", key])
+        assert res.exit_code == 0, res.output
+        [line] = res.output.splitlines()
+        assert line.startswith(f"{field} (") and line.endswith(
+            f"[{key}: the entry for task {key.rsplit('.', 1)[1]!r} of this per-task map]")
+    res = CliRunner().invoke(app, ["check-params", "--explain", "rl.max_new_tokens.nope"])
+    assert res.exit_code == 2 and "did you mean rl.max_new_tokens" in res.output

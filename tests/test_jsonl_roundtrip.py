@@ -78,6 +78,79 @@ def test_prepared_records_and_eval_rows_round_trip(tmp_path_factory, task, instr
     assert read_eval_rows(d, ["grpo"]) == {"grpo": [want, want]}
 
 
+#: any text with the UTF-16 surrogates drawn often, lone and in high-low order (which a Python
+#: str may hold: a decoder's surrogateescape, a slice of a UTF-16 string). st.text never draws
+#: a surrogate, whatever its alphabet: the characters are joined by hand.
+SURROGATE_TEXT = st.lists(st.one_of(
+    st.characters(), st.sampled_from(BREAKS),
+    st.integers(0xD800, 0xDFFF).map(chr),
+    st.sampled_from(["\ud83d", "\ude00", "\udbff", "\udc00"])), max_size=12).map("".join)
+SURROGATE_RECORDS = st.lists(st.dictionaries(SURROGATE_TEXT, st.one_of(
+    SURROGATE_TEXT, st.lists(SURROGATE_TEXT, max_size=2),
+    st.dictionaries(SURROGATE_TEXT, SURROGATE_TEXT, max_size=2)), max_size=3),
+    min_size=1, max_size=3)
+
+
+def _has_pair(obj) -> bool:
+    """A string in ``obj`` (key or value) holds a high surrogate right before a low one."""
+    import re
+
+    pair = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+    if isinstance(obj, str):
+        return bool(pair.search(obj))
+    if isinstance(obj, dict):
+        return any(_has_pair(k) or _has_pair(v) for k, v in obj.items())
+    if isinstance(obj, list):
+        return any(_has_pair(v) for v in obj)
+    return False
+
+
+@pytest.mark.fast
+@settings(max_examples=100, deadline=None)   # ~2.5 s; about half the draws hold a pair
+@given(records=SURROGATE_RECORDS)
+def test_strings_with_surrogates_round_trip_or_are_refused(tmp_path_factory, records):
+    """Issue 42 (new user): ``atomic_write_jsonl(p, [{"c": "\\ud83d\\ude00"}])`` then
+    ``read_jsonl(p)`` gave ``"😀"``: two lone surrogates, escaped one by one, read back as the
+    pair they spell. JSON has no way to write them apart, so every writer refuses exactly such
+    a string (naming the file, the record and the field, writing nothing); every other string,
+    lone surrogates included, round-trips."""
+    d = tmp_path_factory.mktemp("sur")
+    bad = next((i for i, r in enumerate(records) if _has_pair(r)), None)
+    if bad is None:
+        assert read_jsonl(write_jsonl(d / "a.jsonl", records)) == records
+        assert read_jsonl(atomic_write_jsonl(d / "b.jsonl", records)) == records
+        assert json.loads(atomic_write_json(d / "c.json", records).read_text("utf-8")) \
+            == records
+        return
+    for write, name, rec in ((atomic_write_jsonl, "b.jsonl", bad), (write_jsonl, "a.jsonl", bad),
+                             (atomic_write_json, "c.json", None)):
+        with pytest.raises(HargoInputError) as e:
+            write(d / name, records)
+        msg = str(e.value)
+        assert msg.startswith(str(d / name) + ("" if rec is None else f", record {rec}"))
+        assert e.value.record == rec and e.value.field
+        assert "two lone UTF-16 surrogates" in msg and "U+D" in msg
+        msg.encode("utf-8")   # printable: the field's surrogates are escaped
+    assert not (d / "b.jsonl").exists() and not (d / "c.json").exists()
+    assert [p.name for p in d.iterdir()] == ["a.jsonl"]   # in place (a staged path): partial
+
+
+@pytest.mark.fast
+def test_the_reported_surrogate_pair_is_refused_by_file_record_and_field(tmp_path):
+    with pytest.raises(HargoInputError) as e:
+        atomic_write_jsonl(tmp_path / "p.jsonl", [{"c": "ok"}, {"a": 1, "c": "x\ud83d\ude00"}])
+    assert str(e.value).startswith(f"{tmp_path / 'p.jsonl'}, record 1, field 'c': cannot write "
+                                   "U+D83D followed by U+DE00")
+    assert "reads back as the single character U+1F600" in str(e.value)
+    assert (e.value.record, e.value.field) == (1, "c") and not (tmp_path / "p.jsonl").exists()
+    with pytest.raises(HargoInputError, match=r"field 'prompt\[1\]\.content'"):
+        atomic_write_jsonl(tmp_path / "q.jsonl", [{"prompt": [{"content": "a"},
+                                                             {"content": "\udbff\udc00"}]}])
+    # apart, or in low-high order, they stay lone and read back as written
+    for s in ("\ud83d \ude00", "\ude00\ud83d", "\ud83d", "\ude00"):
+        assert read_jsonl(atomic_write_jsonl(tmp_path / "r.jsonl", [{"c": s}])) == [{"c": s}]
+
+
 @pytest.mark.fast
 def test_lone_surrogates_and_crlf_files_read_back(tmp_path):
     recs = [{"s": "\ud83d alone", "t": "low \udc00"}]

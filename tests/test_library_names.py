@@ -82,12 +82,66 @@ def _mlflow_takes_model_name(name: str) -> bool:
     return True
 
 
+def _mlflow_parses_model_uris_of(name: str) -> bool:
+    """MLflow's own parser gives ``name`` back from ``models:/<name>@a`` and
+    ``models:/<name>/1`` (the URIs hargo.registry and hargo.registered_models load by)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.store.artifact.utils.models import _parse_model_uri
+
+    try:
+        return all(_parse_model_uri(uri).name == name
+                   for uri in (f"models:/{name}@a", f"models:/{name}/1"))
+    except MlflowException:
+        return False
+
+
+def _hargo_also_refuses(name: str) -> bool:
+    """hargo's own caution beyond MLflow's parser: '#' (a fragment to a parser that allows
+    one) and any control character."""
+    import unicodedata
+
+    return "#" in name or any(unicodedata.category(c) == "Cc" for c in name)
+
+
 @settings(max_examples=400, deadline=None)
 @given(_NAMES)
 def test_the_model_name_rule_is_mlflows(name):
     """Below the SQL column's width, hargo's verdict on a registered model name is MLflow's own
-    (the SQL store's rule and the file store's, both)."""
-    assert (names.model_name_problem(name) is None) == _mlflow_takes_model_name(name), name
+    (the SQL store's rule and the file store's, both), and the ``models:/`` URIs that load the
+    model give the name back through MLflow's own parser (issue 42: ``a?b`` was taken)."""
+    takes = _mlflow_takes_model_name(name) and _mlflow_parses_model_uris_of(name) \
+        and not _hargo_also_refuses(name)
+    assert (names.model_name_problem(name) is None) == takes, name
+
+
+def test_every_character_mlflows_uri_parser_mangles_is_refused():
+    """Issue 42: ``register.model_name`` values whose ``models:/`` URI MLflow cannot parse back
+    (``a?b``: '?' starts a query; tab, CR, LF: urllib drops them) passed check-params, were
+    registered, and then ``hargo.registry.ask('x', model_name='a?b', alias='candidate')``
+    failed. Every character up to U+07FF and the odd ones beyond (line and paragraph
+    separators, ideographic space, BOM; all 1.1M code points were checked once, 4 s, the same
+    five), put inside a name, is refused by hargo whenever MLflow's parser would not give the
+    name back."""
+    mangled = [c for c in [*map(chr, range(0x800)), "\u2028", "\u2029", "\u3000", "\ufeff"]
+               if not _mlflow_parses_model_uris_of(f"a{c}b")]
+    assert mangled == ["\t", "\n", "\r", "/", "?"]   # what MLflow 3's parser loses today
+    for c in mangled:
+        assert names.model_name_problem(f"a{c}b") is not None, repr(c)
+    assert "'?'" in names.model_name_problem("a?b") and "query" in names.model_name_problem("a?b")
+    for c in "#\x00\x1f\x7f\x85":
+        assert names.model_name_problem(f"a{c}b") is not None, repr(c)
+    for ok in ("hargo-hpc", "a@b", "a b", "a;b", "a[b]", "é"):
+        assert names.model_name_problem(ok) is None, ok
+        assert _mlflow_parses_model_uris_of(ok), ok
+
+
+@pytest.mark.parametrize("value", ["'a?b'", "'a#b'", "'a\tb'", "\"a\\rb\"", "\"a\\nb\""])
+def test_a_model_name_no_models_uri_can_reach_is_refused_at_the_params_stage(committed_params,
+                                                                               value):
+    with pytest.raises(ParamsError, match=r"^register\.model_name: .* cannot name an MLflow "
+                                          r"registered model: the models:/\{name\}@\{alias\} "
+                                          r"URI that loads it cannot carry"):
+        validate_params(apply_overrides(committed_params, [f"register.model_name={value}"]))
 
 
 @settings(max_examples=200, deadline=None)

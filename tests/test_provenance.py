@@ -57,3 +57,28 @@ def test_the_pipelines_own_rewrites_do_not_make_a_run_dirty(repo):
         assert tracking.git_commit(repo) == f"{sha}-dirty", rel
         _git(repo, "checkout", "--", rel)
     assert tracking.git_commit(repo.parent) == "unknown"           # outside git
+
+
+def test_an_untracked_module_in_a_source_tree_makes_a_run_dirty(repo):
+    """Issue 42 (new user): a new, uncommitted ``hargo/tasks/toy.py`` (which the task registry
+    imports) left ``hargo.git_commit`` clean: git_commit asked git with
+    ``--untracked-files=no``. An untracked .py file under hargo/ or flows/ now counts, at any
+    depth; an ignored one, an untracked non-Python file and untracked files elsewhere do not."""
+    sha = _git(repo, "rev-parse", "HEAD")
+    (repo / ".gitignore").write_text("scratch_*.py\n__pycache__/\n")
+    _git(repo, "commit", "-qam", "ignore")
+    sha = _git(repo, "rev-parse", "HEAD")
+    for rel in ("hargo/tasks/scratch_x.py", "hargo/__pycache__/rewards.py",   # ignored
+                "hargo/tasks/notes.txt", "notebooks/try.py", "toy.py"):      # not sources
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("x = 1\n")
+    assert tracking.git_commit(repo) == sha
+    for rel in ("hargo/tasks/toy.py", "hargo/tasks/toy/__init__.py", "flows/extra.py",
+                "hargo/new.py"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("x = 1\n")
+        assert tracking.git_commit(repo) == f"{sha}-dirty", rel
+        (repo / rel).unlink()
+        assert tracking.git_commit(repo) == sha, rel
+    (repo / "hargo/tasks/toy.py").write_text("x = 1\n")   # seen from a subfolder too
+    assert tracking.git_commit(repo / "hargo") == f"{sha}-dirty"

@@ -157,3 +157,70 @@ def test_summary_is_as_wide_as_columns_says(tmp_path, committed_params, mlflow_u
         summary.run(as_config(params), root=tmp_path)
         widest = max(len(line) for line in capsys.readouterr().out.splitlines())
         assert widest == int(columns or 140), columns   # the table needs more: it fills it
+
+
+def _crafted_summary(n_models: int = 4) -> tuple[dict, list[str]]:
+    """A summary's data (collect's shape) whose every metric cell is a different number, and the
+    numbers as the table shows them."""
+    from hargo import summary
+
+    cols = summary.columns()
+    models, shown = {}, []
+    for i in range(n_models):
+        vals = {k: round(-0.5 + 0.0137 * (i * 20 + j), 4) for j, (k, _) in enumerate(cols)}
+        win, tps = round(0.3 + 0.011 * i, 4), 400.0 + 7 * i
+        models[f"method{i}"] = {**vals, "win_rate": win, "gen_tokens_per_s": tps,
+                                "alias": f"@candidate v{i}", "baseline": i == 0}
+        shown += [f"{v:.3f}" for v in vals.values()] + [f"{win:.3f}", f"{tps:.0f}"]
+    models["unevaluated"] = None
+    return ({"judge": "task-reward", "models": models, "stages": {}, "stages_note": None,
+             "total_s": 0.0, "register": None}, shown)
+
+
+@pytest.mark.parametrize("columns", ["60", "80", "100", "140"])
+def test_summary_shows_every_number_whole_at_any_width(columns, capsys, monkeypatch):
+    """Issue 42 (new user): at COLUMNS=80 every metric cell read ``0…`` (rich shortened each
+    cell to squeeze the wide table in), at 100 ``0.5…``. Now the table is laid out so that each
+    cell fits (wide, else metrics as rows, else one block per model): every number appears
+    whole, and no line is wider than the console."""
+    import re
+
+    from hargo import summary
+    from hargo.console import table_console
+
+    monkeypatch.setenv("COLUMNS", columns)
+    data, shown = _crafted_summary()
+    console = table_console(140)
+    for r in summary.render(data, console.width):
+        console.print(r)
+    out = capsys.readouterr().out
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= int(columns)
+    tokens = re.findall(r"-?\d+(?:\.\d+)?", out)
+    missing = [n for n in shown if n not in tokens]
+    assert not missing, (columns, missing, out)
+    words = out.split()   # an alias may wrap at its space, a name never
+    for i in range(4):
+        assert f"method{i}" in words and f"v{i}" in words
+    assert words.count("@candidate") == 4
+    assert "unevaluated" in words and "evaluated" in words
+
+
+@pytest.mark.parametrize("columns", ["0", "", "junk", "-5", " 00 "])
+def test_summary_unusable_columns_count_as_unset(columns, capsys, monkeypatch):
+    """Issue 42 (new user): ``COLUMNS=0`` printed nothing and exited 0 (rich took it as a
+    zero-wide console). A COLUMNS that is not a positive width counts as unset: in a pipe the
+    default 140 columns, and the numbers are there."""
+    from hargo import summary
+    from hargo.console import table_console
+
+    monkeypatch.setenv("COLUMNS", columns)
+    console = table_console(140)
+    assert console.width == 140
+    data, shown = _crafted_summary(2)
+    for r in summary.render(data, console.width):
+        console.print(r)
+    out = capsys.readouterr().out
+    assert all(n in out for n in shown), out
+    monkeypatch.setenv("COLUMNS", "12")   # a width too narrow for any layout: the narrowest
+    assert table_console(140).width == 40

@@ -316,7 +316,13 @@ def test_vllm_serve_serves_the_sft_model_at_the_configured_port(tmp_path):
         assert "no CUDA device" in r.stderr
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]", "0", "0x0", " "])
+@pytest.mark.parametrize("host", [
+    "0.0.0.0", "::", "[::]", "0", "0x0", " ", "000.000.000.000", "*", "",
+    # issue 42 (new user): the IPv4-mapped IPv6 wildcard listened on every IPv4 interface
+    "::ffff:0.0.0.0", "[::ffff:0.0.0.0]", "::ffff:0:0", "0:0:0:0:0:ffff:0000:0000",
+    # zone ids, brackets, a trailing dot, the resolver's short forms
+    "::%eth0", "[::%lo]", "[::]%eth0", "::ffff:0.0.0.0%1", "0:0:0:0:0:0:0:0", "[0.0.0.0]",
+    "0.0.0.0.", "0.0", "00", "0x00000000", "[]"])
 def test_vllm_serve_refuses_to_bind_every_interface(tmp_path, host):
     """The server runs with VLLM_SERVER_DEV_MODE=1, whose weight-update and engine-control
     endpoints take no key: ``--host`` a wildcard address is refused (exit 2, naming what to bind
@@ -333,7 +339,8 @@ def test_vllm_serve_refuses_to_bind_every_interface(tmp_path, host):
     assert "bind 127.0.0.1" in r.output and "cluster address" in r.output
     with pytest.raises(ValueError, match="binds every interface"):
         serve_command("models/sft", 8000, host=host)
-    for ok in ("127.0.0.1", "10.0.0.3", "gpu-node-07", "::1"):
+    for ok in ("127.0.0.1", "10.0.0.3", "gpu-node-07", "::1", "::ffff:127.0.0.1",
+               "fe80::1%eth0", "[::1]", "localhost"):
         assert check_serve_host(ok) == ok
 
 

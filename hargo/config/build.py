@@ -100,9 +100,14 @@ def _check_budget(key: str, value: Any, raw: Mapping, name: str, synthetic: bool
     registered task of the universe ``synthetic`` (:func:`hargo.generation_budget.check_budget`)."""
     from hargo.config import registries
 
+    meta = {"kind": int, "lo": 1, "hi": None, "lo_open": False, "hi_open": False,
+            "nullable": False}
     if isinstance(value, (str, float)) and not isinstance(value, bool):
-        return check_value(key, value, {"kind": int, "lo": 1, "hi": None, "lo_open": False,
-                                        "hi_open": False, "nullable": False})
+        return check_value(key, value, meta)
+    if isinstance(value, Mapping):   # each task's too (issue 42: {race_c: 64.0} was refused)
+        value = {t: check_value(f"{key}.{t}", v, meta)
+                 if isinstance(v, (str, float)) and not isinstance(v, bool) else v
+                 for t, v in value.items()}
     return registries.check_budget(value, key, synthetic=synthetic)
 
 

@@ -132,7 +132,9 @@ class Compare(_MethodBlocks):
                 if k == "methods":
                     registries.check_method(key, x)
                 elif not isinstance(x, int) or isinstance(x, bool) or x < 0:
-                    raise ParamsError(f"{key}: seeds must be integers >= 0, got {x!r}")
+                    raise ParamsError(f"{key}: seeds must be integers >= 0, got {x!r} (DVC "
+                                      f"names the stages compare_train@<method>-<seed> from "
+                                      f"params.yaml as written: no 1.0)")
             if k == "methods":                       # compare/dvc.yaml's matrix
                 names.check_stage_keys(key, "compare_train", v)
 

@@ -62,8 +62,16 @@ class Register:
     def _check(raw: Mapping, key: str, root: Mapping) -> None:
         from hargo.param_values import as_number
 
-        if isinstance(raw, dict) and "tolerance" in raw:
-            raw["tolerance"] = as_number("register.tolerance", raw["tolerance"])
+        # numbers as every knob takes them, before the gate's rule (which takes typed values):
+        # any spelling, and a whole float (2000.0, 2e3) for the integer (issue 42: the file's
+        # `resamples: 2000.0` was refused while `seed: 42.0` passed)
+        if isinstance(raw, dict):
+            for k, integer in (("tolerance", False), ("resamples", True), ("confidence", False)):
+                if k in raw and not isinstance(raw[k], bool):
+                    try:
+                        raw[k] = as_number(f"register.{k}", raw[k], integer)
+                    except ParamsError:
+                        pass                    # the gate's rule names what it expects
         check_gate_params(raw)                  # the gate's rule (hargo/config/gate_rule.py)
 
 

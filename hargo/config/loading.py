@@ -79,10 +79,11 @@ ParamsLoader.add_implicit_resolver(
                   |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
 
-class _OverrideLoader(_UniqueKeys, yaml.SafeLoader):
-    """PyYAML's safe loader (YAML 1.1, as ``-S`` values were always read) refusing a key given
-    twice in a value (``-S 'rl.max_new_tokens={plp: 40, plp: 80}'``), as :class:`ParamsLoader`
-    does in the file."""
+class _OverrideLoader(ParamsLoader):
+    """The file's loader (:class:`ParamsLoader`: YAML 1.2 floats, a key given twice refused, as
+    in ``-S 'rl.max_new_tokens={plp: 40, plp: 80}'``) for ``-S`` values, so that a value reads
+    the same on the command line as in params.yaml (issue 42: ``-S register.resamples=2e3``
+    was the string ``'2e3'`` under PyYAML's YAML 1.1, the number 2000.0 in the file)."""
 
 
 def get(params: Mapping, dotted: str) -> Any:

@@ -11,7 +11,13 @@ Which names come from params.yaml, and whose rule holds each:
   tracking server) or a file one: ``mlflow.utils.validation._validate_model_name`` (not empty,
   no ``/`` or ``:``, not a name that resolves to another as a path: ``.``, ``a/../b``, ``..x``)
   and ``mlflow.store.model_registry.file_store._validate_model_name`` (no path separator, no
-  ``%``); plus the SQL store's column width (``registered_models.name``: 256 characters).
+  ``%``); plus the SQL store's column width (``registered_models.name``: 256 characters); plus
+  what the ``models:/<name>@<alias>`` and ``models:/<name>/<version>`` URIs need, which MLflow
+  registers without checking: ``mlflow.store.artifact.utils.models._parse_model_uri`` must give
+  the name back, so no ``?`` (urllib takes the rest for a query), no tab, CR or LF (urllib
+  drops them), and hargo adds ``#`` (a fragment to any parser that allows one) and every other
+  control character (issue 42: ``register.model_name='a?b'`` was registered, then
+  ``hargo.registry.ask`` could not load ``models:/a?b@candidate``).
 * ``mlflow.experiment``: ``mlflow.utils.validation._validate_experiment_name`` (a non-empty
   string of at most 500 characters) and the SQL store's column (``experiments.name``: 256).
 * every params key as MLflow logs it (``rl.hargo.beta``; :func:`hargo.tracking.flatten`):
@@ -40,11 +46,12 @@ import os
 import posixpath
 import re
 import string
+import unicodedata
 from typing import Any, Mapping
 
 from hargo.param_values import ParamsError
 
-__all__ = ["DERIVED_MODEL_SUFFIXES", "SQL_NAME_WIDTH", "model_name_problem",
+__all__ = ["DERIVED_MODEL_SUFFIXES", "SQL_NAME_WIDTH", "model_name_problem", "uri_name_problem",
            "experiment_name_problem", "param_key_problem", "dvc_stage_key_problem",
            "check_model_name", "check_experiment_name", "check_param_keys", "check_stage_keys"]
 
@@ -83,6 +90,23 @@ def model_name_problem(name: Any) -> str | None:
         return "MLflow's file store refuses '%' in a registered model name"
     if len(name) > SQL_NAME_WIDTH:
         return f"MLflow's SQL store keeps registered model names of at most {SQL_NAME_WIDTH} characters"
+    return uri_name_problem(name)
+
+
+#: Characters a ``models:/`` URI cannot carry in its name: ``?`` starts a query, ``#`` a
+#: fragment (urllib.parse), beside the control characters (:func:`uri_name_problem`).
+_URI_SPECIAL = ("?", "#")
+
+
+def uri_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot stand in a ``models:/<name>@<alias>`` or ``models:/<name>/<n>`` URI
+    (MLflow's ``_parse_model_uri`` would not give it back; None: it can). A ``/`` is MLflow's
+    own rule (:func:`model_name_problem`)."""
+    bad = sorted({c for c in name if c in _URI_SPECIAL or unicodedata.category(c) == "Cc"})
+    if bad:
+        return (f"the models:/{{name}}@{{alias}} URI that loads it cannot carry "
+                f"{' '.join(repr(c) for c in bad)} (urllib reads '?' as a query, '#' as a "
+                f"fragment and drops tab, CR and LF; no control characters)")
     return None
 
 

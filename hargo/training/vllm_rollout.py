@@ -205,6 +205,34 @@ def server_config_kwargs(server: Mapping) -> dict:
 DEFAULT_SERVE_HOST = "127.0.0.1"
 
 
+def _is_wildcard(host: str) -> bool:
+    """``host`` names the unspecified address (every interface) in some spelling: brackets, a
+    zone id and a trailing dot aside, ``ipaddress`` reads it, else the resolver does as a number
+    (``getaddrinfo`` with ``AI_NUMERICHOST``: ``0``, ``0x0``, ``000.000.000.000``; no lookup of
+    a host name). An IPv4-mapped IPv6 address counts as its IPv4 one."""
+    import ipaddress
+    import socket
+
+    addr = host.split("%", 1)[0].strip("[]").rstrip(".").strip("[]")   # [::%eth0], [::]%eth0
+    if not addr.strip():
+        return True    # "" (or "[]"): many servers bind every interface for an empty host
+
+    def unspecified(a: str) -> bool:
+        ip = ipaddress.ip_address(a.split("%", 1)[0])
+        mapped = getattr(ip, "ipv4_mapped", None)
+        return ip.is_unspecified or (mapped is not None and mapped.is_unspecified)
+
+    try:
+        return unspecified(addr)
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(addr, None, flags=socket.AI_NUMERICHOST)
+    except (socket.gaierror, UnicodeError, ValueError):
+        return False   # a host name: one address (what it resolves to is the network's)
+    return any(unspecified(info[4][0]) for info in infos)
+
+
 def check_serve_host(host: str) -> str:
     """``host`` as the one address the rollout server may bind: a host name or a single IP
     address, never a wildcard. The server runs with ``VLLM_SERVER_DEV_MODE=1``, whose
@@ -213,19 +241,13 @@ def check_serve_host(host: str) -> str:
     anyone who reaches the port replace the weights the rollouts come from or stop the engine.
 
     Raises:
-        ValueError: an empty host, or an unspecified address (``0.0.0.0``, ``::``) that binds
-            every interface; the message says what to bind instead."""
-    import ipaddress
-    import socket
-
+        ValueError: an empty host, or an unspecified address that binds every interface, in any
+            spelling: ``0.0.0.0``, ``::``, ``[::]``, the resolver's IPv4 forms (``0``,
+            ``0x0``, ``0.0``), with a zone id (``::%eth0``) or a trailing dot, and the
+            IPv4-mapped IPv6 wildcard ``::ffff:0.0.0.0``, which a dual-stack socket binds to
+            every IPv4 interface; the message says what to bind instead."""
     h = host.strip()
-    try:
-        wildcard = ipaddress.ip_address(h.strip("[]")).is_unspecified
-    except ValueError:
-        try:                           # the resolver's IPv4 spellings: "0", "0.0", "0x0" ...
-            wildcard = socket.inet_aton(h) == bytes(4)
-        except OSError:
-            wildcard = h in ("", "*")
+    wildcard = h in ("", "*") or _is_wildcard(h)
     if wildcard:
         raise ValueError(
             f"--host {host!r} binds every interface, and the server's development endpoints "
