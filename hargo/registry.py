@@ -7,11 +7,11 @@ logged to the stage's MLflow run as a transformers model (task ``text-generation
 reference to its base, the SFT model, which is stored once as a version of
 ``<register.model_name>-base`` and reused while its digest stays the same
 (:mod:`hargo.registered_models`); a full fine-tuning run's full weights. With the method's eval
-metrics linked to the logged model (MLflow 3: the model page lists them), the params, and the
-common run tags; it is registered as a new version of ``register.model_name`` with a handful of
-tags (``hargo.method``, ``hargo.seed``, ``hargo.data_version``, ``hargo.git_commit``,
-``hargo.gate``, and an adapter's ``hargo.base_model``) and the gate's reason as its description, and gets the alias ``candidate`` (with
-several methods the alias ends on the last one).
+metrics linked to the logged model (listed on the model's page), the params, and the common run
+tags; it is registered as a new version of ``register.model_name`` with tags (``hargo.method``,
+``hargo.seed``, ``hargo.data_version``, ``hargo.git_commit``, ``hargo.gate``, and an adapter's
+``hargo.base_model``) and the gate's reason as its description, and gets the alias ``candidate``
+(the last method's, with several).
 
 The gate (:func:`hargo.gate.gate`, which states the rule) pairs each candidate's per-prompt
 evaluation rows (``data/eval/<method>.jsonl``) with a reference's and decides on a paired
@@ -30,9 +30,8 @@ Failure handling: every check (metrics present for SFT and each method, gate met
 numeric, model folders complete, each with a training record that says it did not diverge
 (:func:`hargo.training.divergence.check_training_record`, against ``train.divergence``), adapters
 trained on the SFT model there and giving the merged folder's logits on it
-(:func:`hargo.registered_models.check_adapter_agrees`), per-prompt rows
-matching the metrics, the store usable)
-runs before anything is registered. If logging, registering or moving an alias fails midway,
+(:func:`hargo.registered_models.check_adapter_agrees`), per-prompt rows matching the metrics,
+the store usable) runs before anything is registered. If logging, registering or moving an alias fails midway,
 the champion and candidate aliases are put back and the versions created by this run are
 deleted (and the registered models too when this run created them): nothing partial stays
 registered.
@@ -297,8 +296,7 @@ def _log_versions(client, name: str, methods: Sequence[str], inp: _Inputs, cfg: 
             undo.made, model_card=local_model_card(inp.base_dir, base, "the SFT model (LoRA base)"))
     logged_params = {k: str(v)[:500] for k, v in tracking.flatten(
         {"seed": pd.get("seed"), "rl": pd["rl"], "sft": pd.get("sft", {}),
-         "evaluate": pd.get("evaluate", {}),
-         "rewards": pd.get("rewards", {})}).items()}
+         "evaluate": pd.get("evaluate", {}), "rewards": pd.get("rewards", {})}).items()}
     for m in methods:
         adapter = inp.adapters[m]
         kw = {"pip_requirements": pip_requirements(peft=adapter is not None),

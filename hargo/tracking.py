@@ -41,8 +41,8 @@ from hargo.config import Config, params_dict
 from hargo.provenance import data_version, git_commit, pipeline_products  # noqa: F401
 from hargo.signals import StageTerminated, terminate_as_exception  # noqa: F401
 from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, TrackingStoreError,
-                                  check_store, deleted_experiment, is_local_store, local_uri, log_http_retries,
-                                  reroot, sqlite_path, store_root)
+                                  check_store, deleted_experiment, is_local_store, local_uri,
+                                  log_http_retries, reroot, sqlite_path, store_root)
 
 DOOR_ENV = "HARGO_DOOR"            # "dvc" (default) or "prefect"
 PARENT_ENV = "HARGO_PARENT_RUN_ID"
@@ -112,8 +112,7 @@ def setup(params: Config, root: str | Path = ".") -> str:
     Before MLflow (or the re-root) touches the store, :func:`check_store` probes it (fails
     within ~10 s; a read-only, corrupt or damaged database, another MLflow version's schema, a
     deleted experiment: one line) and the HTTP retry defaults (:data:`HTTP_RETRY_DEFAULTS`) are
-    set. The experiment is marked a
-    model-training experiment (tag ``mlflow.experimentKind`` = ``custom_model_development``),
+    set. The experiment is marked a model-training experiment (tag ``mlflow.experimentKind`` = ``custom_model_development``),
     also on an existing experiment that lacks the tag. A local store whose artifact location
     points into another folder (the project was moved or copied) is re-rooted here
     (:func:`reroot`).

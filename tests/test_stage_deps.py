@@ -20,6 +20,10 @@ RESULT_NEUTRAL = {
     "hargo/io.py": "file primitives (atomic writes, JSONL reading): how outputs are written",
     "hargo/tracking.py": "MLflow logging only",
     "hargo/tracking_store.py": "checks and re-roots the MLflow store; logs nothing a stage reads",
+    "hargo/tracking_db.py": "checks the MLflow store's SQLite file, as hargo/tracking_store.py",
+    "hargo/stage_inputs.py": "notes what a stage read at its start and fails it if that changed; "
+                             "changes no result",
+    "hargo/code_home.py": "checks that the CLI runs the project's own code",
     "hargo/params.py": "loading and validating params.yaml; the values are the stages' DVC "
                        "params, and the `params` stage re-validates on any change",
     "hargo/param_values.py": "the params checks' error type and number parsing",

@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI_PLUMBING = {"hargo/__init__.py", "hargo/cli.py", "hargo/console.py", "hargo/diskspace.py",
                 "hargo/offline.py",
                 # every command re-roots a copied project's MLflow store first (hargo/cli.py)
-                "hargo/tracking_store.py",
+                "hargo/tracking_store.py", "hargo/tracking_db.py",
+                # and notes what the stage reads, to fail it if that changes while it runs
+                "hargo/stage_inputs.py",
                 # and, before that, checks it runs the project's own code (hargo/cli.py)
                 "hargo/code_home.py"}
 ABOVE_CONFIG = ("hargo.compare", "hargo.gate", "hargo.data", "hargo.models", "hargo.training",

@@ -129,7 +129,10 @@ def test_a_store_problem_is_one_line_naming_the_fix_and_nothing_is_written(
     from hargo.cli import app
 
     project = _project(tmp_path, monkeypatch, store_template, moved=moved)
+    from hargo import tracking_db
+
     monkeypatch.setattr(tracking_store, "PROBE_TIMEOUT_S", 0.5)    # the locked store's wait
+    monkeypatch.setattr(tracking_db, "PROBE_TIMEOUT_S", 0.5)       # (both modules probe it)
     db = project / "mlruns" / "mlflow.db"
     runs = _runs(db)
     with contextlib.ExitStack() as stack:
