@@ -111,7 +111,9 @@ def test_a_knob_left_out_of_params_is_checked_at_its_default(project):
     root, params = project
     assert "report_dir" not in params["validate"]       # params.yaml relies on the default
     text = (root / "dvc.yaml").read_text()
-    (root / "dvc.yaml").write_text(text.replace("- reports/validation:", "- reports/gx:"))
+    moved = text.replace("    outs:\n      - reports/validation\n", "    outs:\n      - reports/gx\n")
+    assert moved != text                                 # the stage's output was found and moved
+    (root / "dvc.yaml").write_text(moved)
     with pytest.raises(ParamsError, match=r"^validate\.report_dir: 'reports/validation' is not "
                                           r"where dvc\.yaml stage 'validate' writes it "
                                           r"\(reports/gx\)"):
