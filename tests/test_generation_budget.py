@@ -122,8 +122,10 @@ class _Lengths:
 def test_rl_rollouts_stop_at_their_task_budget(committed_params, tiny_model_dir, tmp_path,
                                                monkeypatch):
     """A random tiny model rarely samples EOS: every completion runs to its task's budget, and
-    the transformers generation of a batch runs to the batch's largest budget only."""
-    from hargo.training import grpo
+    the transformers generation of a batch runs to the batch's largest budget only, through a
+    capped copy of TRL's generation config (TRL's own object is never changed)."""
+    from transformers.generation.utils import GenerationMixin
+
     from hargo.training.rl import build_trainer
 
     write_jsonl(tmp_path / "data" / "train.jsonl", crafted_records(per_task=2))
@@ -131,20 +133,22 @@ def test_rl_rollouts_stop_at_their_task_budget(committed_params, tiny_model_dir,
                        prompts_per_step=2, num_generations=2, log_completions_steps=0)
     params["rl"]["max_new_tokens"] = dict(BUDGETS)
     seen: list[int] = []
-    real = grpo._max_new_tokens
+    real = GenerationMixin.generate
 
-    def spy(cfg, n):
-        seen.append(n)
-        return real(cfg, n)
+    def spy(model, *args, generation_config=None, **kwargs):
+        seen.append(generation_config.max_new_tokens)
+        return real(model, *args, generation_config=generation_config, **kwargs)
 
-    monkeypatch.setattr(grpo, "_max_new_tokens", spy)
+    monkeypatch.setattr(GenerationMixin, "generate", spy)
     rec = _Lengths()
     records = crafted_records(per_task=2)
     trainer = build_trainer(as_config(params), "hargo", params["sft"]["out_dir"], records,
                             tmp_path / "ck",
                             recorder=rec, reward_funcs=[char_reward], save_strategy="no")
     assert trainer.args.max_completion_length == 6          # the largest budget
+    trl_config = trainer.generation_config
     trainer.train()
+    assert trainer.generation_config is trl_config and trl_config.max_new_tokens == 6
     assert len(rec.rows) == 3 * 2 * 2 and len(seen) == 3
     for t, n in rec.rows:
         assert 1 <= n <= BUDGETS[t], (t, n)

@@ -1,20 +1,20 @@
 """``HargoGRPOTrainer``: TRL's ``GRPOTrainer`` extended for the HARGO family of RL methods.
 
-This module only wires hargo's math into TRL's trainer. The math lives elsewhere, as pure
-functions: group advantages and per-response weights in :mod:`hargo.advantages`; the clipped
-surrogate, the KL estimators, the clip fractions, the masked means and the weighted loss in
-:mod:`hargo.losses`. The method itself is specified in ``docs/method.md``.
-
-Pinned to **TRL 1.16.0** (``pyproject.toml``: ``trl==1.16.0``). The private ``GRPOTrainer``
-methods hargo overrides all sit in :class:`hargo.training.trl_overrides.GRPOOverrides` (first
-among the bases), each calling this trainer's own step; :mod:`hargo.training.trl_seam` declares
-them with why no public API serves and the signature written against, and the trainer checks it
-when built. Re-run ``tests/test_rl.py`` and ``tests/test_loss_path.py`` before moving the pin.
+This module only wires hargo's math (``docs/method.md``) into TRL's trainer. The math lives
+elsewhere, as pure functions: group advantages and per-response weights in
+:mod:`hargo.advantages`; the clipped surrogate, the KL estimators, the clip fractions, the
+masked means and the weighted loss in :mod:`hargo.losses`. Pinned to **TRL 1.16.0**
+(``pyproject.toml``: ``trl==1.16.0``). The private ``GRPOTrainer`` methods hargo overrides
+all sit in :class:`hargo.training.trl_overrides.GRPOOverrides` (first among the bases), each
+calling this trainer's own step; :mod:`hargo.training.trl_seam` declares them with why no
+public API serves and the signature written against, and the trainer checks it when built.
+Re-run ``tests/test_rl.py`` and ``tests/test_loss_path.py`` before moving the pin.
 The steps:
 
 rollout
     :meth:`~HargoGRPOTrainer.timed_rollout`, :meth:`~HargoGRPOTrainer.rollout_budgets`
-    (transformers sampling under the policy forward's bf16 autocast; each completion cut at
+    (transformers sampling under the policy forward's bf16 autocast, up to the batch's largest
+    task budget through :attr:`~HargoGRPOTrainer.generation_config`; each completion cut at
     its task's budget), :meth:`~HargoGRPOTrainer.keep_gathered_rewards` (all processes').
 scoring
     :meth:`HargoGRPOTrainer.score_training_batch`: TRL's scored batch (with dynamic sampling,
@@ -31,9 +31,8 @@ Methods: the trainer asks the method's :class:`hargo.methods.Method` (``family="
 what to do -- its advantage ``estimator``, whether it ``needs_reference``, its ``policy_loss``
 and ``kl`` estimator (looked up by name in :mod:`hargo.advantages` and :mod:`hargo.losses`) --
 and its params block for the std convention (``std``, ``std_eps``, ``std_scope``: the
-estimator's :class:`~hargo.advantages.HargoConfig`) and the ``aggregation``; nothing here
-branches on method names. Every GRPO-family method runs the same code: two methods differ only
-in what they declare. Today's methods:
+estimator's :class:`~hargo.advantages.HargoConfig`) and the ``aggregation``. Nothing branches
+on method names: two methods differ only in what they declare. Today's methods:
 
 ``grpo``, ``dr_grpo``
     uniform ``1/G`` weights; GRPO's sample std + 1e-4 and ``response_mean``, Dr. GRPO's no std
@@ -46,8 +45,7 @@ in what they declare. Today's methods:
     log-prob ``l_i`` of each response and the EMA baseline ``g`` -- are computed over the whole
     batch gathered from all processes *before* it is split per process, so that 1 process and N
     processes give the same weights even when TRL places one prompt's group across processes.
-    ``l_i`` is the reference model's own log-prob (temperature 1) of the frozen SFT model (LoRA
-    adapter off, or a separate reference copy for full fine-tuning; computed even when
+    ``l_i`` is the frozen SFT model's own log-prob (temperature 1; computed even when
     ``beta = 0``); the same reference pass gives the log-probs at the sampling temperature that
     the KL term uses, as TRL computes them (``HargoGRPOTrainer._reference_logps``, over
     :mod:`hargo.training.reference`; TRL's own reference pass is skipped for the methods that
@@ -60,14 +58,13 @@ in what they declare. Today's methods:
     classic PPO with a learned value head, in the subclass ``hargo.training.ppo.HargoPPOTrainer``
     (it overrides the two hooks ``_response_advantages`` and ``_method_compute_loss``).
 
-Beside this module: :mod:`hargo.training.trl_options` (TRL loss settings, unsupported options),
-:mod:`hargo.training.reference` (the reference model when TRL builds none, its log-probs),
-:mod:`hargo.training.task_diagnostics` (per-task KL and clip fraction for the recorder),
-:mod:`hargo.training.checkpoints` (the checkpoint folders ``_save_checkpoint`` writes).
+Beside this module: :mod:`hargo.training.trl_options`, :mod:`hargo.training.reference`,
+:mod:`hargo.training.task_diagnostics`, :mod:`hargo.training.checkpoints`.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections import defaultdict
 from typing import Any
@@ -224,20 +221,34 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
         finally:
             self.timing["generation_s"] += time.perf_counter() - t0
 
+    @property
+    def generation_config(self):
+        """The ``GenerationConfig`` TRL 1.16's transformers path reads in ``_generate_single_turn``:
+        TRL's own (built in its ``__init__``, never changed here) or, while a training batch with
+        per-task budgets is scored, a copy whose ``max_new_tokens`` is the batch's largest."""
+        base, budgets = self.__dict__.get("_trl_generation_config"), self._row_budgets
+        if base is None or budgets is None or self.use_vllm:
+            return base
+        capped = self._capped_generation_configs.get(max(budgets))
+        if capped is None:
+            capped = self._capped_generation_configs[max(budgets)] = copy.deepcopy(base)
+            capped.max_new_tokens = int(max(budgets))
+        return capped
+
+    @generation_config.setter
+    def generation_config(self, value) -> None:
+        self._trl_generation_config, self._capped_generation_configs = value, {}
+
     @contextlib.contextmanager
     def rollout_budgets(self, n_rows: int):
         """Context of TRL's ``_generate_single_turn`` for ``n_rows`` prompts: the policy's
-        (bf16) autocast on the transformers path (~3x faster on a CPU with AMX, stack.md) and,
-        with per-task budgets for exactly these rows, ``max_new_tokens`` = the batch's largest.
+        (bf16) autocast on the transformers path (~3x faster on a CPU with AMX, stack.md).
         Yields ``cut(completion_ids, logprobs)``, which stops each completion (and its
         log-probs, when not None) at its own task's budget (unchanged without budgets)."""
         ctx = self.accelerator.autocast() if not self.use_vllm else contextlib.nullcontext()
         budgets = self._row_budgets
         if budgets is not None and len(budgets) != n_rows:
             budgets = None     # not the rows of the batch being scored (e.g. TRL's eval path)
-        cap = contextlib.nullcontext()
-        if budgets is not None and not self.use_vllm:
-            cap = _max_new_tokens(self.generation_config, max(budgets))   # the batch's largest
 
         def cut(completion_ids, logprobs):
             if budgets is None:
@@ -247,7 +258,7 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
                 logprobs = [list(lp)[:b] for lp, b in zip(logprobs, budgets)]
             return completion_ids, logprobs
 
-        with ctx, cap:
+        with ctx:
             yield cut
 
     def keep_gathered_rewards(self, rewards_per_func: torch.Tensor) -> None:
@@ -437,14 +448,3 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
             result.update({t: lp.to(at_sampling_T.device) for t, lp in zip(extra, lps)})
         return [result[t] for t in temps]
 
-
-@contextlib.contextmanager
-def _max_new_tokens(generation_config, n: int):
-    """``generation_config.max_new_tokens = n`` for the duration (TRL 1.16's transformers path
-    reads it in ``_generate_single_turn``)."""
-    old = generation_config.max_new_tokens
-    generation_config.max_new_tokens = int(n)
-    try:
-        yield
-    finally:
-        generation_config.max_new_tokens = old
