@@ -186,8 +186,8 @@ def dvc_door(tmp_path_factory, real_raw_dir, tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def dvc_compare_door(dvc_door, tmp_path_factory):
-    """:func:`dvc_door`'s project copied, then ``dvc repro compare/dvc.yaml`` in it: every
-    default method x seed 1 trained, evaluated and reported on the tiny model, logging to an
+    """:func:`dvc_door`'s project copied, then ``dvc repro compare/dvc.yaml`` in it: each of
+    ``flow_project.DOOR_METHODS`` (one per trainer path) x seed 1 trained, evaluated and reported on the tiny model, logging to an
     MLflow store of its own. ``log`` holds the command's output and ``sft_mtime_ns`` the SFT
     model's mtime before it ran. Read-only for its tests, like :func:`dvc_door`."""
     import subprocess

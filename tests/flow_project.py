@@ -63,6 +63,15 @@ def make_project(dst: Path, raw_src: Path, n: int = 40,
     return dst
 
 
+#: The comparison door's methods: one per trainer path through ``compare/dvc.yaml`` -- SFT from
+#: the base model (HPC-GPT), PPO's value head, a preference trainer with its pairs (DPO), and the
+#: GRPO family twice, for the report's HARGO - GRPO row. KTO, SimPO and Dr. GRPO run the same
+#: stage command with another registered method; tests/test_preference_training.py trains KTO
+#: and SimPO end to end, tests/test_loss_path.py checks Dr. GRPO's loss against TRL's. Each
+#: method here costs the door two stage processes (~35 s of one worker).
+DOOR_METHODS = ["hpcgpt", "ppo", "dpo", "grpo", "hargo"]
+
+
 # Params that make every stage small enough for a test on the tiny random model; the data
 # contract bounds follow the size of the tiny raw set (``n`` records per file).
 def tiny_overrides(model_dir: Path, n: int = 40) -> dict[str, Any]:
@@ -88,6 +97,7 @@ def tiny_overrides(model_dir: Path, n: int = 40) -> dict[str, Any]:
         "evaluate.samples_per_task": 2,
         "evaluate.max_new_tokens": 4,
         # the comparison (compare/dvc.yaml)
+        "compare.methods": list(DOOR_METHODS),
         "compare.seeds": [1],
         "compare.samples_per_task": 1,
         "compare.steps": 1,
@@ -104,8 +114,8 @@ def tiny_overrides(model_dir: Path, n: int = 40) -> dict[str, Any]:
 #: The xdist group of the tests that share :func:`dvc_door` (and test_flows' Prefect door):
 #: ``scripts/test.sh`` runs ``--dist loadgroup``, so they land on one worker and the tiny
 #: pipeline is reproduced once per run, not once per test. xdist hands out the largest work
-#: unit first (``--loadscope-reorder``, its default), so this group (~15 min of one worker)
-#: starts at once and the other worker's queue fills that time.
+#: unit first (``--loadscope-reorder``, its default), so this group (~12 min of one worker at
+#: 36d0497) starts at once and the other worker's queue fills that time.
 PIPELINE_GROUP = "tiny-pipeline"
 
 

@@ -10,11 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from flow_project import PIPELINE_GROUP
+from flow_project import DOOR_METHODS, PIPELINE_GROUP
 from hargo.params import ParamsError, apply_overrides
 from hargo.config import as_config
 
 DEFAULT_METHODS = ["hpcgpt", "ppo", "dpo", "kto", "simpo", "grpo", "dr_grpo", "hargo"]
+
+
+def test_the_default_comparison_is_the_papers_eight_methods(committed_params):
+    """params.yaml compares the paper's eight methods; the DVC door runs one per trainer path
+    (flow_project.DOOR_METHODS), each of them a default."""
+    from hargo.compare.train import family
+
+    assert committed_params["compare"]["methods"] == DEFAULT_METHODS
+    assert [family(m) for m in DEFAULT_METHODS] == \
+        ["sft", "rl", "preference", "preference", "preference", "rl", "rl", "rl"]
+    assert set(DOOR_METHODS) < set(DEFAULT_METHODS)
+    assert {family(m) for m in DOOR_METHODS} == {family(m) for m in DEFAULT_METHODS}
 
 
 def test_run_params_apply_the_comparison_budget_and_seed(committed_params):
@@ -97,8 +109,8 @@ def _dvc(args, cwd, env, timeout):
 @pytest.mark.xdist_group(PIPELINE_GROUP)
 def test_comparison_pipeline_through_dvc(dvc_door, dvc_compare_door):
     """After the main pipeline's `dvc repro` (the shared tiny run), `dvc repro compare/dvc.yaml`
-    with every default method x 1 seed on the tiny model (the shared comparison run, on a copy):
-    every run trains from the SFT model (hpcgpt from the base model), writes a complete model
+    with flow_project.DOOR_METHODS (one per trainer path) x 1 seed on the tiny model (the shared
+    comparison run, on a copy): every run trains from the SFT model (hpcgpt from the base model), writes a complete model
     the eval stage generates from, and the report renders. A second `dvc repro
     compare/dvc.yaml` has nothing to do; nothing upstream re-ran."""
     from hargo.io import read_jsonl, require_complete_dir
@@ -112,14 +124,14 @@ def test_comparison_pipeline_through_dvc(dvc_door, dvc_compare_door):
     assert "Running stage 'compare/dvc.yaml:compare_train@hargo-1'" in out
 
     params = json.loads(json.dumps(__import__("yaml").safe_load((root / "params.yaml").read_text())))
-    assert params["compare"]["methods"] == DEFAULT_METHODS
+    assert params["compare"]["methods"] == DOOR_METHODS
     n_prompts = set()
-    for m in DEFAULT_METHODS:
+    for m in DOOR_METHODS:
         run = f"{m}-s1"
         require_complete_dir(root / "models" / "compare" / run)
         tm = json.loads((root / "metrics" / "compare" / "train" / f"{run}.json").read_text())
         assert tm["method"] == m and tm["seed"] == 1 and tm["prompts_seen"] > 0
-        if m in ("ppo", "grpo", "dr_grpo", "hargo"):
+        if m in ("ppo", "grpo", "hargo"):
             assert tm["steps"] == 1 and len(tm["history"]) == 1
             assert "all/reward_mean" in tm["history"][0]
         em = json.loads((root / "data" / "compare" / "eval" / run / "metrics.json").read_text())
@@ -138,13 +150,14 @@ def test_comparison_pipeline_through_dvc(dvc_door, dvc_compare_door):
     assert stats["pairs"] == len(pairs) and all(p["chosen_reward"] > p["rejected_reward"]
                                                 for p in pairs)
     md = (root / "reports" / "comparison.md").read_text()
-    for name in ("HPC-GPT", "PPO", "DPO", "KTO", "SimPO", "GRPO", "Dr.GRPO", "HARGO"):
+    for name in ("HPC-GPT", "PPO", "DPO", "GRPO", "HARGO"):
         assert f"| {name} " in md                          # a row of the results table each
+    assert "| KTO " not in md                              # the methods run, not the defaults
     assert "paper (Qwen2.5-0.5B-Instruct)" in md and "HARGO - GRPO" in md
     assert (root / "reports" / "comparison.html").is_file()
     summary = json.loads((root / "metrics" / "compare" / "summary.json").read_text())
-    assert sorted(summary["results"]) == sorted(DEFAULT_METHODS)
-    assert sorted(summary["runs"]) == sorted([f"{m}-s1" for m in DEFAULT_METHODS] + ["sft"])
+    assert sorted(summary["results"]) == sorted(DOOR_METHODS)
+    assert sorted(summary["runs"]) == sorted([f"{m}-s1" for m in DOOR_METHODS] + ["sft"])
     # the race baselines beside the methods, the base model among them
     assert sorted(summary["race"]["baselines"]) == ["always-yes", "base", "nearest-train"]
     assert summary["race"]["baselines"]["always-yes"]["dr_mcc"] == 0.0
@@ -166,7 +179,7 @@ def test_comparison_pipeline_through_dvc(dvc_door, dvc_compare_door):
     for stage, split in (("compare", "train"), ("compare-eval", "eval")):
         runs = client.search_runs([exp.experiment_id], f"tags.`hargo.stage` = '{stage}'")
         # compare-eval also evaluates the SFT model and the untuned base model (compare_base)
-        assert len(runs) == len(DEFAULT_METHODS) + (2 if stage == "compare-eval" else 0), stage
+        assert len(runs) == len(DOOR_METHODS) + (2 if stage == "compare-eval" else 0), stage
         for r in runs:
             assert [(i.dataset.name, i.dataset.digest) for i in r.inputs.dataset_inputs] == \
                 [(f"hpc-gpt-{split}", md5[f"data/prepared/{split}.jsonl"])], r.info.run_name

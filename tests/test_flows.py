@@ -631,8 +631,8 @@ def test_pipeline_flow_matches_dvc_repro(harness, dvc_door, prefect_door, monkey
 def test_comparison_flow_runs_the_plan_and_publishes_the_report(harness, dvc_compare_door,
                                                                 tmp_path, monkeypatch,
                                                                 mlflow_uri):
-    """`hargo-comparison` on a copy of the shared comparison run (every default method x seed
-    1, reproduced by `dvc repro compare/dvc.yaml`) whose DPO run lost its model and its eval,
+    """`hargo-comparison` on a copy of the shared comparison run (flow_project.DOOR_METHODS x
+    seed 1, reproduced by `dvc repro compare/dvc.yaml`) whose DPO run lost its model and its eval,
     with three of the methods: preferences, then train + eval per method x seed, SFT eval,
     report, each through DVC, in the plan's order; only what is missing or whose params
     changed is reproduced (DPO's two stages; the report, whose method list changed), the rest
