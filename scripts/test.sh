@@ -30,11 +30,10 @@ fi
 # (OMP_NUM_THREADS=1 above) and the distributed tests pick free ports. --dist loadgroup: the
 # tests of one xdist_group (the shared tiny pipeline, tests/flow_project.PIPELINE_GROUP, and the
 # modules with costly module fixtures) run on one worker, which builds their fixtures once.
-# Measured alone on a 2-core AMD EPYC with AVX512-BF16 and no AMX, 1,134 tests: 19 min 21 s and
-# 17 min 2 s, two runs in a row on a fresh clone of a01ea0e (2026-12-03, with the allocator
-# tunables above; 20 min 34-43 s before them; docs/development.md "How long the suite takes").
-# On a 2-core AVX2-only AMD EPYC, 1,185 tests: 25 min 11 s (2026-12-04, d0d2b6a): over the
-# 20-minute target on that CPU kind (docs/development.md "How long the suite takes").
+# Measured alone on a fresh clone of 4330ae3 on a 2-core AMD EPYC with AVX512-BF16 and no AMX,
+# 1,507 tests: 16 min 58 s (2026-12-07). On a 2-core AVX2-only AMD EPYC, 1,185 tests at d0d2b6a:
+# 25 min 11 s (2026-12-04). Every figure, with its machine: docs/development.md "How long the
+# suite takes".
 if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] \
    && .venv/bin/python -c "import xdist" 2>/dev/null; then
   args+=("-n" "${HARGO_TEST_WORKERS:-2}" "--dist" "loadgroup")
