@@ -11,6 +11,8 @@ user expects.
 """
 from __future__ import annotations
 
+import re
+
 import copy
 import dataclasses
 from pathlib import Path
@@ -79,8 +81,38 @@ def test_a_params_file_whose_top_level_is_not_a_mapping_names_the_file(tmp_path)
         with pytest.raises(ParamsError, match=rf"^{path}: expected a mapping of sections at the "
                                               r"top level, got list \['seed', 'rl'\]"):
             read()
-    path.write_text("")
-    assert read_params_file(path) == {}
+
+
+@pytest.mark.parametrize("text, match", [
+    ("", r": empty \(no sections"),
+    ("# only a comment\n", r": empty \(no sections"),
+    ("seed: 1\nrl:\n  temperature: [0.6\n  steps: 2\n", r", line 4, column 8: not valid YAML "
+     r"\(while parsing a flow sequence expected ',' or '\]'"),
+    ("seed: 1\nrl: {steps: 2\n", r", line 3, column 1: not valid YAML \(while parsing a flow "
+     r"mapping expected ',' or '\}'"),
+    ("seed: 1\n\tsteps: 2\n", r", line 2, column 1: not valid YAML"),
+    (b"seed: 1\nrl: {a: \xff}\n", r": not UTF-8 text \(byte 16"),
+])
+def test_a_params_file_that_cannot_be_read_is_one_line_naming_file_and_line(
+        tmp_path, monkeypatch, text, match):
+    """Text that is not YAML (1-based line and column of the first fault), not UTF-8, or empty:
+    a ParamsError naming the file (PyYAML's traceback before), and `hargo check-params` says it
+    in one line, exits 2 and removes the stamp of an earlier params.yaml."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    path = tmp_path / "params.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    for read in (lambda: read_params_file(path), lambda: load_config(path, ["rl.steps=2"])):
+        with pytest.raises(ParamsError, match=rf"^{path}{match}"):
+            read()
+    stamp = tmp_path / CHECKED_STAMP
+    stamp.parent.mkdir()
+    stamp.write_text(CHECKED_TEXT)
+    res = CliRunner().invoke(app, ["check-params"])
+    assert res.exit_code == 2 and not stamp.exists(), res.output
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and re.match(rf"error: params\.yaml{match}", errors[0]), res.output
+    assert "Traceback" not in res.output
 
 
 # ------------------------------------------------------------ synthetic per-task maps

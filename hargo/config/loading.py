@@ -184,16 +184,27 @@ def read_params_file(path: str | Path = "params.yaml") -> dict:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ParamsError: a key given twice (file, line, dotted key), or a top level that is not a
-            mapping of sections.
+        ParamsError: a key given twice (file, line, dotted key), text that is not YAML (file,
+            line and column of the first fault, 1-based) or not UTF-8, an empty file, or a top
+            level that is not a mapping of sections.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: params file not found (run from the repository root)")
-    with path.open(encoding="utf-8") as f:
-        params = yaml.load(f, Loader=ParamsLoader)
+    try:
+        with path.open(encoding="utf-8") as f:
+            params = yaml.load(f, Loader=ParamsLoader)
+    except UnicodeDecodeError as e:
+        raise ParamsError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = " ".join(str(x) for x in (getattr(e, "context", None),
+                                         getattr(e, "problem", None)) if x) or str(e)
+        raise ParamsError(f"{path}{where}: not valid YAML ({what})") from None
     if params is None:
-        return {}
+        raise ParamsError(f"{path}: empty (no sections; the committed params.yaml lists every "
+                          "one)")
     if not isinstance(params, dict):
         raise ParamsError(f"{path}: expected a mapping of sections at the top level, got "
                           f"{type(params).__name__} {params!r:.80}")
