@@ -23,8 +23,9 @@ __all__ = ["check_methods_and_paths", "forget_stamp", "undo_experiment_values",
 def check_methods_and_paths(checked: "Config") -> None:
     """The checks of the typed config ``checked`` that its fields cannot make: each
     method of ``rl.methods`` and ``compare.methods`` names an estimator, loss and KL estimator
-    that exist (a typo in a method module), and no path knob leaves where dvc.yaml declares it
-    (:func:`hargo.config.dvc_paths.check_pipeline_paths`).
+    that exist (a typo in a method module), no path knob leaves where dvc.yaml declares it
+    (:func:`hargo.config.dvc_paths.check_pipeline_paths`), and ``model.source`` is where the
+    ``base_model`` stage will find it (:func:`hargo.models.base.check_source_reachable`).
 
     Raises:
         typer.Exit: code 2, after one red ``error: ...`` line."""
@@ -40,11 +41,13 @@ def check_methods_and_paths(checked: "Config") -> None:
             typer.secho(f"error: method {name!r}: {e}", fg="red", err=True)
             raise typer.Exit(2)
     from hargo.config.dvc_paths import check_pipeline_paths
+    from hargo.models.base import ModelNotFoundError, check_source_reachable
     from hargo.params import ParamsError
 
     try:     # a path knob where dvc.yaml does not declare it: refused before any stage runs
         check_pipeline_paths(checked)
-    except ParamsError as e:
+        check_source_reachable(checked.model)    # before DVC removes models/base
+    except (ParamsError, ModelNotFoundError) as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         raise typer.Exit(2)
 

@@ -103,3 +103,66 @@ def test_embedded_smollm2_converts(tmp_path, mlflow_uri, committed_params):
     assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert (out / ".complete").exists()
     assert 530e6 < (out / "model.safetensors").stat().st_size < 545e6  # fp32, tied head
+
+
+def _hub_cache(root: Path, repo: str, files: dict[str, str], commit: str = "a" * 40) -> Path:
+    """A Hugging Face hub cache holding ``repo`` at ``main`` (huggingface_hub's layout)."""
+    d = root / f"models--{repo.replace('/', '--')}"
+    (d / "refs").mkdir(parents=True)
+    (d / "refs" / "main").write_text(commit)
+    snap = d / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for name, text in files.items():
+        (snap / name).write_text(text)
+    return root
+
+
+def test_the_params_stage_finds_model_source_where_base_model_will(tmp_path, monkeypatch,
+                                                                   committed_params,
+                                                                   tiny_model_dir):
+    """check_source_reachable (the params stage, before DVC removes models/base): the embedded
+    model and a model folder pass; a missing folder, a folder without config.json, and a hub id
+    the cache lacks while offline are refused naming the source; online, only an uncached id
+    asks the hub, and the hub's refusal is one error."""
+    import httpx
+    import huggingface_hub
+    import huggingface_hub.constants as hub_constants
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    from hargo.config import as_section
+
+    def model(source):
+        return as_section({"model": {**committed_params["model"], "source": str(source)}},
+                          "model")
+
+    cache = _hub_cache(tmp_path / "hub", "org/cached", {"config.json": "{}"})
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+    asked = []
+
+    def model_info(self, repo_id, revision=None, timeout=None):
+        asked.append((repo_id, revision, timeout))
+        if repo_id != "org/exists":
+            url = f"https://huggingface.co/api/models/{repo_id}"
+            raise RepositoryNotFoundError(f"404 Client Error: {repo_id} not found", response=
+                                          httpx.Response(404, request=httpx.Request("GET", url)))
+        return object()
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for ok in ("smollm2", tiny_model_dir, "org/cached"):
+        base.check_source_reachable(model(ok))
+    (tmp_path / "empty").mkdir()
+    for bad, why in ((tmp_path / "nope", "no such folder"),
+                     (tmp_path / "empty", "no config.json in this folder"),
+                     ("org/uncached", "not in the Hugging Face cache, and HF_HUB_OFFLINE is set")):
+        with pytest.raises(base.ModelNotFoundError, match=rf"^model\.source '{bad}'.*{why}"):
+            base.check_source_reachable(model(bad))
+    assert asked == []                                     # offline: the hub is never asked
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    base.check_source_reachable(model("org/cached"))       # cached: still no request
+    base.check_source_reachable(model("org/exists"))
+    with pytest.raises(base.ModelNotFoundError, match=r"^model\.source 'org/typo' \(revision "
+                                                      r"None\): .*the hub did not resolve it "
+                                                      r"\(RepositoryNotFoundError: 404"):
+        base.check_source_reachable(model("org/typo"))
+    assert asked == [("org/exists", None, 10), ("org/typo", None, 10)]

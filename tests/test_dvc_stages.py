@@ -212,6 +212,7 @@ def _locked_project(d: Path, stages: list[str]) -> dict[str, str]:
     ("rl.hargo.alpha=-1", "rl.hargo.alpha"),
     ("rl.learning_rate=inf", "rl.learning_rate"),
     ("evaluate.kv_cache_gib=0", "evaluate.kv_cache_gib"),
+    ("model.source=/nonexistent", "model.source"),   # a new user's case: models/base was deleted
 ])
 def test_a_bad_value_in_dvc_exp_run_touches_no_output(tmp_path, override, key):
     """The reported case: ``dvc exp run -S rl.hargo.alpha=-1`` let DVC delete models/rl/hargo

@@ -93,6 +93,49 @@ def resolve_source(model: "Model") -> dict[str, Any]:
             "commit": getattr(config, "_commit_hash", None)}
 
 
+def check_source_reachable(model: "Model") -> None:
+    """The params stage's cheap check that the ``base_model`` stage will find ``model.source``
+    (``model``: the typed ``model`` section), before DVC removes any stage's outputs: the
+    embedded GGUF is installed (its sha256 is ``base_model``'s check); a path is a model folder
+    (``config.json``); a hub id is in the Hugging Face cache, or else, offline
+    (``HF_HUB_OFFLINE``), refused, and online asked of the hub (10 s) -- only an id the cache
+    lacks, which ``base_model`` would have to download anyway, costs a request.
+
+    Raises:
+        ModelNotFoundError: the source, why, and how to fix it (as :func:`resolve_source`)."""
+    from hargo.models import smollm2
+
+    source = str(model.source)
+    if source == "smollm2":
+        try:
+            smollm2.gguf_path()
+        except FileNotFoundError as e:
+            raise ModelNotFoundError(f"model.source 'smollm2': {e}") from e
+        return
+    if _looks_like_path(source):
+        resolve_source(model)            # config.json in the folder; no torch, no network
+        return
+    from huggingface_hub import HfApi, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(source, "config.json", revision=model.revision), str):
+        return
+    fix = ("Fix: check the id and revision, give network access or pre-fill the HF cache "
+           "(huggingface-cli download), point model.source at a local model folder, or use "
+           "'smollm2'")
+    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        raise ModelNotFoundError(f"model.source {source!r} (revision {model.revision!r}): not a "
+                                 f"local folder and not in the Hugging Face cache, and "
+                                 f"HF_HUB_OFFLINE is set. {fix}")
+    try:
+        HfApi().model_info(source, revision=model.revision, timeout=10)
+    except Exception as e:    # unknown id or revision, gated, no network: base_model would fail
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ModelNotFoundError(f"model.source {source!r} (revision {model.revision!r}): not "
+                                 f"a local folder, not in the Hugging Face cache, and the hub "
+                                 f"did not resolve it ({type(e).__name__}: {first}). {fix}") \
+            from e
+
+
 def _weight_digests(folder: Path) -> dict[str, str]:
     return {p.name: sha256(p) for p in sorted(folder.iterdir())
             if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)}
