@@ -17,14 +17,16 @@ from typing import Any, Callable, Iterable, Iterator
 
 
 class HargoInputError(ValueError):
-    """Bad input data. The message names the file, the record index and the field."""
+    """Bad input data. The message names the file, the record (0-based index, as in Python and
+    in the ``source.index`` of prepared records; for a JSONL file also its 1-based ``line``, what
+    an editor shows) and the field."""
 
     def __init__(self, path: str | os.PathLike, message: str, record: int | None = None,
-                 field: str | None = None):
-        self.path, self.record, self.field = str(path), record, field
+                 field: str | None = None, line: int | None = None):
+        self.path, self.record, self.field, self.line = str(path), record, field, line
         where = str(path)
         if record is not None:
-            where += f", record {record}"
+            where += f", record {record}" + (f" (line {line})" if line is not None else "")
         if field is not None:
             where += f", field '{field}'"
         super().__init__(f"{where}: {message}")
@@ -261,7 +263,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
     Raises:
         HargoInputError: the file is missing, not UTF-8, or a line is not a JSON object
-            (the message names the file and the 0-based record index).
+            (the message names the file, the 0-based record index and the 1-based line).
     """
     path = Path(path)
     if not path.exists():
@@ -271,14 +273,15 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     except UnicodeDecodeError as e:
         raise HargoInputError(path, f"not valid UTF-8 at byte {e.start}") from e
     out = []
-    for i, line in enumerate(jsonl_lines(text)):
+    lines = (n for n, line in enumerate(text.split("\n"), 1) if line.strip(" \t\r"))
+    for i, (n, line) in enumerate(zip(lines, jsonl_lines(text))):
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise HargoInputError(path, f"not valid JSON: {e.msg}", record=i) from e
+            raise HargoInputError(path, f"not valid JSON: {e.msg}", record=i, line=n) from e
         if not isinstance(rec, dict):
             raise HargoInputError(path, f"expected a JSON object, got {type(rec).__name__}",
-                                  record=i)
+                                  record=i, line=n)
         out.append(rec)
     return out
 

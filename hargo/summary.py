@@ -136,7 +136,8 @@ def collect(params: Config, root: str | Path = ".") -> dict:
 
     Raises:
         FileNotFoundError: no ``metrics/eval.json`` (the pipeline has not evaluated yet).
-        HargoInputError: it is not valid JSON.
+        HargoInputError: it or ``metrics/register.json`` is not valid JSON or not an object,
+            or a model's metric is neither a number nor null (file, model and field named).
     """
     from hargo.io import HargoInputError
 
@@ -144,16 +145,8 @@ def collect(params: Config, root: str | Path = ".") -> dict:
     path = root / EVAL_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run the pipeline first (dvc repro)")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise HargoInputError(path, f"not valid JSON: {e}") from None
-    reg = None
-    if (root / REGISTER_FILE).exists():
-        try:
-            reg = json.loads((root / REGISTER_FILE).read_text(encoding="utf-8"))
-        except ValueError as e:
-            raise HargoInputError(root / REGISTER_FILE, f"not valid JSON: {e}") from None
+    doc = _json_object(path)
+    reg = _json_object(root / REGISTER_FILE) if (root / REGISTER_FILE).exists() else None
     aliases: dict[str, list[str]] = {}
     if reg:
         champ, cand = reg.get("champion") or {}, reg.get("candidate") or {}
@@ -163,9 +156,14 @@ def collect(params: Config, root: str | Path = ".") -> dict:
     cols = columns()
 
     def row(e: Mapping, m: str, baseline: bool) -> dict:
-        return {**{k: e.get(k) for k, _ in cols}, "win_rate": e.get("win_rate"),
-                "gen_tokens_per_s": e.get("gen_tokens_per_s"),
-                "alias": ", ".join(aliases.get(m, [])), "baseline": baseline}
+        keys = [k for k, _ in cols] + ["win_rate", "gen_tokens_per_s"]
+        for k in keys:     # a number or null: the table formats it
+            v = e.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise HargoInputError(path, f"model {m!r}: expected a number or null, got "
+                                            f"{v!r:.40}", field=k)
+        return {**{k: e.get(k) for k in keys}, "alias": ", ".join(aliases.get(m, [])),
+                "baseline": baseline}
 
     sft = doc.get("sft") if isinstance(doc.get("sft"), dict) else None
     models: dict = {}
@@ -182,6 +180,23 @@ def collect(params: Config, root: str | Path = ".") -> dict:
     total = sum(s["seconds"] or 0.0 for s in stages.values())
     return {"judge": (doc.get("run") or {}).get("judge", "unknown"), "models": models,
             "stages": stages, "stages_note": note, "total_s": total, "register": reg}
+
+
+def _json_object(path: Path) -> dict:
+    """The JSON object in ``path`` (a metrics file hargo wrote).
+
+    Raises:
+        HargoInputError: not valid JSON, or not an object (the file, and what it holds)."""
+    from hargo.io import HargoInputError
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise HargoInputError(path, f"not valid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise HargoInputError(path, f"expected a JSON object (one entry per model), got "
+                                    f"{type(doc).__name__} {json.dumps(doc)[:40]}")
+    return doc
 
 
 def _num(v, pct: bool = False) -> str:

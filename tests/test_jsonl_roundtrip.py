@@ -165,7 +165,7 @@ def test_a_bad_line_is_still_named_by_file_and_record(tmp_path):
     not blank JSON, and the record index counts the lines before it."""
     p = tmp_path / "x.jsonl"
     p.write_text('{"a": 1}\n{"a": 2}\n\x0c\n', encoding="utf-8")
-    with pytest.raises(HargoInputError, match=r"x\.jsonl, record 2: not valid JSON"):
+    with pytest.raises(HargoInputError, match=r"x\.jsonl, record 2 \(line \d+\): not valid JSON"):
         read_jsonl(p)
 
 

@@ -109,7 +109,11 @@ def test_atomic_files_replace_all_together_or_none(tmp_path):
 def test_read_jsonl_names_file_and_record(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"a": 1}\n{"a": \n')
-    with pytest.raises(HargoInputError, match=r"x\.jsonl, record 1: not valid JSON"):
+    with pytest.raises(HargoInputError, match=r"x\.jsonl, record 1 \(line 2\): not valid JSON"):
+        read_jsonl(p)
+    p.write_text('{"a": 1}\n\n \n{"a": 2}\n[3]\n')    # blank lines: no record, still a line
+    with pytest.raises(HargoInputError, match=r"x\.jsonl, record 2 \(line 5\): expected a JSON "
+                                              r"object, got list"):
         read_jsonl(p)
     p.write_bytes(b'{"a": "\xff"}\n')
     with pytest.raises(HargoInputError, match="not valid UTF-8"):

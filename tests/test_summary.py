@@ -138,6 +138,29 @@ def test_summary_without_a_pipeline_run_or_eval_metrics(tmp_path, committed_para
     assert data["register"] is None and data["judge"] == "llm:judge"
 
 
+@pytest.mark.parametrize("file, text, match", [
+    ("eval.json", "[]", r"eval\.json: expected a JSON object \(one entry per model\), got list \[\]"),
+    ("eval.json", "3", r"eval\.json: expected a JSON object .*got int 3"),
+    ("eval.json", "{bad", r"eval\.json: not valid JSON"),
+    ("eval.json", '{"sft": {"dr_f1": "0.5"}}',
+     r"eval\.json, field 'dr_f1': model 'sft': expected a number or null, got '0\.5'"),
+    ("eval.json", '{"sft": {"win_rate": true}}', r"field 'win_rate': model 'sft': .*got True"),
+    ("register.json", '["v1"]', r"register\.json: expected a JSON object .*got list"),
+])
+def test_a_metrics_file_of_the_wrong_shape_is_one_error_naming_it(
+        tmp_path, committed_params, mlflow_uri, file, text, match):
+    """A new user's `echo '[]' > metrics/eval.json; hargo summary` gave AttributeError: the
+    shape of eval.json and register.json is checked, each metric a number or null."""
+    from hargo import summary
+    from hargo.io import HargoInputError
+
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "eval.json").write_text('{"sft": {"dr_f1": 0.5}}')
+    (tmp_path / "metrics" / file).write_text(text)
+    with pytest.raises(HargoInputError, match=match):
+        summary.collect(as_config(committed_params), root=tmp_path)
+
+
 def test_summary_is_as_wide_as_columns_says(tmp_path, committed_params, mlflow_uri, capsys,
                                             monkeypatch):
     """Issue 42, item 9: the table was 140 columns wide whatever COLUMNS said. COLUMNS set:

@@ -333,7 +333,7 @@ def test_unreadable_prepared_file_is_an_input_error(prepared, tmp_path):
     from hargo.io import HargoInputError
 
     (tmp_path / "prepared" / "eval.jsonl").write_text('{"id": "x"}\n{oops\n')
-    with pytest.raises(HargoInputError, match=r"eval.jsonl, record 1: not valid JSON"):
+    with pytest.raises(HargoInputError, match=r"eval.jsonl, record 1 \(line \d+\): not valid JSON"):
         V.run(_config(prepared))
     assert not (tmp_path / "reports").exists()
 
