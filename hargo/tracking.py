@@ -11,17 +11,15 @@ else the parent run tagged with the same *pipeline key* -- a hash of the git com
 params -- so all stages of one ``dvc repro`` on one configuration meet under one parent even
 though DVC runs each stage in its own process.
 
-The experiment is a model-training one for MLflow 3's UI (experiment tag
-``mlflow.experimentKind`` = ``custom_model_development``), so it opens on its runs, not on the
-GenAI traces overview. A DVC-door parent spans the pipeline: each stage re-opens it (RUNNING)
-and ends it (FINISHED/FAILED, end time = that stage's end, metric ``pipeline_wall_s``); the
-Prefect door's parent is opened and closed by the flow. Training and evaluation runs log the
-prepared split they read as an MLflow dataset (:func:`log_split`: the DVC hash as digest, task
-counts as profile), on the stage run and its parent. The local store is portable: a moved or
-copied project re-roots its artifact URIs on first use (:func:`hargo.tracking_store.reroot`,
-also ``hargo tracking-reroot``). An unusable store fails within ~10 s naming the URI and the
-fix (:func:`hargo.tracking_store.check_store`); HTTP retries are bounded
-(:data:`hargo.tracking_store.HTTP_RETRY_DEFAULTS`).
+The experiment is tagged ``mlflow.experimentKind=custom_model_development`` (MLflow 3's UI
+opens on its runs). A DVC-door parent spans the pipeline: each stage re-opens it (RUNNING) and
+ends it (FINISHED/FAILED, end time = that stage's end, metric ``pipeline_wall_s``); the Prefect
+door's parent is opened and closed by the flow. Training and evaluation runs log the prepared
+split they read as an MLflow dataset (:func:`log_split`: DVC hash as digest, task counts as
+profile), on the stage run and its parent. A moved or copied project re-roots its store's
+artifact URIs on first use (:func:`hargo.tracking_store.reroot`); an unusable store fails
+within ~10 s naming the URI and the fix (:func:`hargo.tracking_store.check_store`); HTTP
+retries are bounded (:data:`hargo.tracking_store.HTTP_RETRY_DEFAULTS`).
 
 Every function here takes the typed config (:class:`hargo.config.Config`); the parameters are
 logged, and the pipeline key digested, as params.yaml has them (:func:`hargo.config.params_dict`).
@@ -44,7 +42,7 @@ from hargo.tracking_store import (HTTP_RETRY_DEFAULTS, RETRY_LOGGER, TrackingSto
                                   check_store, deleted_experiment, is_local_store, local_uri,
                                   log_http_retries, reroot, sqlite_path, store_root)
 
-DOOR_ENV = "HARGO_DOOR"            # "dvc" (default) or "prefect"
+DOOR_ENV = "HARGO_DOOR"            # "prefect" (the flows set it); else door() says
 PARENT_ENV = "HARGO_PARENT_RUN_ID"
 EXP_NAME_ENV = "DVC_EXP_NAME"      # set by DVC for a `dvc exp run` (workspace, --temp, queue)
 EXP_NAME_TAG = "hargo.dvc_experiment"
@@ -202,6 +200,11 @@ def _setup_locked(uri: str, name: str, root: str | Path) -> str:
         raise RuntimeError(f"MLflow store {uri} cannot be used: {type(e).__name__}: {e}") from e
 
 
+def door() -> str:
+    """``$HARGO_DOOR`` (the flows: ``prefect``), ``dvc`` under DVC (``$DVC_STAGE``), or ``cli``."""
+    return os.environ.get(DOOR_ENV) or ("dvc" if os.environ.get("DVC_STAGE") else "cli")
+
+
 def common_tags(params: Config, root: str | Path = ".") -> dict[str, str]:
     """Tags every hargo run carries: git commit, data version, door, seed; and, in a ``dvc exp
     run`` (workspace, ``--temp`` or queued), the DVC experiment's name (``hargo.dvc_experiment``:
@@ -209,7 +212,7 @@ def common_tags(params: Config, root: str | Path = ".") -> dict[str, str]:
     tags = {
         "hargo.git_commit": git_commit(root),
         "hargo.data_version": data_version(root),
-        "hargo.door": os.environ.get(DOOR_ENV, "dvc"),
+        "hargo.door": door(),
         "hargo.seed": str(_seed(params)),
     }
     if os.environ.get(EXP_NAME_ENV):
@@ -294,13 +297,10 @@ def end_pipeline_run(parent: str, status: str) -> None:
 
 def start_parent_run(params: Config, door: str, root: str | Path = ".",
                      extra_tags: Mapping[str, str] | None = None) -> str:
-    """Create a new, RUNNING pipeline parent run for one orchestrated pipeline run (the Prefect
-    pipeline flow), tagged with ``door`` and the params; return its id.
-
-    The caller exports it as ``$HARGO_PARENT_RUN_ID`` so the stages nest under it (they leave
-    its status alone), and ends it with :func:`end_pipeline_run`. Unlike :func:`parent_run_id` it is
-    not looked up by pipeline key: each orchestrated run gets its own parent.
-    """
+    """Create a RUNNING parent run for one orchestrated pipeline run (the Prefect pipeline
+    flow), tagged with ``door`` and the params; return its id. The caller exports it as
+    ``$HARGO_PARENT_RUN_ID`` so the stages nest under it (leaving its status alone) and ends it
+    with :func:`end_pipeline_run`; unlike :func:`parent_run_id`, never looked up by key."""
     from mlflow.tracking import MlflowClient
 
     exp_id = setup(params, root)

@@ -42,6 +42,21 @@ def test_stage_runs_share_one_parent_and_carry_tags(mlflow_uri, committed_params
     assert a.info.experiment_id == b.info.experiment_id
 
 
+@pytest.mark.parametrize("env, door", [
+    ({"HARGO_DOOR": "prefect", "DVC_STAGE": "sft"}, "prefect"),   # a flow's stage, through DVC
+    ({"DVC_STAGE": "sft"}, "dvc"),
+    ({}, "cli"),                  # a new user's `hargo rl` by hand was tagged dvc
+    ({"HARGO_DOOR": ""}, "cli"),
+])
+def test_the_door_tag_says_how_the_stage_was_started(monkeypatch, committed_params, env, door):
+    for k in ("HARGO_DOOR", "DVC_STAGE"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert tracking.door() == door
+    assert tracking.common_tags(as_config(committed_params))["hargo.door"] == door
+
+
 @pytest.mark.fast
 def test_data_version_is_the_roots_dvc_pointer(tmp_path, monkeypatch):
     """Read from the given root, never the working directory; ``unknown`` without a pointer."""
