@@ -37,7 +37,10 @@ already there (same point, method, seed, configuration, SFT policy and code dige
 is git-ignored (~80 KB a run); what survives a session is ``--archive`` (default
 ``metrics/synthetic/interference_map_runs.jsonl.gz`` with the default ``--out``; committed): per
 run only what the report reads (:func:`compact`), gzipped, rewritten atomically after each
-finished run. On start its runs join ``--out``'s, so a fresh checkout resumes from it.
+finished run. On start its runs join ``--out``'s, so a fresh checkout resumes from it. A
+commit that touches code a run imports changes the digest; ``--adopt-code`` then trains one
+run of the old digest again and takes the old runs over when its readings are the same to the
+last bit (:func:`adopt`).
 """
 from __future__ import annotations
 
@@ -222,7 +225,7 @@ def _worker(job) -> dict:
 
 #: The row fields the archive keeps besides ``run`` (:func:`compact`).
 KEPT = ("key", "arm", "point", "method", "seed", "config", "policy", "code", "machine",
-        "diverged")
+        "diverged", "adopted_from")
 
 
 def _rle(tasks) -> list:
@@ -386,6 +389,62 @@ def train(jobs, args, root: Path, out: Path, policy: str, code: str, done: list,
                   f"s{r['seed']}: {got} ({time.perf_counter() - t0:.0f} s){miss}", flush=True)
 
 
+def _readings(row: dict) -> dict | None:
+    """What the report reads of a run (:func:`compact`'s curve, end and tasks; no wall time)."""
+    run = compact(row).get("run")
+    return None if run is None else {k: v for k, v in run.items() if k != "wall_s"}
+
+
+def adopt(rows: list, policy: str, code: str, args, root: Path, out: Path,
+          archive: Archive | None, here: dict | None) -> list[dict]:
+    """``--adopt-code``: runs of this SFT policy made at another code digest, taken over as this
+    code's where a commit in between changed none of their results. Per other digest, one of
+    its runs (an alone run first: the cheapest) is trained again here; if every reading of it
+    (each eval point's per-prompt reward and correct, the end) equals the archived one exactly,
+    the digest's runs are re-keyed to this code (``adopted_from``: the old digest; in the
+    archive they replace the old lines). Otherwise nothing of that digest is adopted, and
+    those runs are trained again where the map plans them. Returns the rows that now count
+    here: the probes trained here and the adopted runs. Needs the archived runs' machine kind
+    and thread count (``--workers`` > 1: one thread a run) for equal readings."""
+    groups: dict[str, list] = {}
+    for r in rows:
+        if r.get("policy") == policy and r.get("code") not in (None, code) and r.get("run"):
+            groups.setdefault(r["code"], []).append(r)
+    have = {r["key"] for r in rows if r.get("code") == code}
+    out_rows: list[dict] = []
+    for old, rs in sorted(groups.items()):
+        probe = min(rs, key=lambda r: (r.get("arm") != "alone", r["key"]))
+        mine = run_key(probe["point"], probe["method"], probe["seed"], probe["config"], policy,
+                       code)
+        fresh = [r for r in rows + out_rows if r["key"] == mine]
+        if not fresh:
+            train([(probe["arm"], probe["point"], probe["method"], probe["config"],
+                    probe["seed"])], args, root, out, policy, code, fresh, archive, here)
+            out_rows += fresh
+        have.add(mine)
+        what = f"{probe['arm']} {probe['config'][:3]} {probe['method']} s{probe['seed']}"
+        if not fresh[0].get("run") or _readings(fresh[0]) != _readings(probe):
+            print(f"[map] code {old[:12]}: {len(rs)} runs; {what} trained again here gives "
+                  "other readings: not adopted", flush=True)
+            continue
+        taken = [{**r, "code": code, "adopted_from": old,
+                  "key": run_key(r["point"], r["method"], r["seed"], r["config"], policy, code)}
+                 for r in rs]
+        taken = [r for r in taken if r["key"] not in have]
+        have.update(r["key"] for r in taken)
+        out_rows += taken
+        with out.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in taken)
+        if archive is not None and archive.path:
+            for r in rs:
+                archive.lines.pop(r["key"], None)
+            archive.add([{k: v for k, v in r.items() if k != "archived"} for r in taken])
+            archive.save()
+        print(f"[map] code {old[:12]}: {len(rs)} runs; {what} trained again here gives the "
+              f"same readings: {len(taken)} adopted as code {code[:12]}'s", flush=True)
+    return out_rows
+
+
 def cpu_line(params: dict) -> str:
     from hargo.config import as_config
     from hargo.hardware import describe_cpu, use_bf16
@@ -425,6 +484,9 @@ def main(argv=None) -> int:
     ap.add_argument("--report", default="reports/interference_map.md")
     ap.add_argument("-S", "--set", dest="sets", action="append", default=[])
     ap.add_argument("--analyse-only", action="store_true")
+    ap.add_argument("--adopt-code", action="store_true",
+                    help="take over runs of another code digest when one of them, trained "
+                         "again here, gives the same readings (see adopt())")
     a = ap.parse_args(argv)
 
     from hargo.compare.synthetic_code import code_digest
@@ -474,6 +536,8 @@ def main(argv=None) -> int:
         if archive.add(rows) and not a.analyse_only:   # runs of --out the archive lacked
             archive.save()
     done = [r for r in rows if r.get("policy") == policy and r.get("code") == code]
+    if a.adopt_code and not a.analyse_only:
+        done += adopt(rows, policy, code, a, root, out, archive, here)
     print(f"[map] {len(done)} runs of this policy and code in {out}"
           f"{' and the archive' if archive.path else ''} ({len(rows)} in all)", flush=True)
     conf = dict(metric=a.metric, early_step=a.early_step, resamples=p.bootstrap.resamples,

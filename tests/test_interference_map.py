@@ -4,6 +4,7 @@ digest (only the code a run executes), and one tiny real map (1 mechanism x 2 va
 1 seed, both configurations) that resumes."""
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -373,6 +374,32 @@ def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys, monkeypatch):
     took = lambda md: re.sub(r"this call took \d+ s", "", md)  # noqa: E731
     assert (tmp_path / "map.json").read_text() == first[0]
     assert took((tmp_path / "map.md").read_text()) == took(first[1])
+    # a commit that changes code the runs import but none of their results: --adopt-code
+    # trains one of them again (the alone run), finds the same readings, takes the rest over
+    from hargo.compare import synthetic_code
+
+    monkeypatch.setattr(synthetic_code, "code_digest", lambda root=None: "c0de-new")
+    capsys.readouterr()
+    imap.main(args + ["--adopt-code"])
+    said = capsys.readouterr().out
+    assert said.count("runs to train") == 1 and "[map] 1 runs to train" in said
+    assert "trained again here gives the same readings: 2 adopted as code c0de-new's" in said
+    kept = imap.Archive(archive).rows()
+    assert len(kept) == 3 and {r["code"] for r in kept} == {"c0de-new"}
+    assert sorted(r.get("adopted_from") or "" for r in kept) == ["", *[rows[0]["code"]] * 2]
+    assert (tmp_path / "map.json").read_text() == first[0]     # the same numbers
+    # other readings (one planted in the archive): nothing adopted, the runs trained again
+    monkeypatch.setattr(synthetic_code, "code_digest", lambda root=None: "c0de-3")
+    lines = [json.loads(x) for x in gzip.decompress(archive.read_bytes()).decode().splitlines()]
+    probe = next(x for x in lines if x["arm"] == "alone")
+    probe["run"]["curve"][0]["reward"][0] += 0.5
+    archive.write_bytes(gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode()))
+    out.unlink()
+    capsys.readouterr()
+    imap.main(args + ["--adopt-code"])
+    said = capsys.readouterr().out
+    assert "trained again here gives other readings: not adopted" in said
+    assert "[map] 1 runs to train" in said and "[map] 2 runs to train" in said
     # a run the divergence guard stops comes back as a row without scores, not an exception
     # that ends the whole map (the worker, in this process)
     import hargo.compare.synthetic as bed
