@@ -25,7 +25,7 @@ def check_methods_and_paths(checked: "Config") -> None:
     method of ``rl.methods`` and ``compare.methods`` names an estimator, loss and KL estimator
     that exist (a typo in a method module), no path knob leaves where dvc.yaml declares it
     (:func:`hargo.config.dvc_paths.check_pipeline_paths`), and ``model.source`` is where the
-    ``base_model`` stage will find it (:func:`hargo.models.base.check_source_reachable`).
+    ``base_model`` stage will find it (:func:`hargo.config.model_source.check_source_reachable`).
 
     Raises:
         typer.Exit: code 2, after one red ``error: ...`` line."""
@@ -41,7 +41,7 @@ def check_methods_and_paths(checked: "Config") -> None:
             typer.secho(f"error: method {name!r}: {e}", fg="red", err=True)
             raise typer.Exit(2)
     from hargo.config.dvc_paths import check_pipeline_paths
-    from hargo.models.base import ModelNotFoundError, check_source_reachable
+    from hargo.config.model_source import ModelNotFoundError, check_source_reachable
     from hargo.params import ParamsError
 
     try:     # a path knob where dvc.yaml does not declare it: refused before any stage runs

@@ -23,19 +23,12 @@ from typing import Any, Mapping
 from hargo.config import Config, Model
 from hargo.io import atomic_dir, atomic_write_json
 from hargo.models.smollm2 import ChecksumError, sha256  # noqa: F401  (ChecksumError re-exported)
+# re-exported: base.ModelNotFoundError, base.check_source_reachable (the params stage's check)
+from hargo.config.model_source import (ModelNotFoundError, _looks_like_path,  # noqa: F401
+                                       check_folder, check_source_reachable)
 
 SOURCE_FILE = "hargo_source.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """``model.source`` names neither the embedded model, a model folder, nor a reachable hub id."""
-
-
-def _looks_like_path(source: str) -> bool:
-    """An absolute/relative/home path, or anything that exists on disk (so a folder named like
-    ``org/name`` is taken as a folder, not a hub id)."""
-    return source.startswith(("/", "./", "../", "~")) or Path(source).expanduser().exists()
 
 
 def needs_hub(model: "Model") -> bool:
@@ -68,13 +61,7 @@ def resolve_source(model: "Model") -> dict[str, Any]:
         except FileNotFoundError as e:
             raise ModelNotFoundError(f"model.source 'smollm2': {e}") from e
     if _looks_like_path(source):
-        path = Path(source).expanduser()
-        if not (path / "config.json").is_file():
-            raise ModelNotFoundError(
-                f"model.source {source!r}: {'no such folder' if not path.exists() else 'no config.json in this folder'}"
-                "; give a folder saved by save_pretrained (config.json, weights, tokenizer), "
-                "a Hugging Face hub id, or 'smollm2' (the embedded default)")
-        return {"kind": "local", "path": path}
+        return {"kind": "local", "path": check_folder(source)}
     from transformers import AutoConfig
 
     revision = model.revision
@@ -91,49 +78,6 @@ def resolve_source(model: "Model") -> dict[str, Any]:
             "download), point model.source at a local model folder, or use 'smollm2'") from e
     return {"kind": "hub", "id": source, "revision": revision,
             "commit": getattr(config, "_commit_hash", None)}
-
-
-def check_source_reachable(model: "Model") -> None:
-    """The params stage's cheap check that the ``base_model`` stage will find ``model.source``
-    (``model``: the typed ``model`` section), before DVC removes any stage's outputs: the
-    embedded GGUF is installed (its sha256 is ``base_model``'s check); a path is a model folder
-    (``config.json``); a hub id is in the Hugging Face cache, or else, offline
-    (``HF_HUB_OFFLINE``), refused, and online asked of the hub (10 s) -- only an id the cache
-    lacks, which ``base_model`` would have to download anyway, costs a request.
-
-    Raises:
-        ModelNotFoundError: the source, why, and how to fix it (as :func:`resolve_source`)."""
-    from hargo.models import smollm2
-
-    source = str(model.source)
-    if source == "smollm2":
-        try:
-            smollm2.gguf_path()
-        except FileNotFoundError as e:
-            raise ModelNotFoundError(f"model.source 'smollm2': {e}") from e
-        return
-    if _looks_like_path(source):
-        resolve_source(model)            # config.json in the folder; no torch, no network
-        return
-    from huggingface_hub import HfApi, try_to_load_from_cache
-
-    if isinstance(try_to_load_from_cache(source, "config.json", revision=model.revision), str):
-        return
-    fix = ("Fix: check the id and revision, give network access or pre-fill the HF cache "
-           "(huggingface-cli download), point model.source at a local model folder, or use "
-           "'smollm2'")
-    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
-        raise ModelNotFoundError(f"model.source {source!r} (revision {model.revision!r}): not a "
-                                 f"local folder and not in the Hugging Face cache, and "
-                                 f"HF_HUB_OFFLINE is set. {fix}")
-    try:
-        HfApi().model_info(source, revision=model.revision, timeout=10)
-    except Exception as e:    # unknown id or revision, gated, no network: base_model would fail
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise ModelNotFoundError(f"model.source {source!r} (revision {model.revision!r}): not "
-                                 f"a local folder, not in the Hugging Face cache, and the hub "
-                                 f"did not resolve it ({type(e).__name__}: {first}). {fix}") \
-            from e
 
 
 def _weight_digests(folder: Path) -> dict[str, str]:
