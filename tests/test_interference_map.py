@@ -4,7 +4,6 @@ digest (only the code a run executes), and one tiny real map (1 mechanism x 2 va
 1 seed, both configurations) that resumes."""
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import shutil
@@ -388,18 +387,18 @@ def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys, monkeypatch):
     assert len(kept) == 3 and {r["code"] for r in kept} == {"c0de-new"}
     assert sorted(r.get("adopted_from") or "" for r in kept) == ["", *[rows[0]["code"]] * 2]
     assert (tmp_path / "map.json").read_text() == first[0]     # the same numbers
-    # other readings (one planted in the archive): nothing adopted, the runs trained again
-    monkeypatch.setattr(synthetic_code, "code_digest", lambda root=None: "c0de-3")
-    lines = [json.loads(x) for x in gzip.decompress(archive.read_bytes()).decode().splitlines()]
-    probe = next(x for x in lines if x["arm"] == "alone")
-    probe["run"]["curve"][0]["reward"][0] += 0.5
-    archive.write_bytes(gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode()))
-    out.unlink()
+    # other readings (one planted in an archived run): only the probe is trained, nothing is
+    # adopted (adopt() itself: main() would go on to train the other two again)
+    kept = imap.Archive(archive).rows()
+    probe = next(x for x in kept if x["arm"] == "alone")
+    probe["run"]["eval_curve_prompts"][0]["reward"][0] += 0.5
+    ns = imap.argparse.Namespace(workers=1, params=str(tmp_path / "params.yaml"))
     capsys.readouterr()
-    imap.main(args + ["--adopt-code"])
+    got = imap.adopt(kept, kept[0]["policy"], "c0de-3", ns, tmp_path, tmp_path / "probe.jsonl",
+                     None, None)
     said = capsys.readouterr().out
     assert "trained again here gives other readings: not adopted" in said
-    assert "[map] 1 runs to train" in said and "[map] 2 runs to train" in said
+    assert [r["code"] for r in got] == ["c0de-3"] and got[0]["arm"] == "alone"
     # a run the divergence guard stops comes back as a row without scores, not an exception
     # that ends the whole map (the worker, in this process)
     import hargo.compare.synthetic as bed
