@@ -168,7 +168,12 @@ def jsonl_lines(text: str) -> Iterator[str]:
     """The non-blank lines of a JSONL text: split at ``\\n`` only (the JSON Lines separator; a
     ``\\r`` before it is JSON whitespace), never at the other breaks ``str.splitlines`` knows
     (U+2028, U+2029, U+0085, form feed...), which may stand raw inside a JSON string."""
-    return (line for line in text.split("\n") if line.strip(" \t\r"))
+    return (line for _, line in numbered_jsonl_lines(text))
+
+
+def numbered_jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
+    """``(1-based line number, line)`` of :func:`jsonl_lines`' lines (blank lines counted)."""
+    return ((n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip(" \t\r"))
 
 
 def atomic_write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> Path:
@@ -273,8 +278,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     except UnicodeDecodeError as e:
         raise HargoInputError(path, f"not valid UTF-8 at byte {e.start}") from e
     out = []
-    lines = (n for n, line in enumerate(text.split("\n"), 1) if line.strip(" \t\r"))
-    for i, (n, line) in enumerate(zip(lines, jsonl_lines(text))):
+    for i, (n, line) in enumerate(numbered_jsonl_lines(text)):
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:

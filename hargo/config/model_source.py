@@ -19,6 +19,17 @@ class ModelNotFoundError(FileNotFoundError):
     """``model.source`` names neither the embedded model, a model folder, nor a reachable hub id."""
 
 
+#: How to fix a hub id that cannot be resolved (this check's and ``base_model``'s message).
+HUB_FIX = ("Fix: check the id and revision, give network access or pre-fill the HF cache "
+           "(huggingface-cli download), point model.source at a local model folder, or use "
+           "'smollm2'")
+
+
+def hub_offline_env() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` asks for offline mode (set, and not ``0``)."""
+    return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+
+
 def _looks_like_path(source: str) -> bool:
     """An absolute/relative/home path, or anything that exists on disk (so a folder named like
     ``org/name`` is taken as a folder, not a hub id)."""
@@ -67,10 +78,8 @@ def check_source_reachable(model: "Model") -> None:
 
     if isinstance(try_to_load_from_cache(source, "config.json", revision=model.revision), str):
         return
-    fix = ("Fix: check the id and revision, give network access or pre-fill the HF cache "
-           "(huggingface-cli download), point model.source at a local model folder, or use "
-           "'smollm2'")
-    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+    fix = HUB_FIX
+    if hub_offline_env():
         raise ModelNotFoundError(f"model.source {source!r} (revision {model.revision!r}): not a "
                                  f"local folder and not in the Hugging Face cache, and "
                                  f"HF_HUB_OFFLINE is set. {fix}")

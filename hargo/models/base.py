@@ -16,7 +16,6 @@ per weight file of a local folder).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -24,8 +23,9 @@ from hargo.config import Config, Model
 from hargo.io import atomic_dir, atomic_write_json
 from hargo.models.smollm2 import ChecksumError, sha256  # noqa: F401  (ChecksumError re-exported)
 # re-exported: base.ModelNotFoundError, base.check_source_reachable (the params stage's check)
-from hargo.config.model_source import (ModelNotFoundError, _looks_like_path,  # noqa: F401
-                                       check_folder, check_source_reachable)
+from hargo.config.model_source import (HUB_FIX, ModelNotFoundError,  # noqa: F401
+                                       _looks_like_path, check_folder, check_source_reachable,
+                                       hub_offline_env)
 
 SOURCE_FILE = "hargo_source.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -69,13 +69,11 @@ def resolve_source(model: "Model") -> dict[str, Any]:
         config = AutoConfig.from_pretrained(source, revision=revision,
                                             trust_remote_code=bool(model.trust_remote_code))
     except (OSError, ValueError) as e:
-        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        offline = " (HF_HUB_OFFLINE is set)" if hub_offline_env() else ""
         raise ModelNotFoundError(
             f"model.source {source!r} (revision {revision!r}): not a local folder and not "
-            f"resolvable as a Hugging Face hub id{' (HF_HUB_OFFLINE is set)' if offline else ''}: "
-            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Fix: check the id "
-            "and revision, give network access or pre-fill the HF cache (huggingface-cli "
-            "download), point model.source at a local model folder, or use 'smollm2'") from e
+            f"resolvable as a Hugging Face hub id{offline}: "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. {HUB_FIX}") from e
     return {"kind": "hub", "id": source, "revision": revision,
             "commit": getattr(config, "_commit_hash", None)}
 

@@ -229,11 +229,11 @@ class HargoGRPOTrainer(GRPOOverrides, ResumeMixin, DynamicSamplingMixin, GroupWe
         base, budgets = self.__dict__.get("_trl_generation_config"), self._row_budgets
         if base is None or budgets is None or self.use_vllm:
             return base
-        capped = self._capped_generation_configs.get(max(budgets))
-        if capped is None:
-            capped = self._capped_generation_configs[max(budgets)] = copy.deepcopy(base)
-            capped.max_new_tokens = int(max(budgets))
-        return capped
+        cap = int(max(budgets))
+        if cap not in self._capped_generation_configs:
+            self._capped_generation_configs[cap] = copy.deepcopy(base)
+            self._capped_generation_configs[cap].max_new_tokens = cap
+        return self._capped_generation_configs[cap]
 
     @generation_config.setter
     def generation_config(self, value) -> None:
