@@ -387,18 +387,30 @@ def test_tiny_map_trains_reports_and_resumes(tmp_path, capsys, monkeypatch):
     assert len(kept) == 3 and {r["code"] for r in kept} == {"c0de-new"}
     assert sorted(r.get("adopted_from") or "" for r in kept) == ["", *[rows[0]["code"]] * 2]
     assert (tmp_path / "map.json").read_text() == first[0]     # the same numbers
-    # other readings (one planted in an archived run): only the probe is trained, nothing is
-    # adopted (adopt() itself: main() would go on to train the other two again)
+    # other readings: nothing is adopted. The probe's run at the new code is the one trained
+    # just above (re-keyed as code c0de-3's, so adopt() trains nothing: the training path ran
+    # above), and the archived run it is compared with has one reading planted
     kept = imap.Archive(archive).rows()
     probe = next(x for x in kept if x["arm"] == "alone")
-    probe["run"]["eval_curve_prompts"][0]["reward"][0] += 0.5
+    trained = json.loads(json.dumps(probe))
+    trained.update(code="c0de-3", key=imap.run_key(probe["point"], probe["method"],
+                                                   probe["seed"], probe["config"],
+                                                   probe["policy"], "c0de-3"))
+    planted = json.loads(json.dumps(kept))
+    next(x for x in planted if x["arm"] == "alone")["run"]["eval_curve_prompts"][0][
+        "reward"][0] += 0.5
     ns = imap.argparse.Namespace(workers=1, params=str(tmp_path / "params.yaml"))
+    monkeypatch.setattr(imap, "train", lambda *a, **k: pytest.fail("the probe was trained"))
     capsys.readouterr()
-    got = imap.adopt(kept, kept[0]["policy"], "c0de-3", ns, tmp_path, tmp_path / "probe.jsonl",
-                     None, None)
+    got = imap.adopt([*planted, trained], kept[0]["policy"], "c0de-3", ns, tmp_path,
+                     tmp_path / "probe.jsonl", None, None)
     said = capsys.readouterr().out
-    assert "trained again here gives other readings: not adopted" in said
-    assert [r["code"] for r in got] == ["c0de-3"] and got[0]["arm"] == "alone"
+    assert "trained again here gives other readings: not adopted" in said, said
+    assert got == [] and not (tmp_path / "probe.jsonl").exists()
+    # the same comparison with nothing planted adopts the other two runs
+    got = imap.adopt([*kept, trained], kept[0]["policy"], "c0de-3", ns, tmp_path,
+                     tmp_path / "probe.jsonl", None, None)
+    assert sorted(r["adopted_from"] for r in got) == ["c0de-new"] * 2
     # a run the divergence guard stops comes back as a row without scores, not an exception
     # that ends the whole map (the worker, in this process)
     import hargo.compare.synthetic as bed

@@ -339,9 +339,14 @@ def test_tiny_policy_is_deterministic_per_seed(tmp_path):
 
 def test_tiny_policy_learns_the_yes_no_task_by_sft_alone(params, tmp_path):
     """The test bed's premise: SFT on a few hundred examples makes the tiny policy (the
-    committed config) answer the yes/no task well above chance (0.5: balanced labels)."""
+    committed config) answer the yes/no task well above chance (0.5: balanced labels). 5
+    epochs, not the committed 20 (a quarter of the time): on a 2-core AMD EPYC with
+    AVX512-BF16 (2026-12-07), policy seeds 0-2 reached 1.000 at 4-6 epochs, 0.94-1.00 at 3
+    and 0.53-0.59 at 2, so the bound holds with two epochs to spare."""
     from hargo.training import sft
 
+    params = copy.deepcopy(params)
+    params["synthetic"]["sft"]["epochs"] = 5
     p = plan(as_config(params))
     train, ev = generate(replace_counts(p.data, 300, 64), 1)
     train = [r for r in train if r["task"] == "syn_yesno"]
