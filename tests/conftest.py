@@ -15,6 +15,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 
+#: The xdist group of the tests that run vLLM in their own process (marker ``vllm``, no group
+#: of their own): one worker imports vLLM (~12 s on the 2-core CPUs) and builds their engines,
+#: not both.
+VLLM_GROUP = "vllm-in-process"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Put every ``vllm``-marked test without an ``xdist_group`` into :data:`VLLM_GROUP`
+    (before pytest-xdist's own hook reads the groups for ``--dist loadgroup``)."""
+    for item in items:
+        if item.get_closest_marker("vllm") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(VLLM_GROUP))
+
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
