@@ -30,8 +30,8 @@ fi
 # (OMP_NUM_THREADS=1 above) and the distributed tests pick free ports. --dist loadgroup: the
 # tests of one xdist_group (the shared tiny pipeline, tests/flow_project.PIPELINE_GROUP, and the
 # modules with costly module fixtures) run on one worker, which builds their fixtures once.
-# Measured alone on a fresh clone of 4330ae3 on a 2-core AMD EPYC with AVX512-BF16 and no AMX,
-# 1,507 tests: 16 min 58 s (2026-12-07). On a 2-core AVX2-only AMD EPYC, 1,185 tests at d0d2b6a:
+# Measured alone on a fresh clone of 5cd0f5b on a 2-core AMD EPYC with AVX512-BF16 and no AMX,
+# 1,526 tests: 15 min 24 s (2026-12-07). On a 2-core AVX2-only AMD EPYC, 1,185 tests at d0d2b6a:
 # 25 min 11 s (2026-12-04). Every figure, with its machine: docs/development.md "How long the
 # suite takes".
 if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] \
