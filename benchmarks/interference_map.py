@@ -10,7 +10,10 @@ flagged cells, each task alone at the full step (every prompt of the step from i
 ``--methods`` adds those methods' mixed runs there (each minus GRPO). The report
 (:mod:`interference_report`) gives per cell and task alone minus mixed with paired two-level
 intervals, the difference-in-differences against the homogeneous control, at the end, by the
-area under the eval curve and at an early step, and flags a cell whose interval lies above 0.
+area under the eval curve and at an early step, and flags a cell whose interval lies above 0;
+and what each arm does to every task against the SFT policy (:func:`interference_report.transfer`:
+a habit the tasks share, such as one hedge, lifts a task that another task's training alone
+never showed, and so hides interference).
 
 Mechanisms (no new SFT policy: they change RL only; ``-S`` may set ``synthetic.data.noise_*``
 because the noise touches the training reward only):
@@ -24,8 +27,11 @@ because the noise touches the training reward only):
   round | two
 
 Mechanisms that need their own SFT policy (a variant under ``--root``, ``synthetic_sweep.py
---train-sft``), not screened here: ``synthetic.sft.hedge_style`` (task_specific) and
-``synthetic.data.conflict`` (shared_surface), and ``synthetic.data`` shapes in general.
+--train-sft -S ...``): ``synthetic.sft.hedge_style`` (task_specific) and
+``synthetic.data.conflict`` (shared_surface), and ``synthetic.data`` shapes in general. Each is
+one cell: the neutral cell (``--mechanisms std=group``) under that root with the same ``-S``
+(part of every run's point), e.g. ``--full --mechanisms std=group --root /tmp/conflict -S
+synthetic.data.conflict=shared_surface`` (docs/synthetic/interference_map_sft_cells.md).
 
     python benchmarks/interference_map.py --screen --workers 2      # 3 seeds, every cell
     python benchmarks/interference_map.py --full --full-step --methods hargo hargo_b1 \\
@@ -594,10 +600,14 @@ def main(argv=None) -> int:
            *[f"- {d}" for d in stopped], ""] if stopped else []),
         f"![alone - mixed per cell]({fig.name})", ""]
     md = "\n".join(head) + "\n" + report.markdown(numbers, cells, p.bootstrap.confidence, early)
+    tr = report.transfer(done, cells, a.tasks, points, a.metric, p.bootstrap.resamples,
+                         p.bootstrap.confidence)
+    md += "\n" + report.transfer_markdown(tr, a.tasks, p.bootstrap.confidence)
     from hargo.io import atomic_write_text
 
     atomic_write_text(rep, md)
     atomic_write_text(rep.with_suffix(".json"), json.dumps(numbers, indent=1))
+    atomic_write_text(rep.with_name(rep.stem + "_transfer.json"), json.dumps(tr, indent=1))
     print(md)
     return 0
 

@@ -141,6 +141,74 @@ def analyse(rows: Sequence[Mapping], cells: Sequence, tasks: Sequence[str], poin
     return out
 
 
+def transfer(rows: Sequence[Mapping], cells: Sequence, tasks: Sequence[str], points,
+             metric: str = "reward", resamples: int = 2000, confidence: float = 0.95,
+             config: str = "heterogeneous") -> dict:
+    """What each GRPO arm of a cell does to every task, the shared-habit check of issue 40,
+    item 4 (a habit the tasks share, such as one hedge, is unlearned for all by training any
+    one of them, and then lifts a task that was never trained as much as its own training).
+
+    Returns ``{cell: {arm: {task: {"n_seeds", "mean", "sft", "vs_sft"}}}}``: ``arm`` is
+    ``"mixed"`` or ``"alone <task>"`` (the alone run at the mixed run's prompts a step),
+    ``mean`` the task's final eval ``metric`` averaged over the arm's scored seeds (per seed the
+    mean over the task's eval prompts), ``sft`` the same at step 0 of the same runs (the SFT
+    policy: every run starts from it), ``vs_sft`` the paired two-level bootstrap interval
+    (:func:`interval`, seeds and prompts resampled) of end minus step 0, None without a step-0
+    curve point (``synthetic.evaluate.every_steps`` 0). Arms without runs are left out."""
+    idx = index(rows)
+    out: dict = {}
+    for cell in cells:
+        arms = {"mixed": idx.get((point_key(points.mixed(cell, "grpo")), "grpo", config), {})}
+        for u in tasks:
+            arms[f"alone {u}"] = idx.get((point_key(points.alone(cell, u, "grpo")), "grpo",
+                                          config), {})
+        rec: dict = {}
+        for arm, runs in arms.items():
+            if not runs:
+                continue
+            seeds = sorted(runs)
+            per = {}
+            for t in tasks:
+                end = [values(runs[s], t, "end", metric) for s in seeds]
+                sft = [values(runs[s], t, "early", metric, 0) for s in seeds]
+                ok = all(x is not None for x in sft)
+                per[t] = {"n_seeds": len(seeds),
+                          "mean": float(np.mean([e.mean() for e in end])),
+                          "sft": float(np.mean([x.mean() for x in sft])) if ok else None,
+                          "vs_sft": interval(end, sft, resamples, confidence) if ok else None}
+            rec[arm] = per
+        out[cell.name] = rec
+    return out
+
+
+def transfer_markdown(tr: Mapping, tasks: Sequence[str], confidence: float,
+                      config: str = "heterogeneous") -> str:
+    """:func:`transfer` as a table: one row per cell and arm (the SFT policy first), per task
+    the mean final eval and, in brackets, minus the SFT policy with its interval."""
+    pct = int(round(confidence * 100))
+    lines = [f"### What each arm does to every task ({config}, end)", "",
+             "Each GRPO arm's final eval reward per task (mean over its seeds) and, after it, "
+             f"minus the SFT policy (the same runs' step-0 eval; paired two-level {pct}% "
+             "interval). A task lifted as much by another task trained alone as by its own "
+             "training is lifted by a habit the tasks share (the shared hedge): that hides "
+             "interference.", "",
+             "| cell | arm | seeds | " + " | ".join(tasks) + " |",
+             "|---|---|---:|" + "---|" * len(tasks)]
+    for cell, rec in tr.items():
+        if not rec:
+            continue
+        first = next(iter(rec.values()))
+        lines.append(f"| {cell} | SFT (step 0) | | " + " | ".join(
+            f"{first[t]['sft']:.3f}" if first[t]["sft"] is not None else "-" for t in tasks)
+            + " |")
+        for arm, per in rec.items():
+            n = per[tasks[0]]["n_seeds"]
+            lines.append(f"| {cell} | {arm} | {n} | " + " | ".join(
+                f"{per[t]['mean']:.3f} ({_fmt(per[t]['vs_sft'])})" for t in tasks) + " |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 #: The uniform-weight control at HARGO's std convention (hargo/methods/uniform.py): a method
 #: minus it is its weighting alone (the std convention and the loss path being the same).
 UNIFORM = "uniform_pop"

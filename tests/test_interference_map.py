@@ -141,6 +141,41 @@ def test_analyse_hand_computed_on_crafted_rows(tmp_path):
 
 
 @pytest.mark.fast
+def test_transfer_shows_what_each_arm_does_to_every_task():
+    """The shared-habit table on the crafted rows: every run starts at 0.2 (step 0) except the
+    yes/no-alone run's other tasks (0.0 throughout); the mixed run and syn_short alone end at
+    0.4 on every task, so syn_short alone lifts syn_yesno, which it never trains, by +0.2."""
+    pts = _points()
+    cells = imap.parse_mechanisms(["noise=0,0.3"])
+    rows = [_crafted(*r) for r in imap.plan_runs(pts, cells, [1, 2])]
+    tr = rep.transfer(rows, cells, TASKS, pts, resamples=200, confidence=0.9)
+    n = tr["noise=0"]
+    assert list(n) == ["mixed", "alone syn_yesno", "alone syn_short", "alone syn_long"]
+    lift = n["alone syn_short"]["syn_yesno"]
+    assert (lift["n_seeds"], lift["mean"], lift["sft"]) == (2, pytest.approx(0.4),
+                                                            pytest.approx(0.2))
+    assert (lift["vs_sft"]["diff"], lift["vs_sft"]["low"]) == pytest.approx((0.2, 0.2))
+    own = n["alone syn_yesno"]
+    assert own["syn_yesno"]["vs_sft"]["diff"] == pytest.approx(0.4)
+    assert (own["syn_short"]["mean"], own["syn_short"]["vs_sft"]["diff"]) == \
+        pytest.approx((0.0, 0.0))
+    assert n["mixed"]["syn_long"]["vs_sft"]["diff"] == pytest.approx(0.2)
+    # the noise acts on syn_yesno only: the other tasks' alone runs are the neutral cell's
+    assert tr["noise=0.3"]["alone syn_short"] == n["alone syn_short"]
+    md = rep.transfer_markdown(tr, TASKS, 0.9)
+    assert "| noise=0 | SFT (step 0) | | 0.200 | 0.200 | 0.200 |" in md
+    assert ("| noise=0 | alone syn_short | 2 | 0.400 (+0.200 [+0.200, +0.200] **>0**) | "
+            in md)
+    # no curve (every_steps 0): means only, no interval
+    flat = [{**r, "run": {k: v for k, v in r["run"].items() if k != "eval_curve_prompts"}}
+            for r in rows]
+    t0 = rep.transfer(flat, cells[:1], TASKS, pts, resamples=50, confidence=0.9)
+    assert t0["noise=0"]["mixed"]["syn_yesno"] == {"n_seeds": 2, "mean": pytest.approx(0.4),
+                                                   "sft": None, "vs_sft": None}
+    assert "| noise=0 | SFT (step 0) | | - | - | - |" in rep.transfer_markdown(t0, TASKS, 0.9)
+
+
+@pytest.mark.fast
 def test_a_diverged_run_drops_its_pair_and_is_listed_and_methods_meet_the_uniform_control():
     """A run the divergence guard stopped (``run`` None: the sweep worker records it instead of
     ending the whole map) leaves its seed pair out of every interval and is listed by
