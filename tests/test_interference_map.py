@@ -176,6 +176,33 @@ def test_transfer_shows_what_each_arm_does_to_every_task():
 
 
 @pytest.mark.fast
+def test_the_cells_figure_reads_the_lift_matrix_from_the_transfer(tmp_path):
+    """benchmarks/interference_cells_figure.py on the crafted rows' report: row i is task i
+    alone, column j task j's end minus SFT (syn_short alone lifts every task by +0.2; the
+    yes/no-alone run's other tasks stay at 0.0, so 0)."""
+    import interference_cells_figure as fig
+
+    pts = _points()
+    cells = imap.parse_mechanisms(["noise=0"])
+    rows = [_crafted(*r) for r in imap.plan_runs(pts, cells, [1, 2])]
+    num = rep.analyse(rows, cells, TASKS, pts, resamples=50, confidence=0.9)
+    tr = rep.transfer(rows, cells, TASKS, pts, resamples=50, confidence=0.9)
+    m = fig.lift_matrix(tr["noise=0"], TASKS)
+    assert m == pytest.approx(np.array([[0.4, 0.0, 0.0], [0.2, 0.2, 0.2], [0.2, 0.2, 0.2]]))
+    assert np.isnan(fig.lift_matrix({"mixed": tr["noise=0"]["mixed"]}, TASKS)).all()
+    stem = tmp_path / "rep"
+    (tmp_path / "rep.json").write_text(json.dumps(num))
+    with pytest.raises(SystemExit, match="rep_transfer.json: not found"):
+        fig.load(str(stem), "noise=0")
+    (tmp_path / "rep_transfer.json").write_text(json.dumps(tr))
+    with pytest.raises(SystemExit, match="no cell 'std=group'"):
+        fig.load(str(stem), "std=group")
+    assert fig.main([f"a={stem}", f"b={stem}", "--cell", "noise=0", "--out",
+                     str(tmp_path / "f.png")]) == 0
+    assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+@pytest.mark.fast
 def test_a_diverged_run_drops_its_pair_and_is_listed_and_methods_meet_the_uniform_control():
     """A run the divergence guard stopped (``run`` None: the sweep worker records it instead of
     ending the whole map) leaves its seed pair out of every interval and is listed by
