@@ -156,19 +156,15 @@ def transfer(rows: Sequence[Mapping], cells: Sequence, tasks: Sequence[str], poi
     (:func:`interval`, seeds and prompts resampled) of end minus step 0, None without a step-0
     curve point (``synthetic.evaluate.every_steps`` 0). Arms without runs are left out."""
     idx = index(rows)
-    out: dict = {}
-    for cell in cells:
-        arms = {"mixed": idx.get((point_key(points.mixed(cell, "grpo")), "grpo", config), {})}
-        for u in tasks:
-            arms[f"alone {u}"] = idx.get((point_key(points.alone(cell, u, "grpo")), "grpo",
-                                          config), {})
-        rec: dict = {}
-        for arm, runs in arms.items():
-            if not runs:
-                continue
+    done: dict[str, dict] = {}      # point key -> per task: cells share arms (neutral, alone)
+
+    def arm_readings(point: Mapping) -> dict | None:
+        key = point_key(point)
+        if key not in done:
+            runs = idx.get((key, "grpo", config), {})
             seeds = sorted(runs)
             per = {}
-            for t in tasks:
+            for t in tasks if runs else ():
                 end = [values(runs[s], t, "end", metric) for s in seeds]
                 sft = [values(runs[s], t, "early", metric, 0) for s in seeds]
                 ok = all(x is not None for x in sft)
@@ -176,8 +172,15 @@ def transfer(rows: Sequence[Mapping], cells: Sequence, tasks: Sequence[str], poi
                           "mean": float(np.mean([e.mean() for e in end])),
                           "sft": float(np.mean([x.mean() for x in sft])) if ok else None,
                           "vs_sft": interval(end, sft, resamples, confidence) if ok else None}
-            rec[arm] = per
-        out[cell.name] = rec
+            done[key] = per
+        return done[key] or None
+
+    out: dict = {}
+    for cell in cells:
+        arms = {"mixed": points.mixed(cell, "grpo"),
+                **{f"alone {u}": points.alone(cell, u, "grpo") for u in tasks}}
+        out[cell.name] = {arm: got for arm, pt in arms.items()
+                          if (got := arm_readings(pt)) is not None}
     return out
 
 
